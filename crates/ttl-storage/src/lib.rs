@@ -1,0 +1,49 @@
+//! # ttl-storage
+//!
+//! The storage contract that leader election is built on: four conditional,
+//! TTL-aware operations on a key-value store.
+//!
+//! | operation | meaning |
+//! |---|---|
+//! | [`TtlStorage::insert_if_not_exists`] | write `value` under `key` unless a live record exists |
+//! | [`TtlStorage::compare_and_swap`] | replace `old` by `new` and restart the TTL, only if the live record holds `old` |
+//! | [`TtlStorage::compare_and_delete`] | delete the record, only if the live record holds `value` |
+//! | [`TtlStorage::get`] | read the live record |
+//!
+//! Every driver (in-memory, redb, Cassandra/ScyllaDB, DynamoDB, ...) implements
+//! [`TtlStorage`] and proves it with the shared `elections-testsuite`.
+//!
+//! Inputs are validated at the boundary: keys are [`Key`]s, TTLs are [`Ttl`]s,
+//! and values pass [`check_value`]. All failures are one [`StorageError`] whose
+//! [`kind`](StorageError::kind) tells the caller what it may do next:
+//! retry ([`ErrorKind::Transient`]), give up ([`ErrorKind::Permanent`]) or
+//! find out what happened ([`ErrorKind::OutcomeUnknown`]).
+//!
+//! ```
+//! use std::{sync::Arc, time::Duration};
+//! use ttl_storage::{Key, Ttl, TtlStorage};
+//!
+//! # async fn demo(storage: Arc<dyn TtlStorage>) -> Result<(), ttl_storage::StorageError> {
+//! let key = Key::new("leader/1")?;
+//! let ttl = Ttl::from_secs(20)?;
+//! if storage.insert_if_not_exists(&key, b"10.0.0.7", ttl).await? {
+//!     // we hold the record for 20 s unless we renew it
+//!     storage.compare_and_swap(&key, b"10.0.0.7", b"10.0.0.7", ttl).await?;
+//! }
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod key;
+mod storage;
+mod ttl;
+mod value;
+
+pub use error::{BoxError, ErrorKind, StorageError, ValidationError};
+pub use key::{Key, MAX_KEY_LEN};
+pub use storage::{DynTtlStorage, TtlStorage};
+pub use ttl::{MAX_TTL, Ttl};
+pub use value::{MAX_VALUE_LEN, check_value};
+
+/// Result alias for storage operations.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
