@@ -201,6 +201,33 @@ async fn pod_action(
             tokio::time::sleep(Duration::from_secs(30)).await;
             id.into_response()
         }
+        "detached" => {
+            // work that outlives the HTTP exchange (like a database query):
+            // only a cancel message for the request id can stop it
+            let request_id = req
+                .headers()
+                .get(coordinator::http::REQUEST_ID_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| coordinator::RequestId::new(v).ok())
+                .expect("request id header");
+            let call = s.member.cancellations().register(request_id);
+            let stats = s.stats.clone();
+            let work = tokio::spawn(async move {
+                let token = call.token().clone();
+                let _guard = SlowGuard {
+                    token: token.clone(),
+                    stats: stats.clone(),
+                };
+                stats.slow_started.fetch_add(1, Ordering::SeqCst);
+                tokio::select! {
+                    _ = token.cancelled() => {}
+                    _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                }
+                drop(call);
+            });
+            let _ = work.await;
+            id.into_response()
+        }
         _ => (StatusCode::OK, format!("{id}:{action}")).into_response(),
     }
 }
@@ -373,9 +400,20 @@ impl Http {
     }
 
     pub async fn send(&self, method: &str, url: &str) -> (StatusCode, String) {
+        self.send_with_header(method, url, "x-test", "1").await
+    }
+
+    pub async fn send_with_header(
+        &self,
+        method: &str,
+        url: &str,
+        name: &str,
+        value: &str,
+    ) -> (StatusCode, String) {
         let req = axum::http::Request::builder()
             .method(method)
             .uri(url)
+            .header(name, value)
             .body(Full::new(Bytes::new()))
             .unwrap();
         let resp = self.client.request(req).await.unwrap();
