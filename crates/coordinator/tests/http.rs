@@ -96,6 +96,7 @@ async fn bind_on_2xx_only_then_proxy_then_deregister() {
         StatusCode::NOT_FOUND
     );
     assert!(pod.hits() >= 4);
+    assert_eq!(pod.cancels(), 0, "completed calls send no cancel");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,6 +120,7 @@ async fn failed_connect_evicts_and_re_resolves_once() {
         assert_eq!((status, body.as_str()), (StatusCode::OK, "pod-b:x"));
     }
     assert!(b.hits() >= 4);
+    assert_eq!(a.cancels() + b.cancels(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,6 +149,7 @@ async fn saturation_fans_out_and_warm_cache_spreads_calls_across_both_pods() {
     )
     .await;
     let d = dest("hot");
+    let quiet = |a: &TestPod, b: &TestPod| a.cancels() + b.cancels() == 0;
     a.member.add_to_destination(&d).await.unwrap();
     let http = Http::new();
     let url = format!("{}/destinations/hot/work", c.base);
@@ -190,6 +193,7 @@ async fn saturation_fans_out_and_warm_cache_spreads_calls_across_both_pods() {
     assert_eq!(by_pod.get("pod-a"), Some(&4), "{by_pod:?}");
     assert_eq!(by_pod.get("pod-b"), Some(&4), "{by_pod:?}");
 
+    assert!(quiet(&a, &b), "completed calls send no cancel");
     // fan-out adds each peer at most once: a second burst has nobody to add
     assert_eq!(a.member.fan_out(&d).await.unwrap(), None);
     drop(b);
@@ -291,6 +295,7 @@ async fn client_disconnect_sends_a_cancel_that_aborts_the_pod_operation() {
         pod.stats.dropped_otherwise.load(Ordering::SeqCst)
     );
     assert!(pod.member.cancellations().is_empty());
+    assert_eq!(pod.cancels(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -134,7 +134,14 @@ impl http_body::Body for GuardedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(None) = polled {
+        // Servers stop polling once `is_end_stream` holds, so the end is
+        // either a `None` frame or a data frame after which the body is done.
+        let ended = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
+            _ => false,
+        };
+        if ended {
             if let Some(g) = self.guard.take() {
                 g.disarm();
             }

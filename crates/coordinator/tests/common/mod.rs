@@ -93,6 +93,8 @@ pub struct PodStats {
     pub aborted_by_cancel: AtomicUsize,
     /// Slow calls dropped without a cancel (connection closed).
     pub dropped_otherwise: AtomicUsize,
+    /// Cancel messages received.
+    pub cancels_received: AtomicUsize,
 }
 
 /// A resource pod: a Member plus an axum server.
@@ -242,7 +244,22 @@ async fn pod_lock(State(s): State<PodState>, Path(p): Path<Vec<(String, String)>
     }
 }
 
+async fn count_cancels(
+    State(stats): State<Arc<PodStats>>,
+    req: Request,
+    next: middleware::Next,
+) -> Response {
+    if req.uri().path().starts_with("/_coordinator/cancel/") {
+        stats.cancels_received.fetch_add(1, Ordering::SeqCst);
+    }
+    next.run(req).await
+}
+
 impl TestPod {
+    pub fn cancels(&self) -> usize {
+        self.stats.cancels_received.load(Ordering::SeqCst)
+    }
+
     /// Binds a port, registers `id` under `prefix` and starts heartbeating.
     pub async fn start(prefix: &str, id: &str, opts: PodOptions) -> TestPod {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -276,7 +293,8 @@ impl TestPod {
                 cancels.clone(),
                 pod::cancellable,
             ))
-            .merge(pod::cancel_router(cancels));
+            .merge(pod::cancel_router(cancels))
+            .layer(middleware::from_fn_with_state(stats.clone(), count_cancels));
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         let server = tokio::spawn(async move {
