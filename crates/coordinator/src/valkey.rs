@@ -8,12 +8,19 @@ use fred::types::{MultipleKeys, MultipleValues};
 use crate::error::{Error, Result};
 use crate::record::MemberRecord;
 
-/// Connects a fred [`Client`] to `url` (`redis://host:port[/db]`) with a
-/// reconnect policy and a command timeout, and waits until it is connected.
+/// Connects a fred [`Client`] to `url` (`redis://host:port[/db]`) and waits
+/// until it is connected. Commands time out after `command_timeout` (1 ms..=
+/// 1 h); a lost connection is re-established forever with exponential
+/// backoff (100 ms up to 5 s).
 ///
 /// Any other fred client configuration works too: `Member` and `Registry`
 /// take a ready [`Client`].
 pub async fn connect(url: &str, command_timeout: Duration) -> Result<Client> {
+    if command_timeout < Duration::from_millis(1) || command_timeout > Duration::from_secs(3600) {
+        return Err(Error::InvalidConfig(format!(
+            "command timeout must be within 1 ms..=1 h, got {command_timeout:?}"
+        )));
+    }
     let config = Config::from_url(url)?;
     let client = Builder::from_config(config)
         .with_performance_config(|p| p.default_command_timeout = command_timeout)

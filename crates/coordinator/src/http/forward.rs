@@ -303,3 +303,94 @@ impl Drop for CancelGuard {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::routing::any;
+    use http::HeaderMap;
+    use http_body_util::BodyExt;
+
+    async fn echo_headers(headers: HeaderMap, body: axum::body::Bytes) -> String {
+        let mut names: Vec<String> = headers
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.to_str().unwrap_or("?")))
+            .collect();
+        names.sort();
+        format!("{}|{}", names.join(","), String::from_utf8_lossy(&body))
+    }
+
+    async fn upstream() -> MemberAddress {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/{*p}", any(echo_headers));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        MemberAddress::parse(&format!("http://{addr}")).unwrap()
+    }
+
+    fn parts(body: &'static str) -> (request::Parts, super::super::body::RetryableBody) {
+        let req = Request::builder()
+            .method("POST")
+            .uri("http://coordinator.local/destinations/d/x?q=1")
+            .header("host", "coordinator.local")
+            .header("connection", "keep-alive, x-private")
+            .header("x-private", "1")
+            .header("te", "trailers")
+            .header("x-app", "kept")
+            .header(REQUEST_ID_HEADER, "forged")
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        let (parts, body) = req.into_parts();
+        (parts, super::super::body::RetryableBody::new(body))
+    }
+
+    #[tokio::test]
+    async fn forwards_body_and_end_to_end_headers_only() {
+        let address = upstream().await;
+        let forwarder = Forwarder::new(ForwardConfig::default()).unwrap();
+        let (parts, body) = parts("payload");
+        let id = RequestId::generate();
+        let resp = forwarder
+            .send(&address, &parts, body.attempt(), &id)
+            .await
+            .unwrap();
+        assert!(resp.status().is_success());
+        let text = String::from_utf8(
+            resp.into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec(),
+        )
+        .unwrap();
+        let (headers, body) = text.split_once('|').unwrap();
+        assert_eq!(body, "payload");
+        assert!(headers.contains("x-app=kept"), "{headers}");
+        assert!(headers.contains(&format!("x-request-id={id}")), "{headers}");
+        assert!(
+            headers.contains(&format!("host={}", address.authority())),
+            "{headers}"
+        );
+        for gone in ["x-private", "te=", "connection", "forged"] {
+            assert!(!headers.contains(gone), "{gone} forwarded: {headers}");
+        }
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_a_connect_error_and_leaves_the_body_untouched() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address =
+            MemberAddress::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        drop(listener);
+        let forwarder = Forwarder::new(ForwardConfig::default()).unwrap();
+        let (parts, body) = parts("payload");
+        let err = forwarder
+            .send(&address, &parts, body.attempt(), &RequestId::generate())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ForwardError::Connect { .. }), "{err}");
+        assert!(body.is_untouched(), "the body can be retried");
+    }
+}

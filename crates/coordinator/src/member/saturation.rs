@@ -13,6 +13,9 @@ use super::{Member, SaturationConfig};
 use crate::error::{Error, Result};
 use crate::ids::{DestinationId, MemberId};
 
+/// Idle destination states are swept when this many are tracked.
+const IDLE_SWEEP_AT: usize = 1024;
+
 struct DestState {
     semaphore: Arc<Semaphore>,
     waiting: AtomicUsize,
@@ -49,6 +52,14 @@ impl Limiter {
 
     fn state(&self, dest: &DestinationId) -> Arc<DestState> {
         let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        if states.len() >= IDLE_SWEEP_AT && !states.contains_key(dest) {
+            // Forget idle destinations: nobody holds their state (every
+            // acquirer goes through this lock) and every slot is free.
+            let cap = self.config.max_concurrent;
+            states.retain(|_, st| {
+                Arc::strong_count(st) > 1 || st.semaphore.available_permits() < cap
+            });
+        }
         states
             .entry(dest.clone())
             .or_insert_with(|| {
@@ -201,5 +212,31 @@ impl Member {
             .unwrap_or_else(|p| p.into_inner())
             .insert((dest.clone(), peer.id.clone()));
         Ok(Some(peer.id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_destination_states_are_swept() {
+        let limiter = Limiter::new(SaturationConfig {
+            max_concurrent: 1,
+            queue_threshold: Duration::from_secs(1),
+        });
+        let busy = DestinationId::new("busy").unwrap();
+        let busy_state = limiter.state(&busy);
+        let _slot = busy_state.semaphore.clone().try_acquire_owned().unwrap();
+        drop(busy_state);
+        for i in 0..IDLE_SWEEP_AT + 10 {
+            limiter.state(&DestinationId::new(format!("d{i}")).unwrap());
+        }
+        let states = limiter.states.lock().unwrap();
+        assert!(states.len() < IDLE_SWEEP_AT, "idle states were swept");
+        assert!(
+            states.contains_key(&busy),
+            "a destination with a slot in use is kept"
+        );
     }
 }
