@@ -26,6 +26,9 @@ pub enum Error {
     /// Valkey answered with an error, or could not be reached.
     #[error("valkey: {0}")]
     Valkey(#[from] fred::error::Error),
+    /// Another member owns a lock record with this id.
+    #[error("lock {0} is owned by another member")]
+    LockTaken(crate::ids::LockId),
     /// A component was used after it was shut down.
     #[error("{0} is closed")]
     Closed(&'static str),

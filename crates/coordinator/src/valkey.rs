@@ -145,11 +145,26 @@ for _, x in ipairs(l) do out[#out + 1] = x end
 return out
 "#;
 
+/// Writes a lock record unless another member owns that lock id.
+/// KEYS: lock key. ARGV: owner id, TTL in ms, then field, value, ...
+/// Reply: 1 written, 0 owned by another member.
+const REGISTER_LOCK: &str = r#"
+local owner = redis.call('HGET', KEYS[1], 'podId')
+if owner and owner ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+local fv = {}
+for i = 3, #ARGV do fv[#fv + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fv))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"#;
+
 /// The scripts, hashed once.
 pub(crate) struct Scripts {
     pub(crate) resolve: Script,
     pub(crate) live_members: Script,
     pub(crate) lock: Script,
+    pub(crate) register_lock: Script,
 }
 
 impl Scripts {
@@ -158,6 +173,7 @@ impl Scripts {
             resolve: Script::new(RESOLVE),
             live_members: Script::new(LIVE_MEMBERS),
             lock: Script::new(LOCK),
+            register_lock: Script::new(REGISTER_LOCK),
         }
     }
 }

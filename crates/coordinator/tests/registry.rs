@@ -275,8 +275,23 @@ async fn peers_load_and_destination_membership() {
     a.member.remove_from_destination(&d).await.unwrap();
     assert_eq!(a.member.destination_members(&d).await.unwrap(), ["pod-b"]);
 
-    // a member cannot unregister a lock it does not hold
+    // a member cannot take over or unregister a lock it does not hold
     let lock = b.member.new_lock(&d, []).await.unwrap();
+    assert!(matches!(
+        a.member.register_lock(&lock, &d, []).await,
+        Err(coordinator::Error::LockTaken(_))
+    ));
+    b.member
+        .register_lock(&lock, &d, [("step".to_owned(), "2".to_owned())])
+        .await
+        .unwrap();
+    assert!(
+        a.member
+            .register_lock(&lock, &d, [("podId".to_owned(), "x".to_owned())])
+            .await
+            .is_err(),
+        "reserved metadata field"
+    );
     assert!(!a.member.unregister_lock(&lock).await.unwrap());
     assert!(b.member.unregister_lock(&lock).await.unwrap());
     let v = valkey().await;

@@ -90,7 +90,10 @@ impl MemberConfig {
         if self.saturation.max_concurrent == 0
             || self.saturation.max_concurrent > tokio::sync::Semaphore::MAX_PERMITS
         {
-            return bad("saturation.max_concurrent must be at least 1".into());
+            return bad(format!(
+                "saturation.max_concurrent must be within 1..={}",
+                tokio::sync::Semaphore::MAX_PERMITS
+            ));
         }
         if self.saturation.queue_threshold < Duration::from_millis(1) {
             return bad("saturation.queue_threshold must be at least 1 ms".into());

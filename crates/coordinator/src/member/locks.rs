@@ -56,7 +56,8 @@ impl Member {
     /// with the lock TTL, and keeps refreshing it on every heartbeat until
     /// [`Member::unregister_lock`]. If the pod dies the record expires within
     /// the lock TTL. Use ids from [`LockId::generate`] so they stay
-    /// unguessable.
+    /// unguessable. Fails with [`Error::LockTaken`] if another member owns
+    /// `lock_id`; re-registering an own lock replaces its fields.
     pub async fn register_lock(
         &self,
         lock_id: &LockId,
@@ -71,12 +72,22 @@ impl Member {
         };
         let i = &self.inner;
         let _gate = i.write_gate.lock().await;
-        let key = i.keys.lock(lock_id);
-        let trx = i.client.multi();
-        let _: () = trx.del(&key).await?;
-        let _: () = trx.hset(&key, held.fields(&i.config.id)).await?;
-        let _: () = trx.pexpire(&key, millis(i.config.lock_ttl), None).await?;
-        let _: Value = trx.exec(true).await?;
+        let mut args = vec![
+            i.config.id.as_str().to_owned(),
+            millis(i.config.lock_ttl).to_string(),
+        ];
+        for (k, v) in held.fields(&i.config.id) {
+            args.push(k);
+            args.push(v);
+        }
+        let (written, _): (i64, u64) = i
+            .scripts
+            .register_lock
+            .run(&i.client, i.keys.lock(lock_id), args)
+            .await?;
+        if written != 1 {
+            return Err(Error::LockTaken(lock_id.clone()));
+        }
         i.locks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
