@@ -378,3 +378,42 @@ async fn pod_middleware_aborts_a_handler_on_a_cancel_message() {
         StatusCode::BAD_REQUEST
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn in_process_caller_cancels_by_request_id() {
+    let p = prefix();
+    let pod = TestPod::start(&p, "pod-a", PodOptions::default()).await;
+    let c = TestCoordinator::start(&p, CoordinatorOptions::default()).await;
+    let d = dest("c");
+    pod.member.add_to_destination(&d).await.unwrap();
+
+    let id = coordinator::RequestId::generate();
+    assert!(!c.coordinator.cancel(&id).await, "nothing in flight yet");
+    let call = {
+        let coordinator = c.coordinator.clone();
+        let (d, id) = (d.clone(), id.clone());
+        tokio::spawn(async move {
+            let req = axum::http::Request::builder()
+                .uri("/destinations/c/detached")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            coordinator.lookup_and_proxy_with_id(&d, req, id).await
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            pod.stats.slow_started.load(Ordering::SeqCst) == 1
+        })
+        .await
+    );
+    assert!(c.coordinator.cancel(&id).await, "the pod knew the call");
+    let resp = call.await.unwrap();
+    assert_eq!(
+        resp.status(),
+        StatusCode::OK,
+        "the pod answered once its work was cancelled"
+    );
+    assert_eq!(pod.stats.aborted_by_cancel.load(Ordering::SeqCst), 1);
+    assert_eq!(pod.cancels(), 1);
+}

@@ -297,3 +297,68 @@ async fn peers_load_and_destination_membership() {
     let v = valkey().await;
     assert!(!exists(&v, &b.member.keys().lock(&lock)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn least_loaded_reads_fresh_loads_of_a_fanned_out_destination() {
+    use coordinator::strategy::LeastLoaded;
+    use coordinator::{Member, MemberAddress, MemberConfig};
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    let p = prefix();
+    let mk = |id: &str, port: u16, load: Arc<AtomicI64>| {
+        let p = p.clone();
+        let id = id.to_owned();
+        async move {
+            let mut config = MemberConfig::new(
+                mid(&id),
+                MemberAddress::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+            );
+            config.prefix = p;
+            let m = Member::with_load_source(
+                valkey().await,
+                config,
+                Arc::new(move || load.load(Ordering::SeqCst)),
+            )
+            .unwrap();
+            m.register().await.unwrap();
+            m
+        }
+    };
+    let load_a = Arc::new(AtomicI64::new(5));
+    let load_b = Arc::new(AtomicI64::new(1));
+    let a = mk("pod-a", 1, load_a.clone()).await;
+    let b = mk("pod-b", 2, load_b.clone()).await;
+    let d = dest("big");
+    a.add_to_destination(&d).await.unwrap();
+    b.add_to_destination(&d).await.unwrap();
+
+    let reg = registry(&p, Some(Default::default()), Arc::new(LeastLoaded::new())).await;
+    let pick = || async {
+        reg.route(&d, NO_CLAIM)
+            .await
+            .unwrap()
+            .route()
+            .unwrap()
+            .member
+            .id
+            .clone()
+    };
+    assert_eq!(pick().await.as_str(), "pod-b");
+    assert_eq!(pick().await.as_str(), "pod-b");
+
+    // loads change: the warm cache still sees them, at one round trip per call
+    load_a.store(0, Ordering::SeqCst);
+    a.heartbeat().await.unwrap();
+    let before = reg.metrics();
+    assert_eq!(pick().await.as_str(), "pod-a");
+    let after = reg.metrics();
+    assert_eq!(after.cache_hits, before.cache_hits + 1);
+    assert_eq!(after.valkey_round_trips, before.valkey_round_trips + 1);
+
+    // equal loads: ties alternate
+    load_b.store(0, Ordering::SeqCst);
+    b.heartbeat().await.unwrap();
+    let (x, y) = (pick().await, pick().await);
+    assert_ne!(x, y);
+}

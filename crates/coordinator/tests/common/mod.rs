@@ -346,6 +346,7 @@ impl TestPod {
 /// A coordinator served over HTTP.
 pub struct TestCoordinator {
     pub registry: Registry,
+    pub coordinator: Coordinator,
     pub base: String,
     server: JoinHandle<()>,
 }
@@ -398,6 +399,7 @@ impl TestCoordinator {
         });
         TestCoordinator {
             registry,
+            coordinator,
             base: format!("http://{addr}"),
             server,
         }
