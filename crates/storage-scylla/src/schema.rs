@@ -26,24 +26,39 @@ pub(crate) async fn create(session: &Session, config: &ScyllaConfig) -> Result<(
         config.keyspace,
         replication.to_cql()
     );
+    // ScyllaDB gives new keyspaces tablets by default, and its releases up
+    // to 2025.x refuse lightweight transactions on tablets: ask for vnodes.
+    // Cassandra (and older ScyllaDB) reject the option, so fall back.
+    let scylla_keyspace = format!("{keyspace} AND tablets = {{'enabled': false}}");
+    match run_ddl(session, &scylla_keyspace).await {
+        Ok(()) => {}
+        Err(err) if err.kind() == ErrorKind::Permanent => {
+            tracing::debug!(%err, "no tablets option (not ScyllaDB); creating a plain keyspace");
+            run_ddl(session, &keyspace).await?;
+        }
+        Err(err) => return Err(err),
+    }
     let table = format!(
         "CREATE TABLE IF NOT EXISTS {}.{} (key text PRIMARY KEY, value blob)",
         config.keyspace, config.table
     );
-    for statement in [keyspace, table] {
-        tracing::debug!(%statement, "creating schema");
-        session
-            .query_unpaged(statement.as_str(), ())
-            .await
-            .map_err(|err| {
-                StorageError::with_source(
-                    classify_execution(&err, Op::Read),
-                    format!("creating schema failed: {statement}"),
-                    err,
-                )
-            })?;
-    }
-    Ok(())
+    run_ddl(session, &table).await
+}
+
+/// Runs one schema statement.
+async fn run_ddl(session: &Session, statement: &str) -> Result<(), StorageError> {
+    tracing::debug!(%statement, "creating schema");
+    session
+        .query_unpaged(statement, ())
+        .await
+        .map(|_| ())
+        .map_err(|err| {
+            StorageError::with_source(
+                classify_execution(&err, Op::Read),
+                format!("creating schema failed: {statement}"),
+                err,
+            )
+        })
 }
 
 /// Checks that the table exists with exactly the expected columns.

@@ -70,7 +70,7 @@ impl ScyllaStorage {
             builder = builder.user(&credentials.user, &credentials.password);
         }
         if let Some(tls) = &config.tls {
-            builder = crate::tls::configure(builder, tls)?;
+            builder = crate::tls::configure(builder, tls).await?;
         }
         let session = builder.build().await.map_err(|err| {
             StorageError::with_source(
