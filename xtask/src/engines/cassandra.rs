@@ -181,6 +181,7 @@ fn fetch_jars(work_dir: &Path) -> anyhow::Result<PathBuf> {
         .args([
             "-q",
             "-B",
+            "-Dstyle.color=never",
             "dependency:copy-dependencies",
             "-DincludeScope=runtime",
         ])
