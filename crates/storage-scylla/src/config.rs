@@ -257,7 +257,7 @@ impl FromStr for SerialConsistency {
 
 /// User name and password for Cassandra's `PasswordAuthenticator`.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     pub(crate) user: String,
     pub(crate) password: String,
 }

@@ -101,8 +101,8 @@ mod tls;
 mod url;
 
 pub use config::{
-    ConfigError, Credentials, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_TABLE, Replication, ScyllaConfig, ScyllaConfigBuilder, SerialConsistency, TlsSettings,
+    ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TABLE,
+    Replication, ScyllaConfig, ScyllaConfigBuilder, SerialConsistency, TlsSettings,
     WriteConsistency,
 };
 pub use storage::ScyllaStorage;
