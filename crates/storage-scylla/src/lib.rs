@@ -69,6 +69,11 @@
 //! - Keys are stored as `text`, values as `blob`. The table must have exactly
 //!   those two columns; [`ScyllaStorage::connect`] checks
 //!   `system_schema.columns` and fails with a permanent error otherwise.
+//! - **ScyllaDB**: releases that refuse lightweight transactions on tablets
+//!   need a vnodes keyspace; `create_schema` creates the keyspace with
+//!   `tablets = {'enabled': false}` (and without that option on Cassandra).
+//!   An existing keyspace with tablets fails at the first operation with a
+//!   permanent `Invalid` error.
 //! - TLS (feature `tls`, rustls) verifies node certificates against a CA
 //!   file; the certificates must name the node's IP address. Client
 //!   certificates are not supported.
