@@ -49,8 +49,10 @@
 //!   overloaded, bootstrapping nodes and connections that could not be
 //!   opened are [`ttl_storage::ErrorKind::Transient`]; syntax, schema,
 //!   authentication, authorization and configuration errors are
-//!   [`ttl_storage::ErrorKind::Permanent`]. The driver never retries a
-//!   conditional write by itself.
+//!   [`ttl_storage::ErrorKind::Permanent`]. Conditional writes are marked
+//!   non-idempotent, so the driver re-sends one only after an error that
+//!   proves it was not executed (`Unavailable`, a bootstrapping coordinator);
+//!   retrying after anything else is the caller's decision.
 //!
 //! ## Assumptions
 //!
