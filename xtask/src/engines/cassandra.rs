@@ -36,7 +36,6 @@ const JVM_OPTIONS: &[&str] = &[
     "-XX:G1HeapRegionSize=16m",
     "-XX:MaxGCPauseMillis=300",
     "-XX:+ExitOnOutOfMemoryError",
-    "-XX:+AlwaysPreTouch",
     "-Djava.net.preferIPv4Stack=true",
     "-Djdk.attach.allowAttachSelf=true",
     "--add-exports",
