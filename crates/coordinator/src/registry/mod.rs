@@ -13,7 +13,7 @@ pub use resolve::{Resolution, ResolveOptions, Route, RouteSource};
 use crate::cache::{CacheConfig, DestinationCache};
 use crate::error::Result;
 use crate::ids::{DestinationId, LockId, MemberId};
-use crate::keys::{DEFAULT_PREFIX, KeySpace, fields};
+use crate::keys::{DEFAULT_PREFIX, KeySpace};
 use crate::record::{LockRecord, MemberRecord};
 use crate::strategy::{self, DynStrategy, PickContext, PickPurpose};
 use crate::valkey::{self, Scripts};
@@ -173,9 +173,6 @@ impl Registry {
         resolve::parse_lock(lock, raw)
     }
 }
-
-/// Exposed for the lock parser.
-pub(crate) const LOCK_OWNER_FIELD: &str = fields::POD_ID;
 
 impl Registry {
     /// Runs the strategy over `candidates` for one call of `dest`.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fred::prelude::*;
 
-use super::{Counters, LOCK_OWNER_FIELD, Registry};
+use super::{Counters, Registry};
 use crate::cache::PodSet;
 use crate::error::{Error, Result};
 use crate::ids::{DestinationId, LockId, MemberId};
@@ -267,7 +267,7 @@ pub(super) fn parse_lock(lock: &LockId, raw: Vec<String>) -> Result<Option<LockR
         .map(|c| (c[0].clone(), c[1].clone()))
         .collect();
     let Some(owner) = metadata
-        .remove(LOCK_OWNER_FIELD)
+        .remove(fields::POD_ID)
         .and_then(|p| MemberId::new(p).ok())
     else {
         tracing::warn!(lock = %lock, "lock record without a valid podId");
@@ -288,4 +288,51 @@ pub(super) fn parse_lock(lock: &LockId, raw: Vec<String>) -> Result<Option<LockR
         owner_record,
         metadata,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    #[test]
+    fn lock_replies_parse() {
+        let lock = LockId::new("l1").unwrap();
+        assert!(parse_lock(&lock, vec![]).unwrap().is_none());
+
+        let live = parse_lock(
+            &lock,
+            s(&[
+                "http://h:1",
+                "3",
+                "podId",
+                "p",
+                "destinationId",
+                "d",
+                "kind",
+                "tx",
+            ]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(live.owner.as_str(), "p");
+        assert_eq!(live.destination.unwrap().as_str(), "d");
+        assert_eq!(live.owner_record.unwrap().load, 3);
+        assert_eq!(live.metadata.get("kind").map(String::as_str), Some("tx"));
+
+        let dead = parse_lock(&lock, s(&["", "0", "podId", "p"]))
+            .unwrap()
+            .unwrap();
+        assert!(dead.owner_record.is_none());
+
+        assert!(
+            parse_lock(&lock, s(&["", "0", "kind", "tx"]))
+                .unwrap()
+                .is_none()
+        );
+        assert!(parse_lock(&lock, s(&["", "0", "podId"])).is_err());
+    }
 }
