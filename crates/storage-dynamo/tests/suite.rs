@@ -1,0 +1,312 @@
+//! Driver tests against a real DynamoDB (Local): run with
+//! `cargo xtask test-drivers --engine dynamodb`, or point
+//! `DYNAMODB_ENDPOINT` at a DynamoDB and run `cargo test -p storage-dynamo --test suite -- --ignored`.
+
+// Test helpers outside #[test] functions panic on purpose.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use storage_dynamo::{ConnectError, DynamoConfig, DynamoStorage};
+use ttl_storage::{DynTtlStorage, Key, Ttl, TtlStorage};
+
+const TABLE: &str = "ttl_storage_suite";
+
+/// A config for the table `table` on the DynamoDB named by `DYNAMODB_ENDPOINT`.
+fn config(table: &str, create: bool) -> DynamoConfig {
+    let endpoint = std::env::var("DYNAMODB_ENDPOINT").unwrap_or_default();
+    assert!(
+        !endpoint.is_empty(),
+        "DYNAMODB_ENDPOINT is not set: run `cargo xtask test-drivers --engine dynamodb`"
+    );
+    let region = std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into());
+    let mut builder = DynamoConfig::builder(table)
+        .endpoint(endpoint)
+        .region(region)
+        .create_table(create);
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        // DynamoDB Local accepts any alphanumeric key id.
+        builder = builder.credentials("local", "local", None);
+    }
+    builder.build().expect("valid test config")
+}
+
+async fn make_storage() -> DynTtlStorage {
+    let storage = DynamoStorage::connect(config(TABLE, true))
+        .await
+        .expect("connect to DynamoDB");
+    Arc::new(storage)
+}
+
+fn fresh_key(prefix: &str) -> Key {
+    Key::new(format!("{prefix}/{:016x}", rand::random::<u64>())).unwrap()
+}
+
+fn secs(n: u64) -> Ttl {
+    Ttl::from_secs(n).unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn basic_operations() {
+    let s = make_storage().await;
+    let key = fresh_key("basic");
+    assert_eq!(s.get(&key).await.unwrap(), None);
+    assert!(s.insert_if_not_exists(&key, b"a", secs(30)).await.unwrap());
+    assert!(!s.insert_if_not_exists(&key, b"b", secs(30)).await.unwrap());
+    assert_eq!(s.get(&key).await.unwrap(), Some(b"a".to_vec()));
+    assert!(
+        !s.compare_and_swap(&key, b"x", b"b", secs(30))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.compare_and_swap(&key, b"a", b"b", secs(30))
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.get(&key).await.unwrap(), Some(b"b".to_vec()));
+    assert!(!s.compare_and_delete(&key, b"a").await.unwrap());
+    assert!(s.compare_and_delete(&key, b"b").await.unwrap());
+    assert_eq!(s.get(&key).await.unwrap(), None);
+    assert!(
+        !s.compare_and_swap(&key, b"b", b"c", secs(30))
+            .await
+            .unwrap()
+    );
+    assert!(!s.compare_and_delete(&key, b"b").await.unwrap());
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn empty_and_binary_values_round_trip() {
+    let s = make_storage().await;
+    let key = fresh_key("bytes");
+    assert!(s.insert_if_not_exists(&key, b"", secs(30)).await.unwrap());
+    assert_eq!(s.get(&key).await.unwrap(), Some(vec![]));
+    assert!(
+        !s.compare_and_swap(&key, b"\0", b"x", secs(30))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.compare_and_swap(&key, b"", b"\0a\0", secs(30))
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.get(&key).await.unwrap(), Some(b"\0a\0".to_vec()));
+    assert!(
+        s.compare_and_swap(&key, b"\0a\0", b"", secs(30))
+            .await
+            .unwrap()
+    );
+    assert!(s.compare_and_delete(&key, b"").await.unwrap());
+    assert_eq!(s.get(&key).await.unwrap(), None);
+    let big = vec![0xA5; ttl_storage::MAX_VALUE_LEN];
+    assert!(s.insert_if_not_exists(&key, &big, secs(30)).await.unwrap());
+    assert_eq!(s.get(&key).await.unwrap(), Some(big));
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn expired_records_are_invisible() {
+    let s = make_storage().await;
+    let key = fresh_key("expiry");
+    assert!(s.insert_if_not_exists(&key, b"old", secs(1)).await.unwrap());
+    assert_eq!(s.get(&key).await.unwrap(), Some(b"old".to_vec()));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(s.get(&key).await.unwrap(), None);
+    assert!(
+        !s.compare_and_swap(&key, b"old", b"x", secs(30))
+            .await
+            .unwrap()
+    );
+    assert!(!s.compare_and_delete(&key, b"old").await.unwrap());
+    assert!(
+        s.insert_if_not_exists(&key, b"new", secs(30))
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.get(&key).await.unwrap(), Some(b"new".to_vec()));
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn renewal_restarts_the_ttl_and_never_means_never() {
+    let s = make_storage().await;
+    let key = fresh_key("renew");
+    assert!(s.insert_if_not_exists(&key, b"v", secs(2)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(s.compare_and_swap(&key, b"v", b"v", secs(2)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // 2.4 s after the insert: alive only because the CAS restarted the TTL.
+    assert_eq!(s.get(&key).await.unwrap(), Some(b"v".to_vec()));
+    // Turning the lease into a permanent record removes its expiry.
+    assert!(
+        s.compare_and_swap(&key, b"v", b"w", Ttl::NEVER)
+            .await
+            .unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(s.get(&key).await.unwrap(), Some(b"w".to_vec()));
+    assert!(!s.insert_if_not_exists(&key, b"x", secs(2)).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn racing_contenders_have_exactly_one_winner() {
+    let s = make_storage().await;
+    for round in 0..50 {
+        let key = fresh_key("race");
+        let inserts = (0..16u8).map(|i| {
+            let s = s.clone();
+            let key = key.clone();
+            tokio::spawn(async move { s.insert_if_not_exists(&key, &[i], secs(30)).await })
+        });
+        let mut winners = Vec::new();
+        for (i, task) in inserts.enumerate() {
+            if task.await.unwrap().unwrap() {
+                winners.push(i as u8);
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: insert winners {winners:?}"
+        );
+        let holder = winners[0];
+        let swaps = (0..16u8).map(|i| {
+            let s = s.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                s.compare_and_swap(&key, &[holder], &[100 + i], secs(30))
+                    .await
+            })
+        });
+        let mut swapped = Vec::new();
+        for (i, task) in swaps.enumerate() {
+            if task.await.unwrap().unwrap() {
+                swapped.push(100 + i as u8);
+            }
+        }
+        assert_eq!(swapped.len(), 1, "round {round}: CAS winners {swapped:?}");
+        assert_eq!(s.get(&key).await.unwrap(), Some(swapped.clone()));
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn missing_table_without_create_is_a_clear_error() {
+    let name = format!("missing_{:08x}", rand::random::<u32>());
+    let err = DynamoStorage::connect(config(&name, false))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ConnectError::TableNotFound(t) if *t == name),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn wrong_key_schema_is_rejected() {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    let storage = DynamoStorage::connect(config(TABLE, true)).await.unwrap();
+    let name = format!("wrong_{:08x}", rand::random::<u32>());
+    storage
+        .client()
+        .create_table()
+        .table_name(&name)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(ScalarAttributeType::N)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    let err = DynamoStorage::connect(config(&name, true))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ConnectError::WrongSchema { .. }), "{err}");
+    assert!(err.to_string().contains("HASH id N"), "{err}");
+    storage
+        .client()
+        .delete_table()
+        .table_name(&name)
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn unreachable_endpoint_is_transient() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = DynamoConfig::builder(TABLE)
+        .endpoint(format!("http://127.0.0.1:{port}"))
+        .region("us-east-1")
+        .credentials("local", "local", None)
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    let err = DynamoStorage::connect(config).await.unwrap_err();
+    match err {
+        ConnectError::Storage(e) => assert!(e.is_transient(), "{e:?}"),
+        other => panic!("expected a transient storage error, got {other}"),
+    }
+}
+
+/// Prints the median latency of each operation (not an assertion on speed):
+/// `cargo xtask test-drivers --engine dynamodb -- --nocapture op_latency`.
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn op_latency_medians() {
+    let s = make_storage().await;
+    let mut samples: [Vec<Duration>; 4] = Default::default();
+    for _ in 0..200 {
+        let key = fresh_key("latency");
+        let t = Instant::now();
+        assert!(s.insert_if_not_exists(&key, b"me", secs(30)).await.unwrap());
+        samples[0].push(t.elapsed());
+        let t = Instant::now();
+        assert!(
+            s.compare_and_swap(&key, b"me", b"me", secs(30))
+                .await
+                .unwrap()
+        );
+        samples[1].push(t.elapsed());
+        let t = Instant::now();
+        assert_eq!(s.get(&key).await.unwrap(), Some(b"me".to_vec()));
+        samples[2].push(t.elapsed());
+        let t = Instant::now();
+        assert!(s.compare_and_delete(&key, b"me").await.unwrap());
+        samples[3].push(t.elapsed());
+    }
+    for (name, mut v) in ["insert (acquire)", "cas (renew)", "get", "cad (release)"]
+        .into_iter()
+        .zip(samples)
+    {
+        v.sort();
+        println!("dynamodb median {name}: {:?}", v[v.len() / 2]);
+    }
+}
