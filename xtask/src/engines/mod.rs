@@ -1,6 +1,8 @@
 //! The engines the network drivers are tested against, and how each is
 //! started as a local process when no endpoint is given.
 
+mod dynamodb;
+
 use std::{
     path::{Path, PathBuf},
     process::Child,
@@ -60,7 +62,13 @@ pub(crate) struct Engine {
 
 /// Every engine the project tests against, in the order they run.
 pub(crate) fn all() -> Vec<Engine> {
-    vec![]
+    vec![Engine {
+        name: "dynamodb",
+        endpoint_var: "DYNAMODB_ENDPOINT",
+        passthrough_vars: &["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
+        start: dynamodb::start,
+        suites: &[("storage-dynamo", "suite")],
+    }]
 }
 
 /// Where engines keep their downloads and data: `<target dir>/engines`.
