@@ -93,6 +93,16 @@ pub enum ExpiryMode {
     /// clocks of all clients agree within a known bound (see the crate docs).
     #[default]
     WallClock,
+    /// Independent of clock offsets between machines, like Amazon's DynamoDB
+    /// Lock Client: every write stores a fresh random version; an instance
+    /// treats a record as expired once it has seen the same version,
+    /// unchanged, for a full lease on its own monotonic clock, and takes it
+    /// over with a write conditioned on that version. The cost: expiry is
+    /// per observer, so an instance that first looks at a record late waits
+    /// a full lease from that first look (up to twice the TTL after the last
+    /// renewal), and `get` from different instances may disagree about an
+    /// expiring record. All clients of one table must use the same mode.
+    ObservedLease,
 }
 
 /// A validated configuration of [`crate::DynamoStorage`].
@@ -150,7 +160,7 @@ impl DynamoConfig {
         }
     }
 
-    /// Parses `dynamodb://TABLE?region=R&endpoint=URL&create_table=BOOL&connect_timeout_ms=N&request_timeout_ms=N&max_attempts=N`.
+    /// Parses `dynamodb://TABLE?region=R&endpoint=URL&create_table=BOOL&connect_timeout_ms=N&request_timeout_ms=N&max_attempts=N&expiry=wall_clock|observed_lease`.
     ///
     /// Every parameter is optional. Credentials cannot be given in the URL
     /// (URLs end up in logs); they come from the AWS chain or the builder.
@@ -178,6 +188,17 @@ impl DynamoConfig {
                 "request_timeout_ms" => {
                     builder.request_timeout(Duration::from_millis(parse_u64(&name, &value)?))
                 }
+                "expiry" => builder.expiry_mode(match value.as_str() {
+                    "wall_clock" => ExpiryMode::WallClock,
+                    "observed_lease" => ExpiryMode::ObservedLease,
+                    _ => {
+                        return Err(ConfigError::InvalidParameter {
+                            name: name.into_owned(),
+                            value,
+                            expected: "wall_clock or observed_lease",
+                        });
+                    }
+                }),
                 "max_attempts" => {
                     let n = parse_u64(&name, &value)?;
                     builder.max_attempts(u32::try_from(n).unwrap_or(u32::MAX))
@@ -388,7 +409,7 @@ mod tests {
     #[test]
     fn parses_full_url() {
         let c = DynamoConfig::from_url(
-            "dynamodb://my-table.v1?region=eu-west-1&endpoint=http://127.0.0.1:8000&create_table=true&connect_timeout_ms=500&request_timeout_ms=1500&max_attempts=2",
+            "dynamodb://my-table.v1?region=eu-west-1&endpoint=http://127.0.0.1:8000&create_table=true&connect_timeout_ms=500&request_timeout_ms=1500&max_attempts=2&expiry=observed_lease",
         )
         .unwrap();
         assert_eq!(c.table(), "my-table.v1");
@@ -398,7 +419,7 @@ mod tests {
         assert_eq!(c.connect_timeout(), Duration::from_millis(500));
         assert_eq!(c.request_timeout(), Duration::from_millis(1500));
         assert_eq!(c.max_attempts(), 2);
-        assert_eq!(c.expiry_mode(), ExpiryMode::WallClock);
+        assert_eq!(c.expiry_mode(), ExpiryMode::ObservedLease);
     }
 
     #[test]
@@ -409,6 +430,7 @@ mod tests {
         assert!(!c.create_table());
         assert_eq!(c.request_timeout(), DEFAULT_REQUEST_TIMEOUT);
         assert_eq!(c.max_attempts(), DEFAULT_MAX_ATTEMPTS);
+        assert_eq!(c.expiry_mode(), ExpiryMode::WallClock);
     }
 
     #[test]
@@ -437,6 +459,10 @@ mod tests {
             err("dynamodb://leases?region=a&region=b"),
             ConfigError::DuplicateParameter("region".into())
         );
+        assert!(matches!(
+            err("dynamodb://leases?expiry=ntp"),
+            ConfigError::InvalidParameter { .. }
+        ));
         assert!(matches!(
             err("dynamodb://leases?create_table=yes"),
             ConfigError::InvalidParameter { .. }

@@ -79,10 +79,32 @@
 //! takeovers. DynamoDB's TTL reaper uses AWS's clock, with the same bound
 //! (it deletes nothing before `expires_at`, and in practice much later).
 //!
+//! ## Clock-skew-independent mode
+//!
+//! [`ExpiryMode::ObservedLease`] (`expiry=observed_lease` in the URL) drops
+//! the wall-clock assumption, the way Amazon's DynamoDB Lock Client does:
+//! every write stores a fresh random version nonce (`ver`) and the lease
+//! length (`lease_ms`) instead of an expiry instant. An instance that reads
+//! a record notes, on its own monotonic clock, when the answer showing that
+//! version arrived (necessarily after the write was applied); once it has
+//! seen the same version for a full lease, the record is expired *for that
+//! instance*, and it takes over with a `PutItem` conditioned on
+//! `ver = <the version it watched>`, so a renewal that lands first makes the
+//! takeover fail. Only clock rates matter, not offsets. The trade-offs:
+//! expiry is per observer (an instance that first looks at a record late
+//! waits a full lease from that first look, so a takeover can take up to
+//! twice the TTL after the holder's last renewal, and two instances may
+//! disagree about an expiring record in `get`); an insert that finds a live
+//! record costs a second request (the read that starts the watch); and all
+//! clients of one table must use the same mode. Wall-clock mode is the
+//! default and the one the shared test suite checks.
+//!
 //! ## Table
 //!
 //! One item per key: `pk` (S, the partition key), `val` (B), and for
-//! expiring records `exp_ms` (N) and `expires_at` (N). With
+//! expiring records `exp_ms` (N) and `expires_at` (N) (observed-lease mode:
+//! `ver` (S), and `lease_ms` (N) plus `expires_at` one day after the lease
+//! for expiring records). With
 //! `create_table=true`, [`DynamoStorage::connect`] creates a missing table
 //! with on-demand billing and enables TTL on `expires_at`; an existing
 //! table must have the single HASH key `pk` of type S, or connecting fails
@@ -99,8 +121,10 @@
 mod config;
 mod errors;
 mod item;
+mod observed;
 mod storage;
 mod table;
+mod wall_clock;
 
 pub use config::{
     ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_REQUEST_TIMEOUT,

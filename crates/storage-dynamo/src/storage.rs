@@ -1,24 +1,20 @@
 //! [`DynamoStorage`]: the [`TtlStorage`] implementation.
 
-use std::{future::Future, time::Duration};
+use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use aws_config::{BehaviorVersion, Region, retry::RetryConfig, timeout::TimeoutConfig};
-use aws_sdk_dynamodb::{Client, config::Credentials, primitives::Blob, types::AttributeValue};
+use aws_sdk_dynamodb::{Client, config::Credentials, types::AttributeValue};
 use rand::Rng;
 use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage, check_value};
 
 use crate::{
-    ConnectError, DynamoConfig,
+    ConnectError, DynamoConfig, ExpiryMode,
     errors::{Op, to_storage},
-    item::{self, EXPIRES_MS, KEY, VALUE},
+    item::KEY,
+    observed::Observations,
     table,
 };
-
-/// Condition of `insert_if_not_exists`: no record, or an expired one.
-const INSERT_CONDITION: &str = "attribute_not_exists(#k) OR #e <= :now";
-/// Condition of `compare_and_swap` and `compare_and_delete`: a live record holding `:old`.
-const MATCH_LIVE_CONDITION: &str = "#v = :old AND (attribute_not_exists(#e) OR #e > :now)";
 
 /// A [`TtlStorage`] on one DynamoDB table.
 ///
@@ -29,6 +25,9 @@ pub struct DynamoStorage {
     client: Client,
     table: String,
     max_attempts: u32,
+    pub(crate) mode: ExpiryMode,
+    /// Versions seen per key ([`ExpiryMode::ObservedLease`] only), shared by clones.
+    pub(crate) observations: Arc<Observations>,
 }
 
 impl DynamoStorage {
@@ -71,6 +70,8 @@ impl DynamoStorage {
             client,
             table: config.table,
             max_attempts: config.max_attempts,
+            mode: config.expiry_mode,
+            observations: Arc::default(),
         })
     }
 
@@ -106,66 +107,58 @@ impl DynamoStorage {
         }
     }
 
-    async fn insert_once(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
-        let now = item::now_ms()?;
+    /// A PutItem of `item` under `condition`: `Ok(false)` if it failed.
+    pub(crate) async fn conditional_put(
+        &self,
+        item: HashMap<String, AttributeValue>,
+        condition: &str,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+        what: &str,
+    ) -> Result<bool> {
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item::record(key.as_str(), value, ttl, now)))
-            .condition_expression(INSERT_CONDITION)
-            .expression_attribute_names("#k", KEY)
-            .expression_attribute_names("#e", EXPIRES_MS)
-            .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names_map(names)))
+            .set_expression_attribute_values(values_map(values))
             .send()
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(err) => to_storage(err, Op::ConditionalWrite, "PutItem (insert)"),
+            Err(err) => to_storage(err, Op::ConditionalWrite, what),
         }
     }
 
-    async fn swap_once(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
-        let now = item::now_ms()?;
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item::record(key.as_str(), new, ttl, now)))
-            .condition_expression(MATCH_LIVE_CONDITION)
-            .expression_attribute_names("#v", VALUE)
-            .expression_attribute_names("#e", EXPIRES_MS)
-            .expression_attribute_values(":old", AttributeValue::B(Blob::new(old.to_vec())))
-            .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) => to_storage(err, Op::ConditionalWrite, "PutItem (compare-and-swap)"),
-        }
-    }
-
-    async fn delete_once(&self, key: &Key, value: &[u8]) -> Result<bool> {
-        let now = item::now_ms()?;
+    /// A DeleteItem of `key` under `condition`: `Ok(false)` if it failed.
+    pub(crate) async fn conditional_delete(
+        &self,
+        key: &Key,
+        condition: &str,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+        what: &str,
+    ) -> Result<bool> {
         let result = self
             .client
             .delete_item()
             .table_name(&self.table)
             .key(KEY, AttributeValue::S(key.as_str().to_string()))
-            .condition_expression(MATCH_LIVE_CONDITION)
-            .expression_attribute_names("#v", VALUE)
-            .expression_attribute_names("#e", EXPIRES_MS)
-            .expression_attribute_values(":old", AttributeValue::B(Blob::new(value.to_vec())))
-            .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names_map(names)))
+            .set_expression_attribute_values(values_map(values))
             .send()
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(err) => to_storage(err, Op::ConditionalWrite, "DeleteItem (compare-and-delete)"),
+            Err(err) => to_storage(err, Op::ConditionalWrite, what),
         }
     }
 
-    async fn get_once(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+    /// A strongly consistent GetItem of `key`.
+    pub(crate) async fn read(&self, key: &Key) -> Result<Option<HashMap<String, AttributeValue>>> {
         let result = self
             .client
             .get_item()
@@ -175,12 +168,7 @@ impl DynamoStorage {
             .send()
             .await;
         match result {
-            Ok(out) => match out.item {
-                // The clock is read after the answer: a record that expired
-                // while the request was in flight is reported as gone.
-                Some(found) => item::live_value(&found, item::now_ms()?),
-                None => Ok(None),
-            },
+            Ok(out) => Ok(out.item),
             Err(err) => match to_storage(err, Op::Read, "GetItem") {
                 Err(err) => Err(err),
                 Ok(_) => Err(StorageError::permanent(
@@ -191,28 +179,66 @@ impl DynamoStorage {
     }
 }
 
+fn names_map(names: &[(&str, &str)]) -> HashMap<String, String> {
+    names
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// DynamoDB rejects an empty ExpressionAttributeValues map: `None` then.
+fn values_map(values: Vec<(&str, AttributeValue)>) -> Option<HashMap<String, AttributeValue>> {
+    (!values.is_empty()).then(|| {
+        values
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    })
+}
+
 #[async_trait]
 impl TtlStorage for DynamoStorage {
     async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
         check_value(value)?;
-        self.retrying("insert", || self.insert_once(key, value, ttl))
-            .await
+        self.retrying("insert", || async {
+            match self.mode {
+                ExpiryMode::WallClock => self.insert_wall(key, value, ttl).await,
+                ExpiryMode::ObservedLease => self.insert_observed(key, value, ttl).await,
+            }
+        })
+        .await
     }
 
     async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
         check_value(old)?;
         check_value(new)?;
-        self.retrying("compare_and_swap", || self.swap_once(key, old, new, ttl))
-            .await
+        self.retrying("compare_and_swap", || async {
+            match self.mode {
+                ExpiryMode::WallClock => self.swap_wall(key, old, new, ttl).await,
+                ExpiryMode::ObservedLease => self.swap_observed(key, old, new, ttl).await,
+            }
+        })
+        .await
     }
 
     async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
         check_value(value)?;
-        self.retrying("compare_and_delete", || self.delete_once(key, value))
-            .await
+        self.retrying("compare_and_delete", || async {
+            match self.mode {
+                ExpiryMode::WallClock => self.delete_wall(key, value).await,
+                ExpiryMode::ObservedLease => self.delete_observed(key, value).await,
+            }
+        })
+        .await
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        self.retrying("get", || self.get_once(key)).await
+        self.retrying("get", || async {
+            match self.mode {
+                ExpiryMode::WallClock => self.get_wall(key).await,
+                ExpiryMode::ObservedLease => self.get_observed(key).await,
+            }
+        })
+        .await
     }
 }

@@ -10,13 +10,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use storage_dynamo::{ConnectError, DynamoConfig, DynamoStorage};
+use storage_dynamo::{ConnectError, DynamoConfig, DynamoConfigBuilder, DynamoStorage, ExpiryMode};
 use ttl_storage::{DynTtlStorage, Key, Ttl, TtlStorage};
 
 const TABLE: &str = "ttl_storage_suite";
 
 /// A config for the table `table` on the DynamoDB named by `DYNAMODB_ENDPOINT`.
 fn config(table: &str, create: bool) -> DynamoConfig {
+    builder(table, create).build().expect("valid test config")
+}
+
+fn builder(table: &str, create: bool) -> DynamoConfigBuilder {
     let endpoint = std::env::var("DYNAMODB_ENDPOINT").unwrap_or_default();
     assert!(
         !endpoint.is_empty(),
@@ -31,7 +35,7 @@ fn config(table: &str, create: bool) -> DynamoConfig {
         // DynamoDB Local accepts any alphanumeric key id.
         builder = builder.credentials("local", "local", None);
     }
-    builder.build().expect("valid test config")
+    builder
 }
 
 async fn make_storage() -> DynTtlStorage {
@@ -308,5 +312,155 @@ async fn op_latency_medians() {
     {
         v.sort();
         println!("dynamodb median {name}: {:?}", v[v.len() / 2]);
+    }
+}
+
+/// A storage in [`ExpiryMode::ObservedLease`] on its own table (modes must not share one).
+async fn observed_storage() -> DynamoStorage {
+    let config = builder("ttl_storage_observed", true)
+        .expiry_mode(ExpiryMode::ObservedLease)
+        .build()
+        .unwrap();
+    DynamoStorage::connect(config).await.unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn observed_lease_basic_operations() {
+    let s = observed_storage().await;
+    let key = fresh_key("observed-basic");
+    assert!(s.insert_if_not_exists(&key, b"", secs(30)).await.unwrap());
+    assert!(!s.insert_if_not_exists(&key, b"b", secs(30)).await.unwrap());
+    assert_eq!(s.get(&key).await.unwrap(), Some(vec![]));
+    assert!(
+        !s.compare_and_swap(&key, b"x", b"b", secs(30))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.compare_and_swap(&key, b"", b"b", Ttl::NEVER)
+            .await
+            .unwrap()
+    );
+    assert!(!s.compare_and_delete(&key, b"a").await.unwrap());
+    assert!(s.compare_and_delete(&key, b"b").await.unwrap());
+    assert_eq!(s.get(&key).await.unwrap(), None);
+    assert!(s.insert_if_not_exists(&key, b"c", secs(30)).await.unwrap());
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn observed_lease_expires_a_full_lease_after_each_observers_first_sighting() {
+    let (a, b, c) = (
+        observed_storage().await,
+        observed_storage().await,
+        observed_storage().await,
+    );
+    let key = fresh_key("observed-expiry");
+    assert!(a.insert_if_not_exists(&key, b"a", secs(2)).await.unwrap());
+    // B starts watching at once; C only a second later.
+    assert!(!b.insert_if_not_exists(&key, b"b", secs(2)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(c.get(&key).await.unwrap(), Some(b"a".to_vec()));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // B has watched the same version for a full lease: expired for B.
+    assert_eq!(b.get(&key).await.unwrap(), None);
+    // C has not: for C the lease runs until a full lease after its first look.
+    assert_eq!(c.get(&key).await.unwrap(), Some(b"a".to_vec()));
+    // The holder's own lease ran out on its own clock: no renewal, no release.
+    assert!(!a.compare_and_swap(&key, b"a", b"a", secs(2)).await.unwrap());
+    assert!(!a.compare_and_delete(&key, b"a").await.unwrap());
+    assert!(b.insert_if_not_exists(&key, b"b", secs(2)).await.unwrap());
+    // The takeover wrote a new version: C must watch it from scratch.
+    assert_eq!(c.get(&key).await.unwrap(), Some(b"b".to_vec()));
+    assert!(!c.insert_if_not_exists(&key, b"c", secs(2)).await.unwrap());
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn observed_lease_renewals_prevent_takeover() {
+    let (holder, contender) = (observed_storage().await, observed_storage().await);
+    let key = fresh_key("observed-renew");
+    assert!(
+        holder
+            .insert_if_not_exists(&key, b"h", secs(1))
+            .await
+            .unwrap()
+    );
+    let until = Instant::now() + Duration::from_millis(2500);
+    let mut last_renewal = Instant::now();
+    while Instant::now() < until {
+        assert!(
+            !contender
+                .insert_if_not_exists(&key, b"c", secs(1))
+                .await
+                .unwrap()
+        );
+        if last_renewal.elapsed() >= Duration::from_millis(300) {
+            last_renewal = Instant::now();
+            assert!(
+                holder
+                    .compare_and_swap(&key, b"h", b"h", secs(1))
+                    .await
+                    .unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The holder stops renewing: the contender takes over about a lease later.
+    let stopped = Instant::now();
+    while !contender
+        .insert_if_not_exists(&key, b"c", secs(1))
+        .await
+        .unwrap()
+    {
+        assert!(stopped.elapsed() < Duration::from_secs(5), "no takeover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(last_renewal.elapsed() >= Duration::from_secs(1));
+    assert!(
+        !holder
+            .compare_and_swap(&key, b"h", b"h", secs(1))
+            .await
+            .unwrap()
+    );
+    assert_eq!(holder.get(&key).await.unwrap(), Some(b"c".to_vec()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn observed_lease_racing_takeovers_have_exactly_one_winner() {
+    let mut contenders = Vec::new();
+    for _ in 0..16 {
+        contenders.push(Arc::new(observed_storage().await));
+    }
+    let key = fresh_key("observed-race");
+    assert!(
+        contenders[0]
+            .insert_if_not_exists(&key, b"first", secs(1))
+            .await
+            .unwrap()
+    );
+    for round in 0..5 {
+        // Everybody watches the current version, then races once it expired.
+        for c in &contenders {
+            assert!(c.get(&key).await.unwrap().is_some(), "round {round}");
+        }
+        tokio::time::sleep(Duration::from_millis(1050)).await;
+        let tasks: Vec<_> = contenders
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let (c, key) = (c.clone(), key.clone());
+                tokio::spawn(async move { c.insert_if_not_exists(&key, &[i as u8], secs(1)).await })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for (i, task) in tasks.into_iter().enumerate() {
+            if task.await.unwrap().unwrap() {
+                winners.push(i);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
     }
 }
