@@ -1,6 +1,7 @@
-//! Driver tests against a real DynamoDB (Local): run with
-//! `cargo xtask test-drivers --engine dynamodb`, or point
-//! `DYNAMODB_ENDPOINT` at a DynamoDB and run `cargo test -p storage-dynamo --test suite -- --ignored`.
+//! The shared `elections-testsuite` and the driver's own cases, against a
+//! real DynamoDB (Local): run with `cargo xtask test-drivers --engine dynamodb`,
+//! or point `DYNAMODB_ENDPOINT` at a DynamoDB and run
+//! `cargo test -p storage-dynamo --test suite -- --ignored --test-threads 16`.
 
 // Test helpers outside #[test] functions panic on purpose.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -45,6 +46,12 @@ async fn make_storage() -> DynTtlStorage {
     Arc::new(storage)
 }
 
+elections_testsuite::testsuite!(
+    real_time,
+    make_storage,
+    ignore = "needs DynamoDB: run `cargo xtask test-drivers`"
+);
+
 fn fresh_key(prefix: &str) -> Key {
     Key::new(format!("{prefix}/{:016x}", rand::random::<u64>())).unwrap()
 }
@@ -55,150 +62,24 @@ fn secs(n: u64) -> Ttl {
 
 #[tokio::test]
 #[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
-async fn basic_operations() {
-    let s = make_storage().await;
-    let key = fresh_key("basic");
-    assert_eq!(s.get(&key).await.unwrap(), None);
-    assert!(s.insert_if_not_exists(&key, b"a", secs(30)).await.unwrap());
-    assert!(!s.insert_if_not_exists(&key, b"b", secs(30)).await.unwrap());
-    assert_eq!(s.get(&key).await.unwrap(), Some(b"a".to_vec()));
-    assert!(
-        !s.compare_and_swap(&key, b"x", b"b", secs(30))
-            .await
-            .unwrap()
-    );
-    assert!(
-        s.compare_and_swap(&key, b"a", b"b", secs(30))
-            .await
-            .unwrap()
-    );
-    assert_eq!(s.get(&key).await.unwrap(), Some(b"b".to_vec()));
-    assert!(!s.compare_and_delete(&key, b"a").await.unwrap());
-    assert!(s.compare_and_delete(&key, b"b").await.unwrap());
-    assert_eq!(s.get(&key).await.unwrap(), None);
-    assert!(
-        !s.compare_and_swap(&key, b"b", b"c", secs(30))
-            .await
-            .unwrap()
-    );
-    assert!(!s.compare_and_delete(&key, b"b").await.unwrap());
-}
-
-#[tokio::test]
-#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
-async fn empty_and_binary_values_round_trip() {
+async fn empty_and_largest_values_fit_an_item() {
     let s = make_storage().await;
     let key = fresh_key("bytes");
+    // Empty values are Binary attributes of length zero, also in conditions.
     assert!(s.insert_if_not_exists(&key, b"", secs(30)).await.unwrap());
-    assert_eq!(s.get(&key).await.unwrap(), Some(vec![]));
-    assert!(
-        !s.compare_and_swap(&key, b"\0", b"x", secs(30))
-            .await
-            .unwrap()
-    );
-    assert!(
-        s.compare_and_swap(&key, b"", b"\0a\0", secs(30))
-            .await
-            .unwrap()
-    );
-    assert_eq!(s.get(&key).await.unwrap(), Some(b"\0a\0".to_vec()));
-    assert!(
-        s.compare_and_swap(&key, b"\0a\0", b"", secs(30))
-            .await
-            .unwrap()
-    );
+    assert!(s.compare_and_swap(&key, b"", b"", secs(30)).await.unwrap());
     assert!(s.compare_and_delete(&key, b"").await.unwrap());
-    assert_eq!(s.get(&key).await.unwrap(), None);
+    // The largest value, renewed (old and new in one request) and released.
     let big = vec![0xA5; ttl_storage::MAX_VALUE_LEN];
     assert!(s.insert_if_not_exists(&key, &big, secs(30)).await.unwrap());
-    assert_eq!(s.get(&key).await.unwrap(), Some(big));
-}
-
-#[tokio::test]
-#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
-async fn expired_records_are_invisible() {
-    let s = make_storage().await;
-    let key = fresh_key("expiry");
-    assert!(s.insert_if_not_exists(&key, b"old", secs(1)).await.unwrap());
-    assert_eq!(s.get(&key).await.unwrap(), Some(b"old".to_vec()));
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(
+        s.compare_and_swap(&key, &big, &big, secs(30))
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.get(&key).await.unwrap(), Some(big.clone()));
+    assert!(s.compare_and_delete(&key, &big).await.unwrap());
     assert_eq!(s.get(&key).await.unwrap(), None);
-    assert!(
-        !s.compare_and_swap(&key, b"old", b"x", secs(30))
-            .await
-            .unwrap()
-    );
-    assert!(!s.compare_and_delete(&key, b"old").await.unwrap());
-    assert!(
-        s.insert_if_not_exists(&key, b"new", secs(30))
-            .await
-            .unwrap()
-    );
-    assert_eq!(s.get(&key).await.unwrap(), Some(b"new".to_vec()));
-}
-
-#[tokio::test]
-#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
-async fn renewal_restarts_the_ttl_and_never_means_never() {
-    let s = make_storage().await;
-    let key = fresh_key("renew");
-    assert!(s.insert_if_not_exists(&key, b"v", secs(2)).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert!(s.compare_and_swap(&key, b"v", b"v", secs(2)).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    // 2.4 s after the insert: alive only because the CAS restarted the TTL.
-    assert_eq!(s.get(&key).await.unwrap(), Some(b"v".to_vec()));
-    // Turning the lease into a permanent record removes its expiry.
-    assert!(
-        s.compare_and_swap(&key, b"v", b"w", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    tokio::time::sleep(Duration::from_millis(2100)).await;
-    assert_eq!(s.get(&key).await.unwrap(), Some(b"w".to_vec()));
-    assert!(!s.insert_if_not_exists(&key, b"x", secs(2)).await.unwrap());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
-async fn racing_contenders_have_exactly_one_winner() {
-    let s = make_storage().await;
-    for round in 0..50 {
-        let key = fresh_key("race");
-        let inserts = (0..16u8).map(|i| {
-            let s = s.clone();
-            let key = key.clone();
-            tokio::spawn(async move { s.insert_if_not_exists(&key, &[i], secs(30)).await })
-        });
-        let mut winners = Vec::new();
-        for (i, task) in inserts.enumerate() {
-            if task.await.unwrap().unwrap() {
-                winners.push(i as u8);
-            }
-        }
-        assert_eq!(
-            winners.len(),
-            1,
-            "round {round}: insert winners {winners:?}"
-        );
-        let holder = winners[0];
-        let swaps = (0..16u8).map(|i| {
-            let s = s.clone();
-            let key = key.clone();
-            tokio::spawn(async move {
-                s.compare_and_swap(&key, &[holder], &[100 + i], secs(30))
-                    .await
-            })
-        });
-        let mut swapped = Vec::new();
-        for (i, task) in swaps.enumerate() {
-            if task.await.unwrap().unwrap() {
-                swapped.push(100 + i as u8);
-            }
-        }
-        assert_eq!(swapped.len(), 1, "round {round}: CAS winners {swapped:?}");
-        assert_eq!(s.get(&key).await.unwrap(), Some(swapped.clone()));
-    }
 }
 
 #[tokio::test]

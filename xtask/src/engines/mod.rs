@@ -62,13 +62,28 @@ pub(crate) struct Engine {
 
 /// Every engine the project tests against, in the order they run.
 pub(crate) fn all() -> Vec<Engine> {
-    vec![Engine {
-        name: "dynamodb",
-        endpoint_var: "DYNAMODB_ENDPOINT",
-        passthrough_vars: &["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
-        start: dynamodb::start,
-        suites: &[("storage-dynamo", "suite")],
-    }]
+    vec![
+        Engine {
+            name: "mem-real-time",
+            endpoint_var: "MEM_REAL_TIME_UNUSED",
+            passthrough_vars: &[],
+            start: start_in_process,
+            suites: &[("storage-mem", "suite_real_time")],
+        },
+        Engine {
+            name: "dynamodb",
+            endpoint_var: "DYNAMODB_ENDPOINT",
+            passthrough_vars: &["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
+            start: dynamodb::start,
+            suites: &[("storage-dynamo", "suite")],
+        },
+    ]
+}
+
+/// The in-memory driver needs no server: its real-time run checks the
+/// suite's real-time mode itself, the one the network drivers use.
+fn start_in_process(_work_dir: &Path) -> anyhow::Result<Started> {
+    Ok(Started::external(Vec::new()))
 }
 
 /// Where engines keep their downloads and data: `<target dir>/engines`.
