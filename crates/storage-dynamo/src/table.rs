@@ -303,5 +303,9 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("[HASH pk S, RANGE sk N]"), "{err}");
+        assert!(
+            err.to_string().contains("single HASH key \"pk\" of type S"),
+            "{err}"
+        );
     }
 }

@@ -139,28 +139,6 @@ async fn wrong_key_schema_is_rejected() {
         .unwrap();
 }
 
-#[tokio::test]
-#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
-async fn unreachable_endpoint_is_transient() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let config = DynamoConfig::builder(TABLE)
-        .endpoint(format!("http://127.0.0.1:{port}"))
-        .region("us-east-1")
-        .credentials("local", "local", None)
-        .max_attempts(1)
-        .build()
-        .unwrap();
-    let err = DynamoStorage::connect(config).await.unwrap_err();
-    match err {
-        ConnectError::Storage(e) => assert!(e.is_transient(), "{e:?}"),
-        other => panic!("expected a transient storage error, got {other}"),
-    }
-}
-
 /// Prints the median latency of each operation (not an assertion on speed):
 /// `cargo xtask test-drivers --engine dynamodb -- --nocapture op_latency`.
 #[tokio::test]
@@ -168,7 +146,11 @@ async fn unreachable_endpoint_is_transient() {
 async fn op_latency_medians() {
     let s = make_storage().await;
     let mut samples: [Vec<Duration>; 4] = Default::default();
-    for _ in 0..200 {
+    // The first 100 rounds warm up the JVM's JIT and the connection pool.
+    for round in 0..400 {
+        if round == 100 {
+            samples = Default::default();
+        }
         let key = fresh_key("latency");
         let t = Instant::now();
         assert!(s.insert_if_not_exists(&key, b"me", secs(30)).await.unwrap());
