@@ -50,6 +50,10 @@ pub(crate) fn start(work_dir: &Path) -> anyhow::Result<Started> {
         .current_dir(work_dir)
         .arg("-Xms64m")
         .arg("-Xmx384m")
+        // A small, short-lived server on a busy machine: one GC thread, and
+        // the quick C1 compiler only (C2 would compete with the tests for CPU).
+        .arg("-XX:+UseSerialGC")
+        .arg("-XX:TieredStopAtLevel=1")
         .arg(format!("-Djava.library.path={native_arg}"))
         .arg(format!("-Dsqlite4java.library.path={native_arg}"))
         .arg("-cp")
