@@ -40,6 +40,11 @@ fn builder(table: &str, create: bool) -> DynamoConfigBuilder {
 }
 
 async fn make_storage() -> DynTtlStorage {
+    // Logs show up with the output of a failing case.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("warn,storage_dynamo=debug")
+        .with_test_writer()
+        .try_init();
     let storage = DynamoStorage::connect(config(TABLE, true))
         .await
         .expect("connect to DynamoDB");
