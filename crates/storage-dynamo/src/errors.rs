@@ -114,16 +114,18 @@ pub(crate) fn classify_service(code: Option<&str>, status: u16, op: Op) -> Failu
     if THROTTLING.contains(&code) || status == 429 {
         return Failure::Error(ErrorKind::Transient);
     }
+    let server_error = (500..=599).contains(&status) || code == "InternalServerError";
     match (code, status) {
+        // 503 ServiceUnavailable: rejected without being processed.
+        ("ServiceUnavailable", _) | (_, 503) => Failure::Error(ErrorKind::Transient),
         // DynamoDB documents 500 as "the request may or may not have
-        // succeeded": for a conditional write that is an unknown outcome.
-        ("InternalServerError", _) | (_, 500) if op == Op::ConditionalWrite => {
+        // succeeded", and a 502/504 from anything in between proves nothing
+        // either: for a conditional write that is an unknown outcome.
+        _ if server_error && op == Op::ConditionalWrite => {
             Failure::Error(ErrorKind::OutcomeUnknown)
         }
-        // 503 ServiceUnavailable and other 5xx: rejected, retry later.
-        (_, 500..=599) | ("ServiceUnavailable", _) | ("InternalServerError", _) => {
-            Failure::Error(ErrorKind::Transient)
-        }
+        // For a read, any server error is worth a retry.
+        _ if server_error => Failure::Error(ErrorKind::Transient),
         // Validation, auth, missing table, item too large, ...: retrying will not help.
         _ => Failure::Error(ErrorKind::Permanent),
     }
@@ -221,7 +223,7 @@ mod tests {
             ("TransactionConflictException", 400),
             ("Whatever", 429),
             ("ServiceUnavailable", 503),
-            ("Whatever", 502),
+            ("Whatever", 503),
         ] {
             assert_eq!(
                 kind(&service(code, status), Op::ConditionalWrite),
@@ -232,13 +234,25 @@ mod tests {
     }
 
     #[test]
-    fn internal_error_on_a_conditional_write_is_unknown() {
-        let err = service("InternalServerError", 500);
-        assert_eq!(
-            kind(&err, Op::ConditionalWrite),
-            Failure::Error(ErrorKind::OutcomeUnknown)
-        );
-        assert_eq!(kind(&err, Op::Read), Failure::Error(ErrorKind::Transient));
+    fn other_server_errors_on_a_conditional_write_are_unknown() {
+        for (code, status) in [
+            ("InternalServerError", 500),
+            ("Whatever", 500),
+            ("Whatever", 502),
+            ("Whatever", 504),
+        ] {
+            let err = service(code, status);
+            assert_eq!(
+                kind(&err, Op::ConditionalWrite),
+                Failure::Error(ErrorKind::OutcomeUnknown),
+                "{code} {status}"
+            );
+            assert_eq!(
+                kind(&err, Op::Read),
+                Failure::Error(ErrorKind::Transient),
+                "{code} {status}"
+            );
+        }
     }
 
     #[test]

@@ -49,14 +49,15 @@
 //! - **Values** are Binary attributes; empty values round-trip (DynamoDB
 //!   allows empty binary values in non-key attributes). Records written
 //!   with [`ttl_storage::Ttl::NEVER`] carry no expiry attribute at all.
-//! - **Errors**: a failed condition is `Ok(false)`; throttling, `503`,
-//!   other `5xx` on reads and failures before a connection was made
-//!   (refused, DNS, connect timeout) are
+//! - **Errors**: a failed condition is `Ok(false)`; throttling, `503
+//!   ServiceUnavailable`, any `5xx` on a read, and failures before a
+//!   connection was made (refused, DNS, connect timeout) are
 //!   [`Transient`](ttl_storage::ErrorKind::Transient) and are retried
-//!   here up to [`DynamoConfig::max_attempts`] times; timeouts, broken
-//!   connections, unreadable responses and `500 InternalServerError` on a
-//!   conditional write are [`OutcomeUnknown`](ttl_storage::ErrorKind::OutcomeUnknown)
-//!   (DynamoDB documents that a 500 may or may not have been applied);
+//!   here up to [`DynamoConfig::max_attempts`] times; on a conditional
+//!   write, timeouts, broken connections, unreadable responses and the other
+//!   `5xx` (DynamoDB documents that a `500 InternalServerError` may or may
+//!   not have been applied) are
+//!   [`OutcomeUnknown`](ttl_storage::ErrorKind::OutcomeUnknown);
 //!   validation, authentication and missing-table errors are
 //!   [`Permanent`](ttl_storage::ErrorKind::Permanent). The SDK's own retries
 //!   are disabled: it would retry a timed-out conditional write, and the retry
