@@ -1,6 +1,7 @@
 //! The engines the network drivers are tested against, and how each is
 //! started as a local process when no endpoint is given.
 
+mod cassandra;
 mod dynamodb;
 
 use std::{
@@ -69,6 +70,13 @@ pub(crate) fn all() -> Vec<Engine> {
             passthrough_vars: &[],
             start: start_in_process,
             suites: &[("storage-mem", "suite_real_time")],
+        },
+        Engine {
+            name: "cassandra",
+            endpoint_var: "SCYLLA_URI",
+            passthrough_vars: &[],
+            start: cassandra::start,
+            suites: &[("storage-scylla", "suite")],
         },
         Engine {
             name: "dynamodb",
