@@ -101,7 +101,9 @@ pub enum ExpiryMode {
     /// per observer, so an instance that first looks at a record late waits
     /// a full lease from that first look (up to twice the TTL after the last
     /// renewal), and `get` from different instances may disagree about an
-    /// expiring record. All clients of one table must use the same mode.
+    /// expiring record. Each instance keeps one small entry per key it has
+    /// touched and that still exists. All clients of one table must use the
+    /// same mode.
     ObservedLease,
 }
 
