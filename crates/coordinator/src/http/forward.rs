@@ -379,6 +379,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn speaks_h2c_with_prior_knowledge() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route(
+            "/{*p}",
+            any(|req: axum::extract::Request| async move { format!("{:?}", req.version()) }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let address = MemberAddress::parse(&format!("http://{addr}")).unwrap();
+        let forwarder = Forwarder::new(ForwardConfig {
+            http2_prior_knowledge: true,
+            ..ForwardConfig::default()
+        })
+        .unwrap();
+        let (parts, body) = parts("x");
+        let resp = forwarder
+            .send(&address, &parts, body.attempt(), &RequestId::generate())
+            .await
+            .unwrap();
+        let text = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&text[..], b"HTTP/2.0");
+    }
+
+    #[tokio::test]
     async fn refused_connection_is_a_connect_error_and_leaves_the_body_untouched() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address =
