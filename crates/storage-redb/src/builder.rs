@@ -184,6 +184,7 @@ impl RedbStorageBuilder {
         }
         self.ensure_parent(&path)?;
         check_magic(&path)?;
+        probe(&path)?;
         let mut builder = redb::Builder::new();
         builder
             .set_cache_size(self.cache_size)
@@ -232,6 +233,52 @@ impl RedbStorageBuilder {
             path: path.to_path_buf(),
             source,
         })
+    }
+}
+
+/// Maps the outcome of a schema check to an open error.
+fn schema_result(path: &Path, checked: Result<(), SchemaError>) -> Result<(), OpenError> {
+    let path = path.to_path_buf();
+    match checked {
+        Ok(()) => Ok(()),
+        Err(SchemaError::Foreign(tables)) => Err(OpenError::ForeignDatabase { path, tables }),
+        Err(SchemaError::Version(found)) => Err(OpenError::UnsupportedFormat {
+            path,
+            found,
+            supported: schema::FORMAT_VERSION,
+        }),
+        Err(SchemaError::Redb(err)) => Err(OpenError::from_redb(path, err)),
+    }
+}
+
+/// Checks an existing redb file's tables through a read-only open, so that a
+/// redb database of another program is refused before anything writes to it
+/// (the read-write open's integrity check commits). A file the read-only open
+/// cannot read (one that needs recovery after a crash, or a corrupt one) is
+/// left to the read-write open, which repairs or reports it; a file held by
+/// another process is reported at once.
+fn probe(path: &Path) -> Result<(), OpenError> {
+    if fs::metadata(path)
+        .map(|meta| meta.len() == 0)
+        .unwrap_or(true)
+    {
+        return Ok(());
+    }
+    let opened = catch_unwind(AssertUnwindSafe(|| {
+        let db = redb::Builder::new().open_read_only(path)?;
+        Ok::<_, redb::Error>(schema::check_read_only(&db))
+    }));
+    match opened {
+        Ok(Err(redb::Error::DatabaseAlreadyOpen | redb::Error::LockProtocolMismatch)) => {
+            Err(OpenError::AlreadyOpen {
+                path: path.to_path_buf(),
+            })
+        }
+        Ok(Ok(checked @ Err(SchemaError::Foreign(_) | SchemaError::Version(_)))) => {
+            schema_result(path, checked)
+        }
+        // Readable and ours, or unreadable: the read-write open decides.
+        _ => Ok(()),
     }
 }
 

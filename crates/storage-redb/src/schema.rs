@@ -1,6 +1,8 @@
 //! The tables of a storage file, and the check that a file holds them.
 
-use redb::{Database, ReadableTable, TableDefinition, TableHandle};
+use redb::{
+    Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition, TableHandle,
+};
 
 /// Key -> the encoded record (see [`crate::record`]).
 pub(crate) const RECORDS: TableDefinition<'static, &str, &[u8]> =
@@ -65,4 +67,26 @@ pub(crate) fn init_or_check(db: &Database) -> Result<(), SchemaError> {
     txn.open_table(EXPIRY)?;
     txn.commit()?;
     Ok(())
+}
+
+/// Checks, without writing, that an existing database is a storage file of
+/// [`FORMAT_VERSION`] or still empty of tables.
+pub(crate) fn check_read_only(db: &ReadOnlyDatabase) -> Result<(), SchemaError> {
+    let txn = db.begin_read()?;
+    let names: Vec<String> = txn
+        .list_tables()?
+        .map(|table| table.name().to_owned())
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    if !names.iter().any(|name| name == META.name()) {
+        return Err(SchemaError::Foreign(names));
+    }
+    let meta = txn.open_table(META)?;
+    match meta.get(FORMAT_KEY)?.map(|guard| guard.value()) {
+        Some(FORMAT_VERSION) => Ok(()),
+        Some(other) => Err(SchemaError::Version(other)),
+        None => Err(SchemaError::Foreign(names)),
+    }
 }
