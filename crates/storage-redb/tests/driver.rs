@@ -1,6 +1,8 @@
 //! Behaviour of the driver itself: the contract's operations, races, expiry,
 //! reclamation, restart and options.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers panic on failure
+
 use std::{sync::Arc, time::Duration};
 
 use storage_redb::{CloseError, OpenError, RedbStorage};

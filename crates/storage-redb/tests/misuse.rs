@@ -2,6 +2,8 @@
 //! storage files, missing directories. Every case must fail fast with a typed
 //! error naming the file, and leave the file untouched.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers panic on failure
+
 use std::{
     io::{BufRead, BufReader},
     path::Path,
