@@ -105,7 +105,7 @@ fn run_child_and_kill(path: &Path, round: usize) -> Acks {
         }
     });
     let mut acks = Acks::default();
-    let mut record = |acks: &mut Acks, line: &str| {
+    let record = |acks: &mut Acks, line: &str| {
         if line.contains("STARTED") {
             acks.started = true;
         } else if let Some((_, key)) = line.split_once("ACK ") {
