@@ -1,12 +1,31 @@
-//! `cargo xtask`: project chores.
+//! `cargo xtask`: project chores, in Rust, with no tools beyond cargo and the
+//! JDK/Debian packages the engines need.
+//!
+//! - `cargo xtask test-drivers`: start every storage engine (or use the
+//!   endpoints given in the environment), run each network driver's whole
+//!   `elections-testsuite` against it, print a per-engine summary, tear down.
+
+#[allow(dead_code)] // TEMPORARY: the engine modules land from the driver branches
+mod engines;
+mod test_drivers;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Project chores")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Start the real engines, run every network driver's suite against them, tear down.
+    TestDrivers(test_drivers::Args),
+}
 
 fn main() -> anyhow::Result<()> {
-    let task = std::env::args().nth(1);
-    match task.as_deref() {
-        Some(other) => anyhow::bail!("unknown task {other:?}; try `cargo xtask help`"),
-        None => {
-            println!("cargo xtask <task>\n\ntasks: (none yet)");
-            Ok(())
-        }
+    match Cli::parse().task {
+        Task::TestDrivers(args) => test_drivers::run(args),
     }
 }

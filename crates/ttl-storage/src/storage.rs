@@ -120,7 +120,9 @@ mod tests {
 
     async fn generic<S: TtlStorage>(s: S) -> bool {
         let key = Key::new("k").unwrap();
-        s.insert_if_not_exists(&key, b"v", Ttl::NEVER).await.unwrap()
+        s.insert_if_not_exists(&key, b"v", Ttl::NEVER)
+            .await
+            .unwrap()
     }
 
     #[tokio::test]

@@ -116,7 +116,10 @@ mod tests {
             Ttl::expiring(Duration::ZERO),
             Err(ValidationError::TtlMustExpire)
         );
-        assert_eq!(Ttl::from_secs(3).map(Ttl::duration), Ok(Some(Duration::from_secs(3))));
+        assert_eq!(
+            Ttl::from_secs(3).map(Ttl::duration),
+            Ok(Some(Duration::from_secs(3)))
+        );
         assert_eq!(Ttl::NEVER.duration(), None);
     }
 }

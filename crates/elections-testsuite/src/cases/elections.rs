@@ -1,0 +1,596 @@
+//! Election cases: the original suite's seven, plus renewal, takeover,
+//! faults, killer deadlines, fencing and task hygiene.
+
+use std::time::Duration;
+
+use elections::{
+    ArmEvent, ArmReason, Elections, ElectionsError, EndReason, Leadership, LossCause, fencing,
+};
+use tokio::time::{Instant, timeout};
+use ttl_storage::{Key, Ttl};
+
+use crate::{Ctx, Fault, Op, ctx::sleep};
+
+async fn acquire(e: &Elections, k: &Key, v: &str, d: Duration) -> Leadership {
+    e.acquire_leadership(k, v, d)
+        .await
+        .expect("acquire failed")
+        .expect("key unexpectedly held")
+}
+
+/// Waits for the handle to fire, at most `within`.
+async fn ended_within(l: &Leadership, within: Duration) -> EndReason {
+    timeout(within, l.ended())
+        .await
+        .unwrap_or_else(|_| panic!("leadership did not end within {within:?}"));
+    l.end_reason().expect("ended without a reason")
+}
+
+fn count(events: &[ArmEvent], reason: ArmReason) -> usize {
+    events.iter().filter(|e| e.reason == reason).count()
+}
+
+/// Original case 1: acquire, hold, release.
+pub async fn elections_basic_usage(ctx: Ctx) {
+    let (e, killer) = ctx.elections();
+    let k = ctx.key("leader");
+    let l = acquire(&e, &k, "node-1", ctx.lease()).await;
+    assert!(l.is_active());
+    assert_eq!(l.key(), &k);
+    assert_eq!(l.value(), b"node-1");
+    assert!(l.fencing_token() >= 1);
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"node-1".to_vec()));
+    assert_eq!(e.held_keys(), vec![k.clone()]);
+    e.release_leadership(&k).await;
+    assert!(!l.is_active());
+    assert_eq!(l.end_reason(), Some(EndReason::Released));
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), None);
+    assert!(e.held_keys().is_empty());
+    e.cleanup().await;
+    assert!(killer.kills().is_empty());
+}
+
+/// Original case 2: a held key cannot be acquired, by another instance or this one.
+pub async fn elections_acquire_when_already_held(ctx: Ctx) {
+    let (a, _ka) = ctx.elections();
+    let (b, _kb) = ctx.elections();
+    let k = ctx.key("leader");
+    let _l = acquire(&a, &k, "a", ctx.lease()).await;
+    assert!(
+        b.acquire_leadership(&k, "b", ctx.lease())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(matches!(
+        a.acquire_leadership(&k, "a", ctx.lease()).await,
+        Err(ElectionsError::AlreadyHeld(_))
+    ));
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"a".to_vec()));
+    a.cleanup().await;
+    b.cleanup().await;
+}
+
+/// Original case 3: the handle fires when someone changes the record.
+pub async fn elections_handle_fires_when_key_changed(ctx: Ctx) {
+    let (e, killer) = ctx.elections();
+    let k = ctx.key("leader");
+    let d = ctx.lease();
+    let l = acquire(&e, &k, "me", d).await;
+    assert!(
+        ctx.storage
+            .compare_and_swap(&k, b"me", b"intruder", Ttl::new(d).unwrap())
+            .await
+            .unwrap()
+    );
+    let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
+    assert_eq!(reason, EndReason::Lost(LossCause::Taken));
+    // The loss neither deletes the other's record nor disarms the killer.
+    assert_eq!(
+        ctx.storage.get(&k).await.unwrap(),
+        Some(b"intruder".to_vec())
+    );
+    assert_ne!(
+        killer.events().last().map(|e| e.reason),
+        Some(ArmReason::Disarmed)
+    );
+    e.release_leadership(&k).await;
+    assert_eq!(
+        killer.events().last().map(|e| e.reason),
+        Some(ArmReason::Disarmed)
+    );
+    assert_eq!(
+        ctx.storage.get(&k).await.unwrap(),
+        Some(b"intruder".to_vec())
+    );
+    e.cleanup().await;
+    assert!(killer.kills().is_empty());
+}
+
+/// Original case 4: the handle fires when someone deletes the record.
+pub async fn elections_handle_fires_when_key_deleted(ctx: Ctx) {
+    let (e, _killer) = ctx.elections();
+    let k = ctx.key("leader");
+    let d = ctx.lease();
+    let l = acquire(&e, &k, "me", d).await;
+    assert!(ctx.storage.compare_and_delete(&k, b"me").await.unwrap());
+    let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
+    assert_eq!(reason, EndReason::Lost(LossCause::Taken));
+    e.cleanup().await;
+}
+
+/// Original case 5: releasing a key never acquired is a no-op.
+pub async fn elections_release_without_acquire_is_noop(ctx: Ctx) {
+    let (e, killer) = ctx.elections();
+    let k = ctx.key("leader");
+    e.release_leadership(&k).await;
+    assert!(
+        ctx.storage
+            .insert_if_not_exists(&k, b"other", ctx.ttl())
+            .await
+            .unwrap()
+    );
+    e.release_leadership(&k).await;
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"other".to_vec()));
+    assert!(killer.events().is_empty());
+    let l = acquire(&e, &ctx.key("x"), "me", ctx.lease()).await;
+    e.release_leadership(&k).await;
+    assert!(l.is_active(), "releasing another key ended this leadership");
+    e.cleanup().await;
+}
+
+/// Original case 6: no acquisition after cleanup.
+pub async fn elections_acquire_fails_after_cleanup(ctx: Ctx) {
+    let (e, _killer) = ctx.elections();
+    let k = ctx.key("leader");
+    let l = acquire(&e, &k, "me", ctx.lease()).await;
+    e.cleanup().await;
+    assert!(e.is_finalized());
+    assert_eq!(l.end_reason(), Some(EndReason::Released));
+    assert!(matches!(
+        e.acquire_leadership(&k, "me", ctx.lease()).await,
+        Err(ElectionsError::Finalized)
+    ));
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), None);
+    e.cleanup().await; // idempotent
+}
+
+/// Original case 7: cleanup while a renewal is in flight, and while one is
+/// failing and losing leadership, completes without deadlock.
+pub async fn elections_cleanup_during_renewal_no_deadlock(ctx: Ctx) {
+    let d = ctx.lease();
+    // In flight: every call takes d/8.
+    let (e, _killer, faulty) = ctx.faulty_elections();
+    let k = ctx.key("slow");
+    let l = acquire(&e, &k, "me", d).await;
+    faulty.set_latency(Some(d / 8));
+    sleep(d / 4 + d / 16).await; // the renewal is now waiting on the store
+    timeout(d * 2, e.cleanup())
+        .await
+        .expect("cleanup deadlocked");
+    assert_eq!(l.end_reason(), Some(EndReason::Released));
+    assert_eq!(e.background_tasks(), 0);
+
+    // Failing: the renewal round is retrying when cleanup comes.
+    let (e, _killer, faulty) = ctx.faulty_elections();
+    let k = ctx.key("failing");
+    let l = acquire(&e, &k, "me", d).await;
+    faulty.inject(Op::Cas, Fault::Transient, 3);
+    sleep(d / 4 + d / 40).await;
+    timeout(d * 2, e.cleanup())
+        .await
+        .expect("cleanup deadlocked");
+    assert!(!l.is_active());
+    assert_eq!(e.background_tasks(), 0);
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), None);
+}
+
+/// A renewed leadership outlives many durations.
+pub async fn elections_leadership_survives_many_durations(ctx: Ctx) {
+    let (e, killer) = ctx.elections();
+    let k = ctx.key("leader");
+    let d = ctx.lease();
+    let l = acquire(&e, &k, "me", d).await;
+    sleep(d * 5).await;
+    assert!(l.is_active());
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"me".to_vec()));
+    let renewed = count(&killer.events(), ArmReason::Renewed);
+    assert!(renewed >= 16, "only {renewed} renewals in 5 durations");
+    assert!(killer.kills().is_empty());
+    e.cleanup().await;
+}
+
+/// A second contender takes over only once the silent holder's lease ran
+/// out, and the silent holder had given up (handle fired, killer deadline
+/// passed) before that.
+pub async fn elections_takeover_only_after_ttl(ctx: Ctx) {
+    let d = ctx.lease();
+    let (a, killer, faulty) = ctx.faulty_elections();
+    let (b, _kb) = ctx.elections();
+    let k = ctx.key("leader");
+    let la = acquire(&a, &k, "a", d).await;
+    sleep(d / 2).await;
+    faulty.set_partitioned(true); // a can no longer reach the store
+    let last_success = killer
+        .events()
+        .iter()
+        .filter(|e| matches!(e.reason, ArmReason::Acquired | ArmReason::Renewed))
+        .map(|e| e.basis)
+        .max()
+        .unwrap();
+    let step = d / 20;
+    let lb = loop {
+        if let Some(lb) = b.acquire_leadership(&k, "b", d).await.unwrap() {
+            break lb;
+        }
+        assert!(
+            Instant::now() < last_success + d * 2,
+            "no takeover within two durations"
+        );
+        sleep(step).await;
+    };
+    let taken_at = Instant::now();
+    assert!(
+        taken_at >= last_success + d,
+        "taken over {:?} after the holder's last renewal, before its lease ended",
+        taken_at - last_success
+    );
+    assert!(
+        taken_at <= last_success + d + step + ctx.slack() + ctx.margin(),
+        "takeover took {:?} after the last renewal",
+        taken_at - last_success
+    );
+    assert!(!la.is_active(), "the old holder still believed it led");
+    let kill_deadline = last_success + d * 4 / 5;
+    assert!(kill_deadline < taken_at);
+    assert_eq!(
+        killer.kills().len(),
+        1,
+        "the killer should have fired for the silent holder"
+    );
+    assert!(lb.fencing_token() > la.fencing_token());
+    a.cleanup().await;
+    b.cleanup().await;
+}
+
+/// Transient renewal errors are retried; leadership is kept when a retry succeeds.
+pub async fn elections_transient_errors_retried(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, killer, faulty) = ctx.faulty_elections();
+    let k = ctx.key("leader");
+    let l = acquire(&e, &k, "me", d).await;
+    faulty.inject(Op::Cas, Fault::Transient, 2);
+    sleep(d / 4 + d / 10 + d / 8).await;
+    assert_eq!(faulty.injected(), 2);
+    assert!(l.is_active());
+    let events = killer.events();
+    assert_eq!(count(&events, ArmReason::BeforeRenewal), 3, "{events:#?}");
+    assert_eq!(count(&events, ArmReason::Renewed), 1, "{events:#?}");
+    sleep(d).await;
+    assert!(l.is_active());
+    assert!(killer.kills().is_empty());
+    e.cleanup().await;
+}
+
+/// Three failed attempts end the leadership; the record stays (it may still
+/// protect running work) and the killer stays armed until the owner releases.
+pub async fn elections_released_after_three_failed_attempts(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, killer, faulty) = ctx.faulty_elections();
+    let k = ctx.key("leader");
+    let l = acquire(&e, &k, "me", d).await;
+    faulty.inject(Op::Cas, Fault::Transient, 3);
+    let reason = ended_within(&l, d / 4 + d / 10 + d / 10 + ctx.margin()).await;
+    assert!(
+        matches!(
+            reason,
+            EndReason::Lost(LossCause::RenewalFailed { attempts: 3, .. })
+        ),
+        "{reason:?}"
+    );
+    assert_eq!(
+        faulty.calls(Op::Cas),
+        1 + 3,
+        "confirming write + three attempts"
+    );
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"me".to_vec()));
+    assert_ne!(
+        killer.events().last().map(|e| e.reason),
+        Some(ArmReason::Disarmed)
+    );
+    e.release_leadership(&k).await;
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), None);
+    assert_eq!(
+        killer.events().last().map(|e| e.reason),
+        Some(ArmReason::Disarmed)
+    );
+    sleep(d).await;
+    assert!(killer.kills().is_empty());
+    e.cleanup().await;
+}
+
+/// A renewal whose outcome is unknown but was applied: leadership is kept.
+pub async fn elections_outcome_unknown_renewal_applied(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, killer, faulty) = ctx.faulty_elections();
+    let k = ctx.key("leader");
+    let l = acquire(&e, &k, "me", d).await;
+    faulty.inject(Op::Cas, Fault::UnknownApplied, 1);
+    sleep(d).await;
+    assert!(l.is_active());
+    assert_eq!(faulty.injected(), 1);
+    assert!(
+        faulty.calls(Op::Get) >= 1,
+        "the outcome was not resolved by reading back"
+    );
+    assert!(killer.kills().is_empty());
+    e.cleanup().await;
+}
+
+/// A renewal whose outcome is unknown and was not applied, while the record
+/// was taken: resolved by reading back as a loss, without retrying.
+pub async fn elections_outcome_unknown_renewal_not_applied(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, killer, faulty) = ctx.faulty_elections();
+    let k = ctx.key("leader");
+    let l = acquire(&e, &k, "me", d).await;
+    faulty.inject(Op::Cas, Fault::UnknownNotApplied, 1);
+    assert!(
+        ctx.storage
+            .compare_and_swap(&k, b"me", b"other", Ttl::new(d).unwrap())
+            .await
+            .unwrap()
+    );
+    let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
+    assert_eq!(reason, EndReason::Lost(LossCause::Taken));
+    assert_eq!(faulty.calls(Op::Cas), 2, "confirming write + one attempt");
+    assert_eq!(count(&killer.events(), ArmReason::BeforeRenewal), 1);
+    e.cleanup().await;
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"other".to_vec()));
+}
+
+/// An acquisition whose insert has an unknown outcome: applied means leading,
+/// not applied means not leading (and the key stays free).
+pub async fn elections_outcome_unknown_acquire(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, _killer, faulty) = ctx.faulty_elections();
+    let k = ctx.key("applied");
+    faulty.inject(Op::Insert, Fault::UnknownApplied, 1);
+    let l = e.acquire_leadership(&k, "me", d).await.unwrap();
+    assert!(l.is_some(), "an applied insert must end in leadership");
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"me".to_vec()));
+
+    let k2 = ctx.key("not-applied");
+    faulty.inject(Op::Insert, Fault::UnknownNotApplied, 1);
+    assert!(e.acquire_leadership(&k2, "me", d).await.unwrap().is_none());
+    assert_eq!(ctx.storage.get(&k2).await.unwrap(), None);
+    assert!(e.acquire_leadership(&k2, "me", d).await.unwrap().is_some());
+    e.cleanup().await;
+}
+
+/// The killer is armed at the right moments with the right deadlines.
+pub async fn elections_killer_deadlines(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, killer) = ctx.elections();
+    let k = ctx.key("leader");
+    let before = Instant::now();
+    let _l = acquire(&e, &k, "me", d).await;
+    sleep(d / 4 * 3 + d / 8).await;
+    e.release_leadership(&k).await;
+    let events = killer.events();
+    assert!(events.iter().all(|e| e.key == k));
+    let first = &events[0];
+    assert_eq!(first.reason, ArmReason::Acquired);
+    assert!(first.basis >= before);
+    assert_eq!(first.requested, Some(first.basis + d * 4 / 5));
+    assert_eq!(first.deadline, first.requested);
+    let mut deadline = first.deadline;
+    let mut last_success = first.basis;
+    for ev in &events[1..] {
+        match ev.reason {
+            ArmReason::BeforeRenewal => {
+                assert_eq!(ev.requested, Some(ev.basis + d * 3 / 4));
+                assert!(ev.basis >= last_success + d / 4, "renewed early: {ev:?}");
+                assert_eq!(
+                    ev.deadline,
+                    deadline.min(ev.requested),
+                    "a pre-write arm extended the deadline"
+                );
+            }
+            ArmReason::Renewed => {
+                assert_eq!(ev.requested, Some(ev.basis + d * 4 / 5));
+                assert_eq!(ev.deadline, ev.requested);
+                last_success = ev.basis;
+            }
+            ArmReason::Disarmed => assert_eq!(ev.deadline, None),
+            ArmReason::Acquired => panic!("acquired twice: {ev:?}"),
+        }
+        deadline = ev.deadline;
+    }
+    assert_eq!(count(&events, ArmReason::Renewed), 3, "{events:#?}");
+    assert_eq!(count(&events, ArmReason::BeforeRenewal), 3, "{events:#?}");
+    assert_eq!(events.last().map(|e| e.reason), Some(ArmReason::Disarmed));
+    assert!(killer.kills().is_empty());
+    e.cleanup().await;
+}
+
+/// When the store hangs, the killer fires 0.8 d after the last successful
+/// write started, unless the owner releases first.
+pub async fn elections_killer_fires_when_storage_hangs(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, killer, faulty) = ctx.faulty_elections();
+    let k = ctx.key("leader");
+    let l = acquire(&e, &k, "me", d).await;
+    faulty.set_latency(Some(d * 10));
+    let reason = ended_within(&l, d * 2).await;
+    assert!(
+        matches!(reason, EndReason::Lost(LossCause::RenewalFailed { .. })),
+        "{reason:?}"
+    );
+    sleep(d).await;
+    let kills = killer.kills();
+    assert_eq!(kills.len(), 1, "{kills:?}");
+    let events = killer.events();
+    let last_success = events
+        .iter()
+        .filter(|e| matches!(e.reason, ArmReason::Acquired | ArmReason::Renewed))
+        .map(|e| e.basis)
+        .max()
+        .unwrap();
+    assert_eq!(kills[0].deadline, last_success + d * 4 / 5);
+    assert!(kills[0].at >= kills[0].deadline);
+    assert!(kills[0].at <= kills[0].deadline + ctx.margin() + Duration::from_millis(50));
+    faulty.set_latency(None);
+    e.cleanup().await;
+}
+
+/// After a loss, the owner's timely release disarms the killer: no kill.
+pub async fn elections_release_after_loss_disarms_killer(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, killer) = ctx.elections();
+    let k = ctx.key("leader");
+    let l = acquire(&e, &k, "me", d).await;
+    ctx.storage.compare_and_delete(&k, b"me").await.unwrap();
+    ended_within(&l, d / 2 + ctx.margin()).await;
+    e.release_leadership(&k).await;
+    sleep(d * 2).await;
+    assert!(killer.kills().is_empty());
+    e.cleanup().await;
+}
+
+/// After a loss that the owner never releases, the killer fires.
+pub async fn elections_unreleased_loss_is_killed(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, killer) = ctx.elections();
+    let k = ctx.key("leader");
+    let l = acquire(&e, &k, "me", d).await;
+    ctx.storage.compare_and_delete(&k, b"me").await.unwrap();
+    ended_within(&l, d / 2 + ctx.margin()).await;
+    sleep(d).await;
+    assert_eq!(killer.kills().len(), 1);
+    e.cleanup().await;
+}
+
+/// Fencing tokens strictly increase from holder to holder.
+pub async fn elections_fencing_tokens_increase_across_holders(ctx: Ctx) {
+    let d = ctx.lease();
+    let (a, _ka) = ctx.elections();
+    let (b, _kb) = ctx.elections();
+    let k = ctx.key("leader");
+    let mut last = 0;
+    for round in 0..3 {
+        for (e, name) in [(&a, "a"), (&b, "b")] {
+            let l = acquire(e, &k, name, d).await;
+            assert!(
+                l.fencing_token() > last,
+                "round {round}: {} <= {last}",
+                l.fencing_token()
+            );
+            last = l.fencing_token();
+            e.release_leadership(&k).await;
+        }
+    }
+    a.cleanup().await;
+    b.cleanup().await;
+}
+
+/// Fencing tokens survive restarts of the elections object and expiry of
+/// the leadership record.
+pub async fn elections_fencing_tokens_survive_restart(ctx: Ctx) {
+    let d = ctx.lease();
+    let k = ctx.key("leader");
+    let (e1, _k1) = ctx.elections();
+    let t1 = acquire(&e1, &k, "one", d).await.fencing_token();
+    e1.cleanup().await;
+    drop(e1);
+    let (e2, _k2) = ctx.elections();
+    let t2 = acquire(&e2, &k, "two", d).await.fencing_token();
+    assert!(t2 > t1);
+    // Crash without release: drop, let the record expire.
+    drop(e2);
+    sleep(d + ctx.slack()).await;
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), None);
+    let (e3, _k3) = ctx.elections();
+    let t3 = acquire(&e3, &k, "three", d).await.fencing_token();
+    assert!(t3 > t2);
+    let counter = fencing::counter_key(&k).unwrap();
+    assert_eq!(
+        ctx.storage.get(&counter).await.unwrap(),
+        Some(t3.to_string().into_bytes())
+    );
+    e3.cleanup().await;
+}
+
+/// Several contenders at once: exactly one leads.
+pub async fn elections_concurrent_contenders_one_leader(ctx: Ctx) {
+    let d = ctx.lease();
+    let k = ctx.key("leader");
+    let mut set = tokio::task::JoinSet::new();
+    let mut all = Vec::new();
+    for i in 0..8 {
+        let (e, _killer) = ctx.elections();
+        all.push(e.clone());
+        let k = k.clone();
+        set.spawn(async move { e.acquire_leadership(&k, format!("c{i}"), d).await.unwrap() });
+    }
+    let mut leaders = 0;
+    while let Some(r) = set.join_next().await {
+        leaders += usize::from(r.unwrap().is_some());
+    }
+    assert_eq!(leaders, 1);
+    for e in all {
+        e.cleanup().await;
+    }
+}
+
+/// Bad input is refused with typed errors, nothing written.
+pub async fn elections_invalid_input_rejected(ctx: Ctx) {
+    let (e, _killer) = ctx.elections();
+    let k = ctx.key("leader");
+    for bad in [
+        Duration::ZERO,
+        Duration::from_millis(500),
+        Duration::from_millis(2500),
+    ] {
+        assert!(matches!(
+            e.acquire_leadership(&k, "me", bad).await,
+            Err(ElectionsError::Invalid(_))
+        ));
+    }
+    let reserved = fencing::counter_key(&k).unwrap();
+    assert!(matches!(
+        e.acquire_leadership(&reserved, "me", ctx.lease()).await,
+        Err(ElectionsError::ReservedKey(_))
+    ));
+    assert_eq!(ctx.storage.get(&k).await.unwrap(), None);
+    e.cleanup().await;
+}
+
+/// No background task survives cleanup, whatever state leaderships are in.
+pub async fn elections_no_task_survives_cleanup(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, killer) = ctx.elections();
+    let held: Vec<_> = ["a", "b", "c"].iter().map(|n| ctx.key(n)).collect();
+    let mut handles = Vec::new();
+    for k in &held {
+        handles.push(acquire(&e, k, "me", d).await);
+    }
+    assert_eq!(
+        e.background_tasks(),
+        6,
+        "a renewal and a killer per leadership"
+    );
+    ctx.storage
+        .compare_and_delete(&held[0], b"me")
+        .await
+        .unwrap();
+    ended_within(&handles[0], d / 2 + ctx.margin()).await;
+    e.cleanup().await;
+    assert_eq!(e.background_tasks(), 0);
+    assert!(handles.iter().all(|l| !l.is_active()));
+    for k in &held {
+        assert_eq!(ctx.storage.get(k).await.unwrap(), None);
+    }
+    sleep(d).await;
+    assert!(killer.kills().is_empty());
+}

@@ -1,0 +1,7 @@
+//! Every case of the suite. Each is `pub async fn(Ctx)` and panics on failure.
+
+mod elections;
+mod storage;
+
+pub use elections::*;
+pub use storage::*;

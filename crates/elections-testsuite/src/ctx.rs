@@ -1,0 +1,109 @@
+//! The context every case receives.
+
+use std::{
+    hash::{BuildHasher, Hasher},
+    sync::Arc,
+    time::Duration,
+};
+
+use elections::{Elections, RecordingKiller};
+use ttl_storage::{DynTtlStorage, Key, Ttl};
+
+use crate::FaultyStorage;
+
+/// How time passes in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Tokio's clock is paused and auto-advances (in-memory drivers timed by tokio).
+    Paused,
+    /// Real time against a real store: leases are a few seconds long.
+    RealTime,
+}
+
+/// What a case gets: the storage under test, the mode, and unique keys.
+pub struct Ctx {
+    /// Paused or real time.
+    pub mode: Mode,
+    /// The storage under test.
+    pub storage: DynTtlStorage,
+    prefix: String,
+}
+
+impl Ctx {
+    /// A context for one case; keys get a random prefix so cases and
+    /// repeated runs against one server never collide.
+    pub fn new(mode: Mode, storage: DynTtlStorage, case: &str) -> Self {
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        Ctx {
+            mode,
+            storage,
+            prefix: format!("suite/{case}/{random:016x}"),
+        }
+    }
+
+    /// A unique key for this case.
+    pub fn key(&self, name: &str) -> Key {
+        Key::new(format!("{}/{name}", self.prefix)).expect("suite keys are valid")
+    }
+
+    /// The short TTL of storage cases.
+    pub fn ttl(&self) -> Ttl {
+        Ttl::from_secs(2).expect("valid")
+    }
+
+    /// The short TTL as a duration.
+    pub fn ttl_duration(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+
+    /// How long after its TTL a record may still be visible (the contract
+    /// allows drivers up to one second of granularity), plus scheduling margin.
+    pub fn slack(&self) -> Duration {
+        match self.mode {
+            Mode::Paused => Duration::from_millis(10),
+            Mode::RealTime => Duration::from_millis(1300),
+        }
+    }
+
+    /// Extra margin for real-time assertions on when something happened.
+    pub fn margin(&self) -> Duration {
+        match self.mode {
+            Mode::Paused => Duration::ZERO,
+            Mode::RealTime => Duration::from_millis(400),
+        }
+    }
+
+    /// The leadership duration `d` of election cases: the design's 20 s under
+    /// paused time, 4 s in real time.
+    pub fn lease(&self) -> Duration {
+        match self.mode {
+            Mode::Paused => Duration::from_secs(20),
+            Mode::RealTime => Duration::from_secs(4),
+        }
+    }
+
+    /// Elections over `storage` with a fresh recording killer.
+    pub fn elections_on(&self, storage: DynTtlStorage) -> (Elections, Arc<RecordingKiller>) {
+        let killer = RecordingKiller::new();
+        (Elections::with_killer(storage, killer.clone()), killer)
+    }
+
+    /// Elections over the storage under test.
+    pub fn elections(&self) -> (Elections, Arc<RecordingKiller>) {
+        self.elections_on(self.storage.clone())
+    }
+
+    /// Elections over a fault injector wrapping the storage under test.
+    pub fn faulty_elections(&self) -> (Elections, Arc<RecordingKiller>, Arc<FaultyStorage>) {
+        let faulty = FaultyStorage::new(self.storage.clone());
+        let (elections, killer) = self.elections_on(faulty.clone());
+        (elections, killer, faulty)
+    }
+}
+
+/// Sleeps on tokio's clock (auto-advanced in paused mode).
+pub async fn sleep(d: Duration) {
+    tokio::time::sleep(d).await;
+}

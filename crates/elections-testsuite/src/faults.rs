@@ -1,0 +1,186 @@
+//! [`FaultyStorage`]: a storage wrapper that injects the faults elections
+//! must survive, so every driver runs the same fault cases.
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use ttl_storage::{DynTtlStorage, Key, Result, StorageError, Ttl, TtlStorage};
+
+/// The four operations of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `insert_if_not_exists`
+    Insert,
+    /// `compare_and_swap`
+    Cas,
+    /// `compare_and_delete`
+    Cad,
+    /// `get`
+    Get,
+}
+
+/// One injected fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail with a transient error without calling the store.
+    Transient,
+    /// Call the store, then report "outcome unknown" (the write was applied).
+    UnknownApplied,
+    /// Report "outcome unknown" without calling the store (not applied).
+    UnknownNotApplied,
+    /// Wait this long, then call the store.
+    Latency(Duration),
+}
+
+#[derive(Default)]
+struct Plan {
+    queued: Vec<(Op, VecDeque<Fault>)>,
+    latency: Option<Duration>,
+    partitioned: bool,
+    injected: u64,
+    calls: [u64; 4],
+}
+
+/// Wraps a storage and injects faults into chosen calls.
+///
+/// ```
+/// # use std::sync::Arc;
+/// use elections_testsuite::{Fault, FaultyStorage, Op};
+/// # fn demo(real: ttl_storage::DynTtlStorage) {
+/// let faulty = FaultyStorage::new(real);
+/// faulty.inject(Op::Cas, Fault::Transient, 2); // the next two CAS calls fail
+/// faulty.set_partitioned(true);                // every call fails until healed
+/// # }
+/// ```
+pub struct FaultyStorage {
+    inner: DynTtlStorage,
+    plan: Mutex<Plan>,
+}
+
+impl FaultyStorage {
+    /// Wraps `inner`; no faults until some are injected.
+    pub fn new(inner: DynTtlStorage) -> Arc<Self> {
+        Arc::new(FaultyStorage {
+            inner,
+            plan: Mutex::new(Plan::default()),
+        })
+    }
+
+    /// The wrapped storage, to act on it without faults.
+    pub fn inner(&self) -> &DynTtlStorage {
+        &self.inner
+    }
+
+    /// The next `times` calls of `op` suffer `fault`, after any queued before.
+    pub fn inject(&self, op: Op, fault: Fault, times: usize) {
+        let mut plan = self.lock();
+        let idx = match plan.queued.iter().position(|(o, _)| *o == op) {
+            Some(idx) => idx,
+            None => {
+                plan.queued.push((op, VecDeque::new()));
+                plan.queued.len() - 1
+            }
+        };
+        plan.queued[idx].1.extend(std::iter::repeat_n(fault, times));
+    }
+
+    /// Adds `latency` before every call from now on (`None` removes it).
+    pub fn set_latency(&self, latency: Option<Duration>) {
+        self.lock().latency = latency;
+    }
+
+    /// While partitioned every call fails with a transient error.
+    pub fn set_partitioned(&self, partitioned: bool) {
+        self.lock().partitioned = partitioned;
+    }
+
+    /// Faults injected so far (queued ones that fired, and partitioned calls).
+    pub fn injected(&self) -> u64 {
+        self.lock().injected
+    }
+
+    /// Calls of `op` seen so far.
+    pub fn calls(&self, op: Op) -> u64 {
+        self.lock().calls[op as usize]
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Plan> {
+        self.plan.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Decides what happens to the next call of `op`.
+    fn next(&self, op: Op) -> (Option<Fault>, Option<Duration>, bool) {
+        let mut plan = self.lock();
+        plan.calls[op as usize] += 1;
+        if plan.partitioned {
+            plan.injected += 1;
+            return (None, None, true);
+        }
+        let fault = plan
+            .queued
+            .iter_mut()
+            .find(|(o, _)| *o == op)
+            .and_then(|(_, q)| q.pop_front());
+        if fault.is_some() {
+            plan.injected += 1;
+        }
+        (fault, plan.latency, false)
+    }
+
+    async fn run<T>(&self, op: Op, call: impl Future<Output = Result<T>>) -> Result<T> {
+        let (fault, latency, partitioned) = self.next(op);
+        if partitioned {
+            return Err(StorageError::transient(format!(
+                "injected: partitioned ({op:?})"
+            )));
+        }
+        if let Some(latency) = latency {
+            tokio::time::sleep(latency).await;
+        }
+        match fault {
+            None => call.await,
+            Some(Fault::Transient) => Err(StorageError::transient(format!(
+                "injected: transient ({op:?})"
+            ))),
+            Some(Fault::UnknownNotApplied) => Err(StorageError::outcome_unknown(format!(
+                "injected: outcome unknown, not applied ({op:?})"
+            ))),
+            Some(Fault::UnknownApplied) => {
+                let _ = call.await?;
+                Err(StorageError::outcome_unknown(format!(
+                    "injected: outcome unknown, applied ({op:?})"
+                )))
+            }
+            Some(Fault::Latency(extra)) => {
+                tokio::time::sleep(extra).await;
+                call.await
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl TtlStorage for FaultyStorage {
+    async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
+        self.run(Op::Insert, self.inner.insert_if_not_exists(key, value, ttl))
+            .await
+    }
+
+    async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
+        self.run(Op::Cas, self.inner.compare_and_swap(key, old, new, ttl))
+            .await
+    }
+
+    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
+        self.run(Op::Cad, self.inner.compare_and_delete(key, value))
+            .await
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        self.run(Op::Get, self.inner.get(key)).await
+    }
+}

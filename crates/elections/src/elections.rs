@@ -1,0 +1,440 @@
+//! [`Elections`]: acquire, renew, release.
+
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use tokio::{task::JoinHandle, time::Instant};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::Instrument;
+use ttl_storage::{ErrorKind, Key, TtlStorage, check_value};
+
+use crate::{
+    ElectionsError,
+    fencing::{self, timed},
+    killer::{Killer, KillerTimer, ProcessKiller},
+    leadership::{EndReason, EndSignal, Leadership, LossCause},
+    renewal::Renewal,
+    timing::Timing,
+};
+
+/// Leader election over a [`TtlStorage`] (Go's `IElections`).
+///
+/// One instance per process is typical; it may hold leadership of many keys
+/// at once. Cheap to clone: clones share state.
+///
+/// See the [crate documentation](crate) for the protocol and its guarantees.
+#[derive(Clone)]
+pub struct Elections {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    storage: Arc<dyn TtlStorage>,
+    killer: Arc<dyn Killer>,
+    tracker: TaskTracker,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    finalized: bool,
+    slots: HashMap<Key, Slot>,
+}
+
+enum Slot {
+    Acquiring,
+    Held(Entry),
+}
+
+struct Entry {
+    value: Arc<[u8]>,
+    timing: Timing,
+    stop: CancellationToken,
+    renewal: JoinHandle<()>,
+    killer: Arc<KillerTimer>,
+    end: EndSignal,
+}
+
+impl Elections {
+    /// Elections over `storage` with the production killer ([`ProcessKiller`]),
+    /// which exits the process if a lost leadership is not released in time.
+    pub fn new(storage: impl TtlStorage + 'static) -> Self {
+        Self::with_killer(storage, Arc::new(ProcessKiller))
+    }
+
+    /// Elections over `storage` with a custom killer (tests use
+    /// [`crate::RecordingKiller`]).
+    pub fn with_killer(storage: impl TtlStorage + 'static, killer: Arc<dyn Killer>) -> Self {
+        Elections {
+            inner: Arc::new(Inner {
+                storage: Arc::new(storage),
+                killer,
+                tracker: TaskTracker::new(),
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    /// Tries once to become the leader for `key`.
+    ///
+    /// Returns `Ok(Some(leadership))` when this call acquired it, `Ok(None)`
+    /// when someone else holds it. `value` is written to the record and must
+    /// identify this contender uniquely (an address plus a process id, say):
+    /// outcome-unknown writes are resolved by reading the value back.
+    /// `duration` is the lease (a whole number of seconds, at least 1 s).
+    ///
+    /// The protocol: insert-if-not-exists; advance the fencing counter; a
+    /// confirming compare-and-swap whose start begins the lease and arms the
+    /// killer at `0.8 x duration`; then a background task renews every
+    /// `duration / 4`.
+    ///
+    /// Cancelling this future part-way may leave a record that no one renews;
+    /// it expires after `duration`.
+    ///
+    /// # Errors
+    ///
+    /// [`ElectionsError::Finalized`] after [`cleanup`](Self::cleanup),
+    /// [`ElectionsError::AlreadyHeld`] if this instance holds or is acquiring
+    /// `key`, validation errors, and storage errors the protocol could not
+    /// resolve (nothing is held then).
+    pub async fn acquire_leadership(
+        &self,
+        key: &Key,
+        value: impl AsRef<[u8]>,
+        duration: Duration,
+    ) -> Result<Option<Leadership>, ElectionsError> {
+        let timing = Timing::new(duration)?;
+        let value: Arc<[u8]> = value.as_ref().into();
+        check_value(&value)?;
+        if fencing::is_reserved(key) {
+            return Err(ElectionsError::ReservedKey(key.clone()));
+        }
+        let counter = fencing::counter_key(key)?;
+        let reservation = Reservation::take(&self.inner, key)?;
+        let span = tracing::info_span!("acquire_leadership", %key);
+        let acquired = self
+            .try_acquire(key, &counter, &value, timing)
+            .instrument(span.clone())
+            .await?;
+        let Some((fencing_token, lease_start)) = acquired else {
+            return Ok(None);
+        };
+        let _entered = span.enter();
+        self.install(reservation, value, timing, fencing_token, lease_start)
+            .await
+    }
+
+    async fn try_acquire(
+        &self,
+        key: &Key,
+        counter: &Key,
+        value: &[u8],
+        timing: Timing,
+    ) -> Result<Option<(u64, Instant)>, ElectionsError> {
+        let storage = &*self.inner.storage;
+        let limit = timing.call_timeout();
+        let inserted = timed(
+            limit,
+            storage.insert_if_not_exists(key, value, timing.ttl()),
+        )
+        .await;
+        match inserted {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(err) if err.kind() == ErrorKind::OutcomeUnknown => {
+                tracing::warn!(error = %err, "insert outcome unknown; reading the record back");
+                match timed(limit, storage.get(key)).await {
+                    Ok(Some(current)) if *current == *value => {}
+                    Ok(_) => return Ok(None),
+                    Err(read_err) => {
+                        tracing::warn!(error = %read_err, "read-back failed; withdrawing");
+                        self.delete_record(key, value, timing).await;
+                        return Err(err.into());
+                    }
+                }
+            }
+            Err(err) => return Err(err.into()),
+        }
+
+        let token =
+            match fencing::next_token(storage, counter, limit, timing.retry_interval()).await {
+                Ok(token) => token,
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not take a fencing token; withdrawing");
+                    self.delete_record(key, value, timing).await;
+                    return Err(err.into());
+                }
+            };
+
+        let lease_start = Instant::now();
+        match timed(
+            limit,
+            storage.compare_and_swap(key, value, value, timing.ttl()),
+        )
+        .await
+        {
+            Ok(true) => {
+                tracing::info!(fencing_token = token, "leadership acquired");
+                Ok(Some((token, lease_start)))
+            }
+            Ok(false) => {
+                tracing::warn!("record lost between insert and confirmation; not leading");
+                Ok(None)
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "confirmation failed; withdrawing");
+                self.delete_record(key, value, timing).await;
+                Err(err.into())
+            }
+        }
+    }
+
+    async fn install(
+        &self,
+        reservation: Reservation<'_>,
+        value: Arc<[u8]>,
+        timing: Timing,
+        fencing_token: u64,
+        lease_start: Instant,
+    ) -> Result<Option<Leadership>, ElectionsError> {
+        let key = reservation.key.clone();
+        {
+            let mut state = self.inner.lock();
+            if !state.finalized {
+                let end = EndSignal::default();
+                let stop = CancellationToken::new();
+                let killer = KillerTimer::start(
+                    key.clone(),
+                    self.inner.killer.clone(),
+                    &self.inner.tracker,
+                    lease_start,
+                    timing.kill_after_success(),
+                );
+                let renewal = Renewal {
+                    storage: self.inner.storage.clone(),
+                    key: key.clone(),
+                    value: value.clone(),
+                    timing,
+                    killer: killer.clone(),
+                    end: end.clone(),
+                    stop: stop.clone(),
+                    lease_start,
+                };
+                let span = tracing::info_span!("leadership", %key, fencing_token);
+                let renewal = self.inner.tracker.spawn(renewal.run().instrument(span));
+                state.slots.insert(
+                    key.clone(),
+                    Slot::Held(Entry {
+                        value: value.clone(),
+                        timing,
+                        stop,
+                        renewal,
+                        killer,
+                        end: end.clone(),
+                    }),
+                );
+                reservation.fulfil();
+                return Ok(Some(Leadership {
+                    key,
+                    value,
+                    fencing_token,
+                    duration: timing.duration(),
+                    end,
+                }));
+            }
+        }
+        // cleanup() ran while we were acquiring: give the record back.
+        drop(reservation);
+        self.delete_record(&key, &value, timing).await;
+        Err(ElectionsError::Finalized)
+    }
+
+    /// Releases the leadership of `key`: stops renewal and waits until the
+    /// renewal task has ended, fires the handle, deletes the record (if it
+    /// still holds this leader's value) and disarms the killer.
+    ///
+    /// Call it only once the work done as leader has stopped: that is what
+    /// makes it safe to let the next leader in. Releasing a key this
+    /// instance does not hold is a no-op. Works after a loss too (that is
+    /// how the owner disarms the killer).
+    pub async fn release_leadership(&self, key: &Key) {
+        let entry = {
+            let mut state = self.inner.lock();
+            if !matches!(state.slots.get(key), Some(Slot::Held(_))) {
+                return;
+            }
+            match state.slots.remove(key) {
+                Some(Slot::Held(entry)) => entry,
+                _ => return,
+            }
+        };
+        self.release_entry(key, entry).await;
+    }
+
+    async fn release_entry(&self, key: &Key, entry: Entry) {
+        let span = tracing::info_span!("release_leadership", %key);
+        async {
+            entry.stop.cancel();
+            if let Err(err) = entry.renewal.await {
+                tracing::error!(error = %err, "renewal task panicked");
+            }
+            entry.end.end(EndReason::Released);
+            self.delete_record(key, &entry.value, entry.timing).await;
+            entry.killer.disarm();
+            tracing::info!("leadership released");
+        }
+        .instrument(span)
+        .await;
+    }
+
+    /// Best-effort compare-and-delete; if it fails the record expires by itself.
+    async fn delete_record(&self, key: &Key, value: &[u8], timing: Timing) {
+        for attempt in 1..=2 {
+            match timed(
+                timing.call_timeout(),
+                self.inner.storage.compare_and_delete(key, value),
+            )
+            .await
+            {
+                Ok(_) => return,
+                Err(err) if err.kind() == ErrorKind::Permanent => {
+                    tracing::warn!(error = %err, "could not delete the record; it will expire");
+                    return;
+                }
+                Err(err) => {
+                    tracing::warn!(attempt, error = %err, "could not delete the record");
+                    tokio::time::sleep(timing.retry_interval()).await;
+                }
+            }
+        }
+    }
+
+    /// Refuses new acquisitions from now on, releases every leadership this
+    /// instance holds (see [`release_leadership`](Self::release_leadership))
+    /// and waits until every background task (renewals, killers) has ended.
+    ///
+    /// Safe to call while a renewal is itself failing or losing leadership:
+    /// renewal tasks never take the lock `cleanup` takes. Idempotent.
+    pub async fn cleanup(&self) {
+        let entries: Vec<(Key, Entry)> = {
+            let mut state = self.inner.lock();
+            state.finalized = true;
+            let held: Vec<Key> = state
+                .slots
+                .iter()
+                .filter(|(_, slot)| matches!(slot, Slot::Held(_)))
+                .map(|(key, _)| key.clone())
+                .collect();
+            held.into_iter()
+                .filter_map(|key| match state.slots.remove(&key) {
+                    Some(Slot::Held(entry)) => Some((key, entry)),
+                    _ => None,
+                })
+                .collect()
+        };
+        for (key, entry) in entries {
+            self.release_entry(&key, entry).await;
+        }
+        self.inner.tracker.close();
+        self.inner.tracker.wait().await;
+    }
+
+    /// True once [`cleanup`](Self::cleanup) has been called.
+    pub fn is_finalized(&self) -> bool {
+        self.inner.lock().finalized
+    }
+
+    /// Keys this instance currently holds (including lost, unreleased ones).
+    pub fn held_keys(&self) -> Vec<Key> {
+        self.inner
+            .lock()
+            .slots
+            .iter()
+            .filter(|(_, slot)| matches!(slot, Slot::Held(_)))
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// Background tasks (renewals and killer timers) still running.
+    pub fn background_tasks(&self) -> usize {
+        self.inner.tracker.len()
+    }
+}
+
+impl fmt::Debug for Elections {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Elections")
+            .field("held", &self.held_keys())
+            .field("background_tasks", &self.background_tasks())
+            .finish()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every critical section is a few map operations that cannot leave
+        // the state half-changed, so a poisoned lock is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for (key, slot) in state.slots.drain() {
+            if let Slot::Held(entry) = slot {
+                tracing::warn!(%key, "elections dropped without cleanup; renewal stops, the killer stays armed");
+                entry.stop.cancel();
+                entry.end.end(EndReason::Lost(LossCause::ElectionsDropped));
+            }
+        }
+    }
+}
+
+/// The `Acquiring` slot of one key; freed on drop unless fulfilled, so a
+/// cancelled acquisition does not block the key in this instance.
+struct Reservation<'a> {
+    inner: &'a Inner,
+    key: Key,
+    fulfilled: bool,
+}
+
+impl<'a> Reservation<'a> {
+    fn take(inner: &'a Inner, key: &Key) -> Result<Self, ElectionsError> {
+        let mut state = inner.lock();
+        if state.finalized {
+            return Err(ElectionsError::Finalized);
+        }
+        if state.slots.contains_key(key) {
+            return Err(ElectionsError::AlreadyHeld(key.clone()));
+        }
+        state.slots.insert(key.clone(), Slot::Acquiring);
+        Ok(Reservation {
+            inner,
+            key: key.clone(),
+            fulfilled: false,
+        })
+    }
+
+    /// The slot now holds the entry; don't free it. Call with the lock held
+    /// by the caller's `state` (the slot was replaced there).
+    fn fulfil(mut self) {
+        self.fulfilled = true;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.fulfilled {
+            return;
+        }
+        let mut state = self.inner.lock();
+        if matches!(state.slots.get(&self.key), Some(Slot::Acquiring)) {
+            state.slots.remove(&self.key);
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Fencing tokens, built on the storage contract itself so every driver
+//! gets them for free.
+//!
+//! For each election key `k` a never-expiring counter record lives under
+//! [`FENCING_PREFIX`]`k`, holding a decimal `u64`. A new leader advances it
+//! by compare-and-swap *after* its insert succeeded and *before* the
+//! confirming write that starts its lease. So the token of a leadership is
+//! taken while its lease is held, and a later leader (who could only insert
+//! after this lease ended) takes a strictly larger one. A contender paused
+//! between its insert and its increment fails the confirming write and never
+//! uses its token. Tokens survive record expiry and restarts because the
+//! counter never expires; gaps are possible (a failed acquisition may have
+//! advanced the counter), order is what matters.
+//!
+//! A resource protected by fencing accepts a write only with a token at
+//! least as high as any it has seen (see `docs/guarantees.md`).
+
+use std::time::Duration;
+
+use ttl_storage::{ErrorKind, Key, StorageError, Ttl, TtlStorage};
+
+/// Prefix of the reserved keys that hold fencing counters.
+pub const FENCING_PREFIX: &str = "__fencing__/";
+
+/// Attempts to advance a counter before giving up with a transient error.
+const MAX_TRIES: u32 = 16;
+
+/// The key of the fencing counter for election key `key`.
+pub fn counter_key(key: &Key) -> Result<Key, ttl_storage::ValidationError> {
+    Key::new(format!("{FENCING_PREFIX}{key}"))
+}
+
+/// True when `key` lies in the reserved namespace.
+pub(crate) fn is_reserved(key: &Key) -> bool {
+    key.as_str().starts_with(FENCING_PREFIX)
+}
+
+/// Advances the counter of `key` and returns the new value.
+///
+/// Outcome-unknown writes are resolved by reading again: if the write was
+/// applied the next compare-and-swap advances past it, leaving a gap.
+pub(crate) async fn next_token(
+    storage: &dyn TtlStorage,
+    counter: &Key,
+    call_timeout: Duration,
+    pause: Duration,
+) -> Result<u64, StorageError> {
+    let mut last_error = None;
+    for _ in 0..MAX_TRIES {
+        match try_advance(storage, counter, call_timeout).await {
+            Ok(Some(token)) => return Ok(token),
+            Ok(None) => continue, // lost a race with another writer: read again
+            Err(err) if err.kind() == ErrorKind::Permanent => return Err(err),
+            Err(err) => {
+                tracing::debug!(%counter, error = %err, "fencing counter write failed; retrying");
+                last_error = Some(err);
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+    Err(match last_error {
+        Some(err) => StorageError::with_source(
+            ErrorKind::Transient,
+            format!("could not advance fencing counter {counter}"),
+            err,
+        ),
+        None => StorageError::transient(format!(
+            "fencing counter {counter} stayed contended for {MAX_TRIES} attempts"
+        )),
+    })
+}
+
+async fn try_advance(
+    storage: &dyn TtlStorage,
+    counter: &Key,
+    call_timeout: Duration,
+) -> Result<Option<u64>, StorageError> {
+    let current = timed(call_timeout, storage.get(counter)).await?;
+    match current {
+        None => {
+            let won = timed(
+                call_timeout,
+                storage.insert_if_not_exists(counter, b"1", Ttl::NEVER),
+            )
+            .await?;
+            Ok(won.then_some(1))
+        }
+        Some(bytes) => {
+            let n = parse(counter, &bytes)?;
+            let next = n.checked_add(1).ok_or_else(|| {
+                StorageError::permanent(format!("fencing counter {counter} overflowed"))
+            })?;
+            let won = timed(
+                call_timeout,
+                storage.compare_and_swap(counter, &bytes, next.to_string().as_bytes(), Ttl::NEVER),
+            )
+            .await?;
+            Ok(won.then_some(next))
+        }
+    }
+}
+
+fn parse(counter: &Key, bytes: &[u8]) -> Result<u64, StorageError> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| {
+            StorageError::permanent(format!(
+                "fencing counter {counter} holds {bytes:?}, not a decimal u64: the record was written by something else"
+            ))
+        })
+}
+
+/// Runs a storage call with a time limit; a call that overruns it has an
+/// unknown outcome.
+pub(crate) async fn timed<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, StorageError>>,
+) -> Result<T, StorageError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => Err(StorageError::outcome_unknown(format!(
+            "storage call did not answer within {limit:?}"
+        ))),
+    }
+}

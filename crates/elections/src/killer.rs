@@ -1,0 +1,274 @@
+//! The killer: the safety net that ends the process if it may still be
+//! working after its lease could have expired.
+//!
+//! # Why a killer
+//!
+//! A leader learns that it lost its lease only when a renewal fails. If the
+//! process is paused (GC, SIGSTOP, an overloaded host) or the storage hangs,
+//! it learns nothing while its record expires and another process takes
+//! over. The killer is a deadline, kept by a task of its own, that a
+//! successful write pushes forward and nothing else does:
+//!
+//! - after a successful insert or renewal that **started** at `s`, the
+//!   deadline becomes `s + 0.8 d`. The record was written no earlier than `s`,
+//!   so it lives until at least `s + d` on the storage's clock: the killer
+//!   fires `0.2 d` before anyone else can take over, leaving margin for clock
+//!   rate differences and the exit itself;
+//! - before every renewal attempt starting at `a`, the deadline is capped at
+//!   `a + 0.75 d` (the design's pre-CAS arming). It is a *cap*: the design
+//!   re-arms here unconditionally, which after two retries would push the
+//!   deadline to `1.05 d` after the last success, beyond the lease;
+//! - after a **loss** the deadline stays armed: the owner's services may still
+//!   be running, and only the owner knows when they have stopped. The owner
+//!   then calls [`crate::Elections::release_leadership`], which disarms it;
+//! - if the owner does not release in time, [`Killer::kill`] runs. The default
+//!   [`ProcessKiller`] logs and exits the process with code 1.
+//!
+//! Tests inject a [`RecordingKiller`], which records every arming and every
+//! kill instead of exiting.
+
+use std::{
+    fmt,
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use tokio::{sync::watch, time::Instant};
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+use ttl_storage::Key;
+
+/// What to do when a killer deadline passes. Injectable for tests.
+pub trait Killer: Send + Sync + 'static {
+    /// The deadline of the leadership on `key` has passed while armed: the
+    /// process may be acting as leader after its lease could have expired.
+    /// The production implementation must end the process.
+    fn kill(&self, key: &Key, deadline: Instant);
+
+    /// Observes every change of a deadline (for tests and metrics). The
+    /// default does nothing.
+    fn armed(&self, _event: &ArmEvent) {}
+}
+
+/// Why a deadline changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArmReason {
+    /// Set after the acquisition's confirming write succeeded.
+    Acquired,
+    /// Capped before a renewal attempt.
+    BeforeRenewal,
+    /// Set after a successful renewal.
+    Renewed,
+    /// Disarmed by the owner's release.
+    Disarmed,
+}
+
+/// One change of a killer deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArmEvent {
+    /// The leadership's key.
+    pub key: Key,
+    /// Why it changed.
+    pub reason: ArmReason,
+    /// The instant the requested deadline counts from (the start of the write).
+    pub basis: Instant,
+    /// The deadline asked for (`basis` + 0.8 d or 0.75 d); `None` when disarming.
+    pub requested: Option<Instant>,
+    /// The deadline in force after the change; `None` when disarmed.
+    pub deadline: Option<Instant>,
+}
+
+/// The production killer: logs an error and exits the process with code 1.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProcessKiller;
+
+impl Killer for ProcessKiller {
+    fn kill(&self, key: &Key, deadline: Instant) {
+        tracing::error!(
+            %key,
+            late_by = ?Instant::now().saturating_duration_since(deadline),
+            "leadership killer deadline passed while this process may still act as leader; exiting with code 1"
+        );
+        std::process::exit(1);
+    }
+}
+
+/// A killer for tests: records armings and kills instead of exiting.
+#[derive(Default)]
+pub struct RecordingKiller {
+    events: Mutex<Vec<ArmEvent>>,
+    kills: Mutex<Vec<Kill>>,
+}
+
+/// One recorded kill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kill {
+    /// The leadership's key.
+    pub key: Key,
+    /// The deadline that passed.
+    pub deadline: Instant,
+    /// When the kill ran.
+    pub at: Instant,
+}
+
+impl RecordingKiller {
+    /// A new, empty recorder.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Every deadline change so far, in order.
+    pub fn events(&self) -> Vec<ArmEvent> {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Every kill so far, in order.
+    pub fn kills(&self) -> Vec<Kill> {
+        self.kills
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl fmt::Debug for RecordingKiller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordingKiller")
+            .field("events", &self.events().len())
+            .field("kills", &self.kills())
+            .finish()
+    }
+}
+
+impl Killer for RecordingKiller {
+    fn kill(&self, key: &Key, deadline: Instant) {
+        tracing::warn!(%key, "recording killer: deadline passed");
+        self.kills
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Kill {
+                key: key.clone(),
+                deadline,
+                at: Instant::now(),
+            });
+    }
+
+    fn armed(&self, event: &ArmEvent) {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(event.clone());
+    }
+}
+
+/// The deadline of one leadership, kept by a tracked task.
+///
+/// Dropping every handle does **not** disarm it: only [`KillerTimer::disarm`]
+/// does, because a dropped owner may still have services running.
+pub(crate) struct KillerTimer {
+    key: Key,
+    killer: Arc<dyn Killer>,
+    deadline: watch::Sender<Option<Instant>>,
+    /// Serialises read-modify-write of the deadline with its event.
+    lock: Mutex<()>,
+}
+
+impl KillerTimer {
+    /// Arms a timer at `basis + after` and starts its task on `tracker`.
+    pub(crate) fn start(
+        key: Key,
+        killer: Arc<dyn Killer>,
+        tracker: &TaskTracker,
+        basis: Instant,
+        after: std::time::Duration,
+    ) -> Arc<Self> {
+        let deadline = basis + after;
+        let (tx, rx) = watch::channel(Some(deadline));
+        killer.armed(&ArmEvent {
+            key: key.clone(),
+            reason: ArmReason::Acquired,
+            basis,
+            requested: Some(deadline),
+            deadline: Some(deadline),
+        });
+        let span = tracing::debug_span!("killer", %key);
+        tracker.spawn(run(key.clone(), killer.clone(), rx).instrument(span));
+        Arc::new(KillerTimer {
+            key,
+            killer,
+            deadline: tx,
+            lock: Mutex::new(()),
+        })
+    }
+
+    /// Sets the deadline to `basis + after` (after a successful write).
+    pub(crate) fn renewed(&self, basis: Instant, after: std::time::Duration) {
+        self.change(ArmReason::Renewed, basis, Some(basis + after), |_, req| req);
+    }
+
+    /// Caps the deadline at `basis + after` (before a renewal attempt).
+    pub(crate) fn cap(&self, basis: Instant, after: std::time::Duration) {
+        self.change(
+            ArmReason::BeforeRenewal,
+            basis,
+            Some(basis + after),
+            |cur, req| match (cur, req) {
+                (Some(c), Some(r)) => Some(c.min(r)),
+                (c, r) => c.or(r),
+            },
+        );
+    }
+
+    /// Disarms the deadline: the owner released the leadership.
+    pub(crate) fn disarm(&self) {
+        self.change(ArmReason::Disarmed, Instant::now(), None, |_, _| None);
+    }
+
+    fn change(
+        &self,
+        reason: ArmReason,
+        basis: Instant,
+        requested: Option<Instant>,
+        merge: impl FnOnce(Option<Instant>, Option<Instant>) -> Option<Instant>,
+    ) {
+        let _guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = *self.deadline.borrow();
+        let deadline = merge(current, requested);
+        // send_replace works even when the task has ended (after a kill).
+        self.deadline.send_replace(deadline);
+        self.killer.armed(&ArmEvent {
+            key: self.key.clone(),
+            reason,
+            basis,
+            requested,
+            deadline,
+        });
+    }
+}
+
+async fn run(key: Key, killer: Arc<dyn Killer>, mut rx: watch::Receiver<Option<Instant>>) {
+    let mut owner_gone = false;
+    loop {
+        let Some(deadline) = *rx.borrow_and_update() else {
+            tracing::debug!("killer disarmed");
+            return;
+        };
+        if owner_gone {
+            tokio::time::sleep_until(deadline).await;
+            killer.kill(&key, deadline);
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {
+                killer.kill(&key, deadline);
+                return;
+            }
+            changed = rx.changed() => {
+                // Every handle dropped without a disarm: keep the last deadline.
+                owner_gone = changed.is_err();
+            }
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! # elections
+//!
+//! Leader election over any [`ttl_storage::TtlStorage`]: the Rust version of
+//! the design's `IElections`, with fencing tokens and a few safety fixes.
+//!
+//! ```
+//! use std::{sync::Arc, time::Duration};
+//! use elections::{Elections, RecordingKiller};
+//! use storage_mem::MemStorage;
+//! use ttl_storage::Key;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), elections::ElectionsError> {
+//! let storage = MemStorage::new();
+//! // Production code uses Elections::new, whose killer exits the process.
+//! let elections = Elections::with_killer(storage.clone(), RecordingKiller::new());
+//! let key = Key::new("cron-leader")?;
+//!
+//! let leadership = elections
+//!     .acquire_leadership(&key, "10.0.0.7:pid-4242", Duration::from_secs(20))
+//!     .await?
+//!     .expect("nobody else holds the key");
+//! println!("leading with fencing token {}", leadership.fencing_token());
+//!
+//! // A second contender is refused while the lease is renewed.
+//! let other = Elections::with_killer(storage, RecordingKiller::new());
+//! assert!(other.acquire_leadership(&key, "10.0.0.8", Duration::from_secs(20)).await?.is_none());
+//!
+//! // Do the leader's work until `leadership.ended()` fires, then stop it, then:
+//! elections.release_leadership(&key).await;
+//! assert!(!leadership.is_active());
+//! elections.cleanup().await;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Protocol
+//!
+//! With leadership duration `d` (the record's TTL):
+//!
+//! 1. **Acquire**: `insert_if_not_exists(key, value, d)`; on success advance
+//!    the key's fencing counter ([`fencing`]); then a confirming
+//!    `compare_and_swap(key, value, value, d)`. The lease counts from the
+//!    *start* of that confirming write; the killer is armed at `start + 0.8 d`.
+//! 2. **Renew** every `d / 4` with `compare_and_swap(value, value, d)`. On an
+//!    error, retry up to twice, `d / 20` apart. Before each attempt the killer
+//!    deadline is capped at `attempt start + 0.75 d`; after a success it moves
+//!    to `attempt start + 0.8 d`.
+//! 3. **Loss**: a swap that returns `false`, or three failed attempts, ends
+//!    the leadership: the handle fires with [`EndReason::Lost`]. The record is
+//!    *not* deleted and the killer stays armed, because the owner's work may
+//!    still be running: deleting the record would let the next leader in
+//!    while this one is still working.
+//! 4. **Release** (by the owner, once its work has stopped): stop renewal, fire
+//!    the handle, compare-and-delete the record, disarm the killer.
+//!
+//! ## Outcome-unknown errors
+//!
+//! - On **insert**: read the record back; our value means we hold it
+//!   (continue), another value or none means we don't; if the read fails too,
+//!   delete best-effort and return the error.
+//! - On **renewal**: the swap `v -> v` is idempotent, so read back: our value
+//!   means the attempt may be retried (it counts as a failed attempt); another
+//!   value or none means the lease is lost, whatever happened to our write.
+//! - Every storage call is bounded by `d / 4`; one that overruns it has an
+//!   unknown outcome.
+//!
+//! ## Guarantees and assumptions
+//!
+//! If the storage is linearizable and keeps a record live at least its TTL
+//! after the write, and the clocks of this process and the storage run at
+//! rates within 20 % of each other, then a process that stops acting when its
+//! handle fires, or is killed by the killer, never acts as leader while
+//! another process holds the lease. Pauses longer than the killer deadline
+//! are caught by the killer as soon as the process runs again; work already
+//! issued before a pause is caught by [`Leadership::fencing_token`] at the
+//! guarded resource.
+
+mod elections;
+mod error;
+pub mod fencing;
+pub mod killer;
+mod leadership;
+mod renewal;
+mod timing;
+
+pub use crate::elections::Elections;
+pub use error::ElectionsError;
+pub use killer::{ArmEvent, ArmReason, Kill, Killer, ProcessKiller, RecordingKiller};
+pub use leadership::{EndReason, Leadership, LossCause};
+pub use timing::{RENEWAL_ATTEMPTS, Timing};

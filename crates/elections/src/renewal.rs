@@ -1,0 +1,147 @@
+//! The renewal task that keeps a leadership alive.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use ttl_storage::{ErrorKind, Key, TtlStorage};
+
+use crate::{
+    fencing::timed,
+    killer::KillerTimer,
+    leadership::{EndReason, EndSignal, LossCause},
+    timing::{RENEWAL_ATTEMPTS, Timing},
+};
+
+/// Log every this many successful renewals (the first is always logged).
+const LOG_EVERY: u64 = 100;
+
+/// Everything the renewal task needs; it holds no reference to `Elections`.
+pub(crate) struct Renewal {
+    pub(crate) storage: Arc<dyn TtlStorage>,
+    pub(crate) key: Key,
+    pub(crate) value: Arc<[u8]>,
+    pub(crate) timing: Timing,
+    pub(crate) killer: Arc<KillerTimer>,
+    pub(crate) end: EndSignal,
+    /// Cancelled by the owner's release: stop without touching anything.
+    pub(crate) stop: CancellationToken,
+    /// Start of the write that began the current lease.
+    pub(crate) lease_start: Instant,
+}
+
+enum Round {
+    Renewed(Instant),
+    Lost(LossCause),
+    Stopped,
+}
+
+impl Renewal {
+    /// Renews every `d/4` until stopped or lost.
+    pub(crate) async fn run(mut self) {
+        let mut renewals: u64 = 0;
+        loop {
+            let next = self.lease_start + self.timing.renew_interval();
+            tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return,
+                () = tokio::time::sleep_until(next) => {}
+            }
+            match self.round().await {
+                Round::Renewed(start) => {
+                    self.killer.renewed(start, self.timing.kill_after_success());
+                    self.lease_start = start;
+                    renewals += 1;
+                    if renewals == 1 || renewals % LOG_EVERY == 0 {
+                        tracing::info!(renewals, "leadership renewed");
+                    } else {
+                        tracing::trace!(renewals, "leadership renewed");
+                    }
+                }
+                Round::Lost(cause) => {
+                    tracing::error!(
+                        reason = %EndReason::Lost(cause.clone()),
+                        "leadership lost; the killer stays armed until the owner releases the key"
+                    );
+                    // No compare-and-delete here: the owner's services may
+                    // still be running, so the record must keep others out
+                    // until the owner releases it or it expires.
+                    self.end.end(EndReason::Lost(cause));
+                    return;
+                }
+                Round::Stopped => return,
+            }
+        }
+    }
+
+    /// One renewal round: up to [`RENEWAL_ATTEMPTS`] attempts, `d/20` apart.
+    async fn round(&self) -> Round {
+        let mut last_error = String::new();
+        for attempt in 1..=RENEWAL_ATTEMPTS {
+            let start = Instant::now();
+            self.killer.cap(start, self.timing.kill_before_write());
+            let cas = timed(
+                self.timing.call_timeout(),
+                self.storage.compare_and_swap(
+                    &self.key,
+                    &self.value,
+                    &self.value,
+                    self.timing.ttl(),
+                ),
+            );
+            let result = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return Round::Stopped,
+                result = cas => result,
+            };
+            match result {
+                Ok(true) => return Round::Renewed(start),
+                Ok(false) => return Round::Lost(LossCause::Taken),
+                Err(err) if err.kind() == ErrorKind::OutcomeUnknown => {
+                    // The swap v -> v is idempotent: if the record still holds
+                    // our value we may simply try again; if it does not, the
+                    // lease is gone whatever happened to our write.
+                    tracing::warn!(attempt, error = %err, "renewal outcome unknown; reading the record back");
+                    match self.read_back().await {
+                        Some(true) => last_error = err.to_string(),
+                        Some(false) => return Round::Lost(LossCause::Taken),
+                        None => last_error = err.to_string(),
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(attempt, error = %err, "renewal attempt failed");
+                    last_error = err.to_string();
+                }
+            }
+            if attempt < RENEWAL_ATTEMPTS {
+                tokio::select! {
+                    biased;
+                    () = self.stop.cancelled() => return Round::Stopped,
+                    () = tokio::time::sleep(self.timing.retry_interval()) => {}
+                }
+            }
+        }
+        Round::Lost(LossCause::RenewalFailed {
+            attempts: RENEWAL_ATTEMPTS,
+            last_error,
+        })
+    }
+
+    /// `Some(true)` if the record holds our value, `Some(false)` if it is
+    /// absent or another's, `None` if the read failed too.
+    async fn read_back(&self) -> Option<bool> {
+        let read = timed(self.timing.call_timeout(), self.storage.get(&self.key));
+        let result = tokio::select! {
+            biased;
+            () = self.stop.cancelled() => return None,
+            result = read => result,
+        };
+        match result {
+            Ok(current) => Some(current.as_deref() == Some(&*self.value)),
+            Err(err) => {
+                tracing::warn!(error = %err, "read-back failed");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! # storage-mem
+//!
+//! A concurrent, in-memory [`TtlStorage`] driver. Useful for tests, for
+//! single-process programs, and as the reference implementation of the
+//! contract: every other driver must behave exactly like it.
+//!
+//! - **Atomicity**: each operation runs under one short lock, so conditional
+//!   writes are linearizable.
+//! - **Time**: expiry uses [`tokio::time::Instant`], so tests that pause and
+//!   advance tokio's clock (`#[tokio::test(start_paused = true)]`) control
+//!   expiry exactly. Expiry is exact (no granularity): a record written with
+//!   TTL `t` at instant `a` is live for `now < a + t` and gone at `a + t`.
+//! - **Expired records** are invisible to every operation and are reclaimed
+//!   on touch, plus a full sweep once the map has grown by half since the
+//!   last one, so memory stays bounded by the live records.
+//! - Nothing survives the process; clones share one map.
+//!
+//! ```
+//! use storage_mem::MemStorage;
+//! use ttl_storage::{Key, Ttl, TtlStorage};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), ttl_storage::StorageError> {
+//! let storage = MemStorage::new();
+//! let key = Key::new("leader")?;
+//! assert!(storage.insert_if_not_exists(&key, b"me", Ttl::from_secs(5)?).await?);
+//! assert!(!storage.insert_if_not_exists(&key, b"you", Ttl::from_secs(5)?).await?);
+//! assert_eq!(storage.get(&key).await?, Some(b"me".to_vec()));
+//! # Ok(()) }
+//! ```
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+use ttl_storage::{Key, Result, Ttl, TtlStorage, check_value};
+
+/// A concurrent in-memory [`TtlStorage`]. Cheap to clone; clones share data.
+#[derive(Clone, Default)]
+pub struct MemStorage {
+    inner: Arc<Mutex<Map>>,
+}
+
+#[derive(Default)]
+struct Map {
+    records: HashMap<Key, Record>,
+    /// Map size right after the last full sweep.
+    swept_len: usize,
+}
+
+struct Record {
+    value: Vec<u8>,
+    expires_at: Option<Instant>,
+}
+
+impl Record {
+    fn new(value: &[u8], ttl: Ttl, now: Instant) -> Self {
+        Record {
+            value: value.to_vec(),
+            expires_at: ttl.duration().map(|d| now + d),
+        }
+    }
+
+    fn is_live(&self, now: Instant) -> bool {
+        self.expires_at.is_none_or(|at| now < at)
+    }
+}
+
+impl Map {
+    /// The live record under `key`, dropping it first if it has expired.
+    fn live(&mut self, key: &Key, now: Instant) -> Option<&mut Record> {
+        if self.records.get(key).is_some_and(|r| !r.is_live(now)) {
+            self.records.remove(key);
+        }
+        self.records.get_mut(key)
+    }
+
+    fn sweep_if_grown(&mut self, now: Instant) {
+        if self.records.len() > 64 && self.records.len() > self.swept_len + self.swept_len / 2 {
+            self.records.retain(|_, r| r.is_live(now));
+            self.swept_len = self.records.len();
+        }
+    }
+}
+
+impl MemStorage {
+    /// An empty storage.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of records held, live or not yet reclaimed (for diagnostics).
+    pub fn len(&self) -> usize {
+        self.lock().records.len()
+    }
+
+    /// True when no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Map> {
+        // A panic while holding the lock cannot leave a record half-written
+        // (every mutation is a single map call), so poisoning is harmless.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl TtlStorage for MemStorage {
+    async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
+        check_value(value)?;
+        let now = Instant::now();
+        let mut map = self.lock();
+        if map.live(key, now).is_some() {
+            return Ok(false);
+        }
+        map.records
+            .insert(key.clone(), Record::new(value, ttl, now));
+        map.sweep_if_grown(now);
+        Ok(true)
+    }
+
+    async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
+        check_value(old)?;
+        check_value(new)?;
+        let now = Instant::now();
+        let mut map = self.lock();
+        match map.live(key, now) {
+            Some(record) if record.value == old => {
+                *record = Record::new(new, ttl, now);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
+        check_value(value)?;
+        let now = Instant::now();
+        let mut map = self.lock();
+        match map.live(key, now) {
+            Some(record) if record.value == value => {
+                map.records.remove(key);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        Ok(map.live(key, now).map(|r| r.value.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_records_are_reclaimed() {
+        let storage = MemStorage::new();
+        let ttl = Ttl::from_secs(1).unwrap();
+        for i in 0..1000 {
+            let key = Key::new(format!("k{i}")).unwrap();
+            assert!(storage.insert_if_not_exists(&key, b"v", ttl).await.unwrap());
+            if i % 100 == 99 {
+                tokio::time::advance(Duration::from_secs(2)).await;
+            }
+        }
+        assert!(storage.len() < 300, "held {} records", storage.len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expiry_is_exact() {
+        let storage = MemStorage::new();
+        let key = Key::new("k").unwrap();
+        let ttl = Ttl::from_secs(3).unwrap();
+        assert!(storage.insert_if_not_exists(&key, b"v", ttl).await.unwrap());
+        tokio::time::advance(Duration::from_millis(2999)).await;
+        assert!(storage.get(&key).await.unwrap().is_some());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(storage.get(&key).await.unwrap().is_none());
+    }
+}

@@ -1,0 +1,119 @@
+//! The engines the network drivers are tested against, and how each is
+//! started as a local process when no endpoint is given.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Child,
+    time::{Duration, Instant},
+};
+
+/// A running engine (or an external one named by an environment variable).
+pub(crate) struct Started {
+    /// Environment variables that point the suites at this engine.
+    pub(crate) env: Vec<(String, String)>,
+    /// The local process we started, killed on drop; `None` for an external endpoint.
+    child: Option<Child>,
+}
+
+impl Started {
+    /// An engine we started ourselves; the child is killed when this is dropped.
+    pub(crate) fn local(child: Child, env: Vec<(String, String)>) -> Self {
+        Started {
+            env,
+            child: Some(child),
+        }
+    }
+
+    /// An engine somebody else runs.
+    pub(crate) fn external(env: Vec<(String, String)>) -> Self {
+        Started { env, child: None }
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            kill_tree(child);
+        }
+    }
+}
+
+/// Kills a child and waits for it, so no engine outlives the xtask.
+pub(crate) fn kill_tree(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// One engine and the suites that run against it.
+pub(crate) struct Engine {
+    /// Short name used on the command line and in the summary.
+    pub(crate) name: &'static str,
+    /// If this variable is set, the engine is external: no process is started.
+    pub(crate) endpoint_var: &'static str,
+    /// Extra variables passed through from the environment with an external endpoint.
+    pub(crate) passthrough_vars: &'static [&'static str],
+    /// Provisions and starts the engine as a local process under `work_dir`.
+    pub(crate) start: fn(work_dir: &Path) -> anyhow::Result<Started>,
+    /// `(package, test target)` pairs run with `--ignored` against the engine.
+    pub(crate) suites: &'static [(&'static str, &'static str)],
+}
+
+/// Every engine the project tests against, in the order they run.
+pub(crate) fn all() -> Vec<Engine> {
+    vec![Engine {
+        name: "mem-real-time",
+        endpoint_var: "MEM_REAL_TIME_UNUSED",
+        passthrough_vars: &[],
+        start: start_in_process,
+        suites: &[("storage-mem", "suite_real_time")],
+    }]
+}
+
+/// The in-memory driver needs no server: its real-time run checks the
+/// suite's real-time mode itself, the one the network drivers use.
+fn start_in_process(_work_dir: &Path) -> anyhow::Result<Started> {
+    Ok(Started::external(Vec::new()))
+}
+
+/// Where engines keep their downloads and data: `<target dir>/engines`.
+pub(crate) fn work_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    target.join("engines")
+}
+
+/// The workspace root (the parent of this crate's directory).
+pub(crate) fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+}
+
+/// Polls `ready` every 500 ms until it returns true or `limit` passes; fails
+/// early if `child` exits. Readiness is a real query, never a sleep.
+pub(crate) fn wait_ready(
+    name: &str,
+    child: &mut Child,
+    limit: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    loop {
+        if ready() {
+            return Ok(started.elapsed());
+        }
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("{name} exited before it was ready ({status})");
+        }
+        if started.elapsed() > limit {
+            anyhow::bail!("{name} was not ready after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A free TCP port on the loopback interface.
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}

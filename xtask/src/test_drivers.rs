@@ -1,0 +1,234 @@
+//! `cargo xtask test-drivers`.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+
+use crate::engines::{self, Engine, Started};
+
+/// Options of `test-drivers`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Run only these engines (default: all).
+    #[arg(long = "engine", value_name = "NAME")]
+    engines: Vec<String>,
+    /// Extra arguments passed to the test binaries (after `--`).
+    #[arg(last = true)]
+    test_args: Vec<String>,
+}
+
+/// What happened to one engine.
+struct Outcome {
+    name: &'static str,
+    startup: Option<Duration>,
+    external: bool,
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+    run_time: Duration,
+    error: Option<String>,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    let all = engines::all();
+    for wanted in &args.engines {
+        if !all.iter().any(|e| e.name == wanted) {
+            let names: Vec<_> = all.iter().map(|e| e.name).collect();
+            anyhow::bail!("unknown engine {wanted:?}; known: {names:?}");
+        }
+    }
+    let selected: Vec<&Engine> = all
+        .iter()
+        .filter(|e| args.engines.is_empty() || args.engines.iter().any(|w| w == e.name))
+        .collect();
+    if selected.is_empty() {
+        anyhow::bail!("no engines to test");
+    }
+    let work_dir = engines::work_dir();
+    std::fs::create_dir_all(&work_dir)
+        .with_context(|| format!("creating {}", work_dir.display()))?;
+
+    let mut outcomes = Vec::new();
+    for engine in selected {
+        outcomes.push(run_engine(engine, &work_dir, &args.test_args));
+    }
+
+    println!();
+    println!("== test-drivers summary ==");
+    println!(
+        "{:<12} {:>10} {:>7} {:>7} {:>8} {:>9}  status",
+        "engine", "startup", "passed", "failed", "ignored", "suite"
+    );
+    let mut ok = true;
+    for o in &outcomes {
+        let startup = match (o.external, o.startup) {
+            (true, _) => "external".to_string(),
+            (false, Some(d)) => format!("{:.1}s", d.as_secs_f64()),
+            (false, None) => "-".to_string(),
+        };
+        let status = match &o.error {
+            Some(e) => {
+                ok = false;
+                format!("FAILED: {e}")
+            }
+            None if o.failed > 0 || o.passed == 0 => {
+                ok = false;
+                "FAILED".to_string()
+            }
+            None => "ok".to_string(),
+        };
+        println!(
+            "{:<12} {:>10} {:>7} {:>7} {:>8} {:>8.1}s  {status}",
+            o.name,
+            startup,
+            o.passed,
+            o.failed,
+            o.ignored,
+            o.run_time.as_secs_f64()
+        );
+    }
+    let passed: u64 = outcomes.iter().map(|o| o.passed).sum();
+    let failed: u64 = outcomes.iter().map(|o| o.failed).sum();
+    println!("test-drivers: {passed} passed, {failed} failed");
+    if !ok {
+        anyhow::bail!("test-drivers failed");
+    }
+    Ok(())
+}
+
+fn run_engine(engine: &Engine, work_dir: &std::path::Path, test_args: &[String]) -> Outcome {
+    let mut outcome = Outcome {
+        name: engine.name,
+        startup: None,
+        external: false,
+        passed: 0,
+        failed: 0,
+        ignored: 0,
+        run_time: Duration::ZERO,
+        error: None,
+    };
+    println!("== {}: starting ==", engine.name);
+    let started = Instant::now();
+    let running: Started = match std::env::var(engine.endpoint_var) {
+        Ok(endpoint) if !endpoint.is_empty() => {
+            outcome.external = true;
+            let mut env = vec![(engine.endpoint_var.to_string(), endpoint)];
+            for var in engine.passthrough_vars {
+                if let Ok(v) = std::env::var(var) {
+                    env.push((var.to_string(), v));
+                }
+            }
+            Started::external(env)
+        }
+        _ => match (engine.start)(&work_dir.join(engine.name)) {
+            Ok(running) => running,
+            Err(err) => {
+                outcome.error = Some(format!("could not start: {err:#}"));
+                eprintln!("{}: could not start: {err:#}", engine.name);
+                return outcome;
+            }
+        },
+    };
+    if !outcome.external {
+        outcome.startup = Some(started.elapsed());
+        println!(
+            "== {}: ready in {:.1}s ==",
+            engine.name,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let suite_started = Instant::now();
+    for (package, test) in engine.suites {
+        if let Err(err) = run_suite(package, test, &running, test_args, &mut outcome) {
+            outcome.error = Some(format!("{package}: {err:#}"));
+        }
+    }
+    outcome.run_time = suite_started.elapsed();
+    drop(running);
+    println!("== {}: stopped ==", engine.name);
+    outcome
+}
+
+fn run_suite(
+    package: &str,
+    test: &str,
+    running: &Started,
+    test_args: &[String],
+    outcome: &mut Outcome,
+) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["test", "-p", package, "--test", test, "--", "--ignored"])
+        .args(["--test-threads", "16"])
+        .args(test_args)
+        .envs(running.env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::piped());
+    println!("== running {package} --test {test} ==");
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("running cargo test -p {package}"))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut saw_result = false;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(counts) = parse_result_line(&line) {
+            saw_result = true;
+            outcome.passed += counts.0;
+            outcome.failed += counts.1;
+            outcome.ignored += counts.2;
+        }
+    }
+    let status = child.wait()?;
+    if !saw_result {
+        anyhow::bail!("cargo test printed no result line ({status})");
+    }
+    if !status.success() && outcome.failed == 0 {
+        anyhow::bail!("cargo test failed ({status})");
+    }
+    Ok(())
+}
+
+/// Parses libtest's `test result: ok. 3 passed; 1 failed; 2 ignored; ...`.
+fn parse_result_line(line: &str) -> Option<(u64, u64, u64)> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let mut counts = (0, 0, 0);
+    for part in rest.split(';') {
+        let mut words = part.split_whitespace().rev();
+        let (Some(label), Some(n)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u64>() else { continue };
+        match label.trim_end_matches('.') {
+            "passed" => counts.0 = n,
+            "failed" => counts.1 = n,
+            "ignored" => counts.2 = n,
+            _ => {}
+        }
+    }
+    Some(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_result_line;
+
+    #[test]
+    fn parses_libtest_summary() {
+        assert_eq!(
+            parse_result_line(
+                "test result: ok. 41 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 9.1s"
+            ),
+            Some((41, 0, 2))
+        );
+        assert_eq!(
+            parse_result_line("test result: FAILED. 40 passed; 1 failed; 0 ignored;"),
+            Some((40, 1, 0))
+        );
+        assert_eq!(parse_result_line("running 3 tests"), None);
+    }
+}
