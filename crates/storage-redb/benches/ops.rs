@@ -7,6 +7,8 @@
 //! operations running concurrently (the throughput line shows operations per
 //! second). Every write is a successful conditional write, so every redb write
 //! commits durably (fsync), shared by the writes of one group commit.
+//! `redb-no-group-commit` (16 tasks only) is the driver with `max_batch(1)`:
+//! one transaction and one fsync per write.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)] // benchmark harness
 
@@ -167,13 +169,26 @@ fn bench(c: &mut Criterion) {
                 .unwrap(),
         )
     });
+    // The same driver without group commit: one transaction and fsync per write.
+    let redb_unbatched: DynTtlStorage = rt.block_on(async {
+        let storage = RedbStorage::builder()
+            .max_batch(1)
+            .open(dir.path().join("unbatched.redb"))
+            .await
+            .unwrap();
+        Arc::new(storage)
+    });
     let mut base = 0;
     for op in [Op::Insert, Op::Cas, Op::Cad, Op::Get] {
         for tasks in [1usize, 16] {
             let name = format!("{op:?}/{tasks} task{}", if tasks == 1 { "" } else { "s" });
             let mut group = c.benchmark_group(name.to_lowercase());
             group.throughput(Throughput::Elements(tasks as u64));
-            for (driver, storage) in [("mem", &mem), ("redb", &redb)] {
+            let mut drivers = vec![("mem", &mem), ("redb", &redb)];
+            if tasks > 1 && !matches!(op, Op::Get) {
+                drivers.push(("redb-no-group-commit", &redb_unbatched));
+            }
+            for (driver, storage) in drivers {
                 group.bench_function(BenchmarkId::from_parameter(driver), |b| {
                     b.to_async(&rt).iter_custom(|iters| {
                         let storage = Arc::clone(storage);
