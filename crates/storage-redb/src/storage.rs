@@ -53,6 +53,11 @@ struct Handle {
 /// Cheap to clone: clones share the open file. The file is closed when the
 /// last clone is dropped (and the blocking tasks in flight end), or by
 /// [`RedbStorage::close`].
+///
+/// The background sweep runs on the tokio runtime that opened the file and
+/// stops with it, or when the last clone is dropped. A call whose future is
+/// dropped (cancelled, timed out) after it was queued may still be applied,
+/// as with a network driver: read the record back to find out.
 #[derive(Clone)]
 pub struct RedbStorage {
     handle: Arc<Handle>,
