@@ -98,8 +98,8 @@ pub enum OpenError {
         #[source]
         source: Box<redb::Error>,
     },
-    /// The blocking open task was cancelled (the runtime is shutting down).
-    #[error("opening {path:?} was interrupted: the runtime is shutting down")]
+    /// The blocking open task panicked or was cancelled (the runtime is shutting down).
+    #[error("opening {path:?} was interrupted: the blocking task panicked or was cancelled")]
     Interrupted {
         /// The storage file.
         path: PathBuf,

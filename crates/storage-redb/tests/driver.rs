@@ -208,11 +208,11 @@ async fn expired_records_are_invisible_to_every_operation() {
 async fn swap_restarts_the_ttl() {
     let (_dir, s) = fresh().await;
     let k = key("lease");
-    assert!(s.insert_if_not_exists(&k, b"me", secs(1)).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(s.compare_and_swap(&k, b"me", b"me", secs(2)).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    // 1.3 s after the insert, 0.7 s after the renewal: still held.
+    assert!(s.insert_if_not_exists(&k, b"me", secs(2)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(s.compare_and_swap(&k, b"me", b"me", secs(3)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // 2.5 s after the insert (its TTL was 2 s), 1.5 s after the renewal: still held.
     assert_eq!(s.get(&k).await.unwrap(), Some(b"me".to_vec()));
     // Renewing to a never-expiring record drops it from the expiry index.
     assert!(
@@ -220,7 +220,7 @@ async fn swap_restarts_the_ttl() {
             .await
             .unwrap()
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     assert_eq!(s.sweep_now(100).await.unwrap(), 0);
     assert_eq!(s.get(&k).await.unwrap(), Some(b"me".to_vec()));
 }
@@ -235,7 +235,7 @@ async fn sweep_is_bounded_and_skips_live_records() {
         .unwrap();
     for i in 0..25 {
         assert!(
-            s.insert_if_not_exists(&key(&format!("short/{i}")), b"x", secs(1))
+            s.insert_if_not_exists(&key(&format!("short/{i}")), b"x", secs(2))
                 .await
                 .unwrap()
         );
@@ -252,7 +252,7 @@ async fn sweep_is_bounded_and_skips_live_records() {
     );
     // Touching an expired key reclaims it; swept twice it is not counted twice.
     assert!(
-        s.insert_if_not_exists(&key("touched"), b"x", secs(1))
+        s.insert_if_not_exists(&key("touched"), b"x", secs(2))
             .await
             .unwrap()
     );
@@ -261,7 +261,7 @@ async fn sweep_is_bounded_and_skips_live_records() {
         0,
         "nothing has expired yet"
     );
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     assert!(
         s.insert_if_not_exists(&key("touched"), b"y", Ttl::NEVER)
             .await
