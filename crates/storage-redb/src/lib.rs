@@ -21,7 +21,9 @@
 //! assert_eq!(storage.get(&key).await?, Some(b"10.0.0.7".to_vec()));
 //! assert!(storage.compare_and_delete(&key, b"10.0.0.7").await?);
 //!
-//! storage.close().await?; // releases the file at once (dropping does too)
+//! // Releases the file at once; dropping the last clone releases it shortly
+//! // after, from a blocking thread.
+//! storage.close().await?;
 //! # Ok(()) }
 //! ```
 //!

@@ -2,7 +2,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 
@@ -41,11 +41,26 @@ impl Shared {
     }
 }
 
-/// What the clones of one [`RedbStorage`] share; dropping the last clone
-/// stops the sweep.
-struct Handle {
-    shared: Arc<Shared>,
-    sweeper: Mutex<Option<Sweeper>>,
+/// Owned by the clones of one [`RedbStorage`]; dropped with the last clone.
+///
+/// It stops the sweep and hands its reference to the shared state to a
+/// blocking thread, so that closing the file (which writes to it) never runs
+/// on the async runtime.
+struct Guard {
+    shared: Option<Arc<Shared>>,
+    sweeper: Option<Sweeper>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        drop(self.sweeper.take());
+        if let Some(shared) = self.shared.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(shared))),
+                Err(_) => drop(shared),
+            }
+        }
+    }
 }
 
 /// A [`TtlStorage`] in a redb file. See the [crate docs](crate) for its guarantees.
@@ -60,13 +75,14 @@ struct Handle {
 /// as with a network driver: read the record back to find out.
 #[derive(Clone)]
 pub struct RedbStorage {
-    handle: Arc<Handle>,
+    shared: Arc<Shared>,
+    guard: Arc<Guard>,
 }
 
 impl std::fmt::Debug for RedbStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedbStorage")
-            .field("path", &self.handle.shared.path)
+            .field("path", &self.shared.path)
             .finish_non_exhaustive()
     }
 }
@@ -87,24 +103,26 @@ impl RedbStorage {
         let shared = Arc::new(shared);
         let sweeper =
             sweep.map(|(interval, limit)| Sweeper::start(Arc::downgrade(&shared), interval, limit));
+        let guard = Guard {
+            shared: Some(Arc::clone(&shared)),
+            sweeper,
+        };
         RedbStorage {
-            handle: Arc::new(Handle {
-                shared,
-                sweeper: Mutex::new(sweeper),
-            }),
+            shared,
+            guard: Arc::new(guard),
         }
     }
 
     /// The storage file.
     pub fn path(&self) -> &Path {
-        &self.handle.shared.path
+        &self.shared.path
     }
 
     /// Runs one sweep pass now: deletes at most `limit` expired records and
     /// returns how many it deleted. The background sweep does the same
     /// periodically; this is for tests and maintenance.
     pub async fn sweep_now(&self, limit: usize) -> Result<usize> {
-        let shared = Arc::clone(&self.handle.shared);
+        let shared = Arc::clone(&self.shared);
         let pass = tokio::task::spawn_blocking(move || crate::sweep::sweep_once(&shared.db, limit));
         match pass.await {
             Ok(Ok(removed)) => Ok(removed),
@@ -123,20 +141,19 @@ impl RedbStorage {
     /// Fails with [`CloseError::InUse`] (and closes nothing) while other clones
     /// of this handle are alive.
     pub async fn close(self) -> Result<(), CloseError> {
-        let path = self.handle.shared.path.clone();
-        let handle =
-            Arc::try_unwrap(self.handle).map_err(|_| CloseError::InUse { path: path.clone() })?;
-        let sweeper = handle
-            .sweeper
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(sweeper) = sweeper {
+        let RedbStorage { shared, guard } = self;
+        let path = shared.path.clone();
+        let Ok(mut guard) = Arc::try_unwrap(guard) else {
+            return Err(CloseError::InUse { path });
+        };
+        if let Some(sweeper) = guard.sweeper.take() {
             sweeper.stop().await;
         }
+        drop(guard.shared.take());
+        drop(guard);
         // Blocking tasks of operations that already returned may still hold
         // the shared state for a moment (a drain that found the queue empty).
-        let mut shared = handle.shared;
+        let mut shared = shared;
         let shared = loop {
             match Arc::try_unwrap(shared) {
                 Ok(shared) => break shared,
@@ -160,7 +177,7 @@ impl RedbStorage {
     /// Queues a conditional write and waits for its committed answer.
     async fn write(&self, op: Op) -> Result<bool> {
         let (reply, answer) = oneshot::channel();
-        let shared = Arc::clone(&self.handle.shared);
+        let shared = Arc::clone(&self.shared);
         shared.writer.push(Pending { op, reply });
         // Not awaited: the answer comes through `reply`, possibly from the
         // task of another operation of the same batch.
@@ -209,7 +226,7 @@ impl TtlStorage for RedbStorage {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        let shared = Arc::clone(&self.handle.shared);
+        let shared = Arc::clone(&self.shared);
         let key = key.as_str().to_owned();
         let read = tokio::task::spawn_blocking(move || {
             let now = record::now_millis()?;
