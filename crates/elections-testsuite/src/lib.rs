@@ -25,7 +25,7 @@
 //! case, in that case's runtime. Keys carry a random per-case prefix, so
 //! cases run in parallel against one server and re-runs never collide.
 //!
-//! In `real_time` mode, leases are 4 s and storage TTLs 2 s, and the
+//! In `real_time` mode, leases are 5 s and storage TTLs 2 s, and the
 //! contract's one second of expiry granularity is allowed for; run with
 //! `--test-threads 16` to finish in well under a minute.
 //!
@@ -121,6 +121,7 @@ macro_rules! __suite_module {
                 elections_concurrent_contenders_one_leader,
                 elections_invalid_input_rejected,
                 elections_no_task_survives_cleanup,
+                elections_late_delete_spares_next_leadership,
             );
         }
     };
