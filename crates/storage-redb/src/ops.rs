@@ -181,3 +181,156 @@ pub(crate) fn get(
     let (expires_at, value) = record::decode(guard.value())?;
     Ok(record::is_live(expires_at, now).then(|| value.to_vec()))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    use redb::{ReadableDatabase, backends::InMemoryBackend};
+
+    use super::*;
+    use crate::schema;
+
+    fn memory_db() -> redb::Database {
+        let db = redb::Database::builder()
+            .create_with_backend(InMemoryBackend::new())
+            .unwrap();
+        schema::init_or_check(&db).unwrap();
+        db
+    }
+
+    /// The expiry index holds exactly one entry per expiring record.
+    fn assert_index_matches(db: &redb::Database) {
+        let txn = db.begin_read().unwrap();
+        let records = txn.open_table(RECORDS).unwrap();
+        let expiry = txn.open_table(EXPIRY).unwrap();
+        let mut expected = Vec::new();
+        for entry in records.iter().unwrap() {
+            let (key, value) = entry.unwrap();
+            let (expires_at, _) = record::decode(value.value()).unwrap();
+            if expires_at != NEVER {
+                expected.push((expires_at, key.value().to_owned()));
+            }
+        }
+        let mut indexed: Vec<(u64, String)> = expiry
+            .iter()
+            .unwrap()
+            .map(|entry| {
+                let (key, _) = entry.unwrap();
+                (key.value().0, key.value().1.to_owned())
+            })
+            .collect();
+        expected.sort();
+        indexed.sort();
+        assert_eq!(indexed, expected);
+    }
+
+    /// Random operations on a few keys, with a clock that advances in steps,
+    /// agree with a plain map model, and keep the expiry index exact.
+    #[test]
+    fn random_operations_match_a_model() {
+        let db = memory_db();
+        let mut rng = StdRng::seed_from_u64(7);
+        // key -> (expiry, value)
+        let mut model: BTreeMap<String, (u64, Vec<u8>)> = BTreeMap::new();
+        let mut now = 1_000_000u64;
+        for step in 0..3000 {
+            now += rng.random_range(0..400);
+            let key = format!("k{}", rng.random_range(0..12));
+            let value = vec![rng.random_range(0..3u8)];
+            let other = vec![rng.random_range(0..3u8)];
+            let ttl = match rng.random_range(0..3) {
+                0 => Ttl::NEVER,
+                _ => Ttl::from_secs(rng.random_range(1..4)).unwrap(),
+            };
+            let live = model
+                .get(&key)
+                .filter(|(expires_at, _)| record::is_live(*expires_at, now))
+                .cloned();
+            let (op, expected) = match rng.random_range(0..3) {
+                0 => (
+                    Op::Insert {
+                        key: key.clone(),
+                        value: value.clone(),
+                        ttl,
+                    },
+                    live.is_none(),
+                ),
+                1 => (
+                    Op::Swap {
+                        key: key.clone(),
+                        old: other.clone(),
+                        new: value.clone(),
+                        ttl,
+                    },
+                    live.as_ref().is_some_and(|(_, v)| *v == other),
+                ),
+                _ => (
+                    Op::Delete {
+                        key: key.clone(),
+                        value: value.clone(),
+                    },
+                    live.as_ref().is_some_and(|(_, v)| *v == value),
+                ),
+            };
+            let txn = db.begin_write().unwrap();
+            let applied = Tables::open(&txn).unwrap().apply(&op, now).unwrap();
+            txn.commit().unwrap();
+            assert_eq!(applied.answer, expected, "step {step}: {op:?}");
+            if expected {
+                match op {
+                    Op::Delete { .. } => {
+                        model.remove(&key);
+                    }
+                    _ => {
+                        model.insert(key.clone(), (record::expiry_for(now, ttl), value));
+                    }
+                }
+            }
+            if step % 100 == 0 {
+                let txn = db.begin_write().unwrap();
+                Tables::open(&txn).unwrap().sweep(now, 5).unwrap();
+                txn.commit().unwrap();
+            }
+            assert_index_matches(&db);
+            for (key, (expires_at, value)) in &model {
+                let got = get(&db, key, now).unwrap();
+                let want = record::is_live(*expires_at, now).then(|| value.clone());
+                assert_eq!(got, want, "step {step}: {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn operations_of_one_batch_see_each_other() {
+        let db = memory_db();
+        let ttl = Ttl::from_secs(5).unwrap();
+        let txn = db.begin_write().unwrap();
+        let mut tables = Tables::open(&txn).unwrap();
+        let insert = Op::Insert {
+            key: "k".into(),
+            value: b"a".to_vec(),
+            ttl,
+        };
+        let swap = Op::Swap {
+            key: "k".into(),
+            old: b"a".to_vec(),
+            new: b"b".to_vec(),
+            ttl,
+        };
+        let delete = Op::Delete {
+            key: "k".into(),
+            value: b"b".to_vec(),
+        };
+        let answers: Vec<bool> = [&insert, &insert, &swap, &swap, &delete, &insert]
+            .into_iter()
+            .map(|op| tables.apply(op, 1_000).unwrap().answer)
+            .collect();
+        drop(tables);
+        txn.commit().unwrap();
+        assert_eq!(answers, [true, false, true, false, true, true]);
+        assert_eq!(get(&db, "k", 1_000).unwrap(), Some(b"a".to_vec()));
+        assert_index_matches(&db);
+    }
+}
