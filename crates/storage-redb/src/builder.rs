@@ -191,30 +191,12 @@ impl RedbStorageBuilder {
             .set_check_integrity_on_open(self.check_integrity);
         // redb may panic on a file damaged outside redb; report that, never crash.
         let db = catch_unwind(AssertUnwindSafe(|| builder.create(&path)))
-            .map_err(|panic| OpenError::Corrupted {
-                path: path.clone(),
-                message: format!("redb panicked reading the file: {}", panic_message(&panic)),
-                source: None,
-            })?
+            .map_err(|panic| panicked(&path, &panic))?
             .map_err(|err| OpenError::from_redb(path.clone(), err.into()))?;
-        let checked =
-            catch_unwind(AssertUnwindSafe(|| schema::init_or_check(&db))).map_err(|panic| {
-                OpenError::Corrupted {
-                    path: path.clone(),
-                    message: format!("redb panicked reading the file: {}", panic_message(&panic)),
-                    source: None,
-                }
-            })?;
-        match checked {
-            Ok(()) => Ok(Shared::new(db, path, self.max_batch)),
-            Err(SchemaError::Foreign(tables)) => Err(OpenError::ForeignDatabase { path, tables }),
-            Err(SchemaError::Version(found)) => Err(OpenError::UnsupportedFormat {
-                path,
-                found,
-                supported: schema::FORMAT_VERSION,
-            }),
-            Err(SchemaError::Redb(err)) => Err(OpenError::from_redb(path, err)),
-        }
+        let checked = catch_unwind(AssertUnwindSafe(|| schema::init_or_check(&db)))
+            .map_err(|panic| panicked(&path, &panic))?;
+        schema_result(&path, checked)?;
+        Ok(Shared::new(db, path, self.max_batch))
     }
 
     fn ensure_parent(&self, path: &Path) -> Result<(), OpenError> {
@@ -308,10 +290,16 @@ fn check_magic(path: &Path) -> Result<(), OpenError> {
     }
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
+/// The error for a panic of redb while reading `path`.
+fn panicked(path: &Path, panic: &Box<dyn std::any::Any + Send>) -> OpenError {
+    let message = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    OpenError::Corrupted {
+        path: path.to_path_buf(),
+        message: format!("redb panicked reading the file: {message}"),
+        source: None,
+    }
 }
