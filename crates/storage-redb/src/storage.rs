@@ -28,6 +28,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Wraps an open, checked database.
     pub(crate) fn new(db: Database, path: PathBuf, max_batch: usize) -> Self {
         Shared {
             db,
@@ -36,6 +37,7 @@ impl Shared {
         }
     }
 
+    /// The database.
     pub(crate) fn db(&self) -> &Database {
         &self.db
     }
