@@ -143,6 +143,7 @@ fn start<P: ServicePipeline>(
         key: info.key.clone(),
         key_index: index,
         fencing_token: info.fencing_token,
+        value: shared.value.as_str().into(),
     };
     shared
         .service_tasks

@@ -1,6 +1,6 @@
 //! [`ServicePipeline`]: the work a VVM runs while it leads.
 
-use std::fmt;
+use std::{fmt, sync::Arc};
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use ttl_storage::{BoxError, Key};
@@ -33,6 +33,7 @@ pub struct ServiceContext {
     pub(crate) key: Key,
     pub(crate) key_index: u32,
     pub(crate) fencing_token: u64,
+    pub(crate) value: Arc<str>,
 }
 
 impl ServiceContext {
@@ -59,6 +60,11 @@ impl ServiceContext {
     /// The index of that key, in `1..=cluster_size`.
     pub fn key_index(&self) -> u32 {
         self.key_index
+    }
+
+    /// The value this VVM wrote to the leadership record.
+    pub fn value(&self) -> &str {
+        &self.value
     }
 
     /// The fencing token of this leadership: pass it with every write to a
