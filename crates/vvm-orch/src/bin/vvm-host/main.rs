@@ -1,1 +1,163 @@
-fn main() {}
+//! `vvm-host`: run a command only while this node leads, in the spirit of
+//! `consul lock` / `etcdctl lock`, so a cron job or a daemon runs on exactly
+//! one node of a cluster (or on `--cluster-size` nodes at most).
+//!
+//! ```text
+//! vvm-host [OPTIONS] -- COMMAND [ARGS...]
+//! ```
+//!
+//! It provides and launches a [`vvm_orch::Vvm`] whose service pipeline is
+//! COMMAND (or a demo service), waits for SIGINT, SIGTERM or a VVM problem,
+//! then shuts the VVM down: the command is stopped (SIGTERM, then SIGKILL
+//! after the grace period) before leadership is released. See `--help` for
+//! the options and exit statuses.
+
+mod cli;
+mod command;
+mod demo;
+mod storage_url;
+
+use std::{
+    io::IsTerminal,
+    process::ExitCode,
+    sync::{Arc, Mutex, PoisonError},
+    time::Instant,
+};
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::signal::unix::{SignalKind, signal};
+use tracing_subscriber::EnvFilter;
+use ttl_storage::DynTtlStorage;
+use vvm_orch::{ServicePipeline, Vvm, VvmConfig, VvmProblem};
+
+use crate::{
+    cli::Args,
+    command::{CommandPipeline, Outcome},
+    demo::DemoPipeline,
+    storage_url::StorageUrl,
+};
+
+/// Exit status for errors of vvm-host itself (storage, runtime).
+const EXIT_ERROR: u8 = 1;
+/// Exit status for bad options (as clap uses).
+const EXIT_USAGE: u8 = 2;
+/// Exit status when no leadership was acquired within the acquisition duration.
+const EXIT_NO_LEADERSHIP: u8 = 3;
+/// Exit status after a leadership loss.
+const EXIT_LEADERSHIP_LOST: u8 = 4;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = match EnvFilter::try_new(&args.log) {
+        Ok(filter) => filter,
+        Err(err) => {
+            eprintln!("vvm-host: invalid --log filter {:?}: {err}", args.log);
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let config = match args.vvm_config() {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("vvm-host: {err}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("vvm-host: cannot start the async runtime: {err}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    match runtime.block_on(run(args, config)) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("vvm-host: error: {err:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+async fn run(args: Args, config: VvmConfig) -> anyhow::Result<u8> {
+    let url = match &args.storage {
+        Some(url) => url.clone(),
+        None => StorageUrl::default_url()?,
+    };
+    let storage = url
+        .open()
+        .await
+        .with_context(|| format!("cannot open storage {url}"))?;
+    tracing::info!(storage = %url, address = %config.address, cluster_size = config.cluster_size, "vvm-host starting");
+    match CommandPipeline::new(args.command, args.grace_period) {
+        Some((pipeline, outcome)) => host(config, storage, pipeline, Some(outcome)).await,
+        None => host(config, storage, DemoPipeline, None).await,
+    }
+}
+
+/// Launches the VVM, waits for a signal or a problem, shuts down, and maps
+/// the outcome to an exit status.
+async fn host<P: ServicePipeline>(
+    config: VvmConfig,
+    storage: DynTtlStorage,
+    pipeline: P,
+    child: Option<Arc<Mutex<Option<Outcome>>>>,
+) -> anyhow::Result<u8> {
+    let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let vvm = Vvm::provide(config, storage, pipeline)?;
+    tracing::info!(value = vvm.value(), "acquiring leadership");
+    let (vvm, problem) = vvm.launch();
+
+    let requested_by = tokio::select! {
+        () = problem.raised() => None,
+        _ = sigint.recv() => Some("SIGINT"),
+        _ = sigterm.recv() => Some("SIGTERM"),
+    };
+    if let Some(signal) = requested_by {
+        tracing::info!(signal, "signal received; shutting down");
+    }
+    // Further signals during shutdown are only logged: the command still
+    // gets its grace period, and leadership is released after it stopped.
+    let watcher = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = sigint.recv() => {}
+                _ = sigterm.recv() => {}
+            }
+            tracing::warn!("signal received while shutting down; still waiting for the command");
+        }
+    });
+    let started = Instant::now();
+    let result = vvm.shutdown().await;
+    watcher.abort();
+    tracing::info!(elapsed = ?started.elapsed(), "shut down; leadership released");
+
+    let child_outcome = child.and_then(|cell| *cell.lock().unwrap_or_else(PoisonError::into_inner));
+    Ok(match result {
+        Ok(()) => 0,
+        Err(VvmProblem::ServicesFinished | VvmProblem::Service(_)) if child_outcome.is_some() => {
+            child_outcome.map_or(EXIT_ERROR, Outcome::exit_code)
+        }
+        Err(problem @ VvmProblem::LeadershipAcquisition { .. }) => {
+            tracing::error!(%problem, "giving up");
+            EXIT_NO_LEADERSHIP
+        }
+        Err(problem @ VvmProblem::LeadershipLost { .. }) => {
+            tracing::error!(%problem, "leadership lost; the command was stopped");
+            EXIT_LEADERSHIP_LOST
+        }
+        Err(problem) => {
+            tracing::error!(%problem, "failed");
+            EXIT_ERROR
+        }
+    })
+}

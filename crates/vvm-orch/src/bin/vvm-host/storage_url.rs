@@ -1,0 +1,143 @@
+//! Storage selection: every driver `vvm-host` can use, chosen by URL.
+//!
+//! This is the one place that knows the drivers. Adding one means a variant
+//! of [`StorageUrl`], its scheme in `FromStr`, and its arm in
+//! [`StorageUrl::open`] (behind a cargo feature for network drivers).
+
+use std::{env, fmt, path::PathBuf, str::FromStr, sync::Arc};
+
+use ttl_storage::DynTtlStorage;
+
+/// Name of the redb file in the default data directory.
+const DEFAULT_FILE: &str = "vvm-host.redb";
+
+/// Where leadership records live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StorageUrl {
+    /// `mem`: in this process only; for a throwaway single-node run.
+    Mem,
+    /// `redb:///path/to/file.redb` (or `redb://relative/path`): an embedded
+    /// file, shared by the vvm-host processes of one machine.
+    Redb(PathBuf),
+}
+
+/// A storage URL that cannot be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum StorageUrlError {
+    #[error("empty storage URL")]
+    Empty,
+    #[error("{0:?} has no file path (expected redb:///path/to/file.redb)")]
+    EmptyPath(String),
+    #[error(
+        "storage driver {scheme:?} is not built into this vvm-host (network drivers come behind cargo features)"
+    )]
+    NotBuiltIn { scheme: String },
+    #[error("unknown storage {0:?}: expected `mem` or `redb:///path/to/file.redb`")]
+    Unknown(String),
+}
+
+/// A storage that cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    #[error(
+        "the redb driver is not available in this build yet (storage-redb has not landed); cannot open {path}. Use --storage mem"
+    )]
+    RedbNotAvailable { path: PathBuf },
+    #[error("no default data directory: set XDG_DATA_HOME or HOME, or pass --storage")]
+    NoDataDir,
+}
+
+impl FromStr for StorageUrl {
+    type Err = StorageUrlError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(StorageUrlError::Empty);
+        }
+        if s == "mem" || s == "mem://" {
+            return Ok(StorageUrl::Mem);
+        }
+        if let Some(path) = s.strip_prefix("redb://") {
+            if path.is_empty() {
+                return Err(StorageUrlError::EmptyPath(s.to_owned()));
+            }
+            return Ok(StorageUrl::Redb(PathBuf::from(path)));
+        }
+        match s.split_once("://") {
+            Some((scheme @ ("scylla" | "cassandra" | "dynamodb"), _)) => {
+                Err(StorageUrlError::NotBuiltIn {
+                    scheme: scheme.to_owned(),
+                })
+            }
+            _ => Err(StorageUrlError::Unknown(s.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for StorageUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageUrl::Mem => f.write_str("mem"),
+            StorageUrl::Redb(path) => write!(f, "redb://{}", path.display()),
+        }
+    }
+}
+
+impl StorageUrl {
+    /// The default: a redb file in the user's data directory
+    /// (`$XDG_DATA_HOME/vvm-host/vvm-host.redb`, else `~/.local/share/...`).
+    pub(crate) fn default_url() -> Result<StorageUrl, OpenError> {
+        let base = env::var_os("XDG_DATA_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                env::var_os("HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(|home| PathBuf::from(home).join(".local").join("share"))
+            })
+            .ok_or(OpenError::NoDataDir)?;
+        Ok(StorageUrl::Redb(base.join("vvm-host").join(DEFAULT_FILE)))
+    }
+
+    /// Opens the storage.
+    pub(crate) async fn open(&self) -> Result<DynTtlStorage, OpenError> {
+        match self {
+            StorageUrl::Mem => Ok(Arc::new(storage_mem::MemStorage::new())),
+            StorageUrl::Redb(path) => Err(OpenError::RedbNotAvailable { path: path.clone() }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_urls() {
+        assert_eq!("mem".parse(), Ok(StorageUrl::Mem));
+        assert_eq!(
+            "redb:///var/lib/x.redb".parse(),
+            Ok(StorageUrl::Redb(PathBuf::from("/var/lib/x.redb")))
+        );
+        assert_eq!(
+            "redb://data/x.redb".parse(),
+            Ok(StorageUrl::Redb(PathBuf::from("data/x.redb")))
+        );
+        assert_eq!(
+            "redb://".parse::<StorageUrl>(),
+            Err(StorageUrlError::EmptyPath("redb://".into()))
+        );
+        assert_eq!("".parse::<StorageUrl>(), Err(StorageUrlError::Empty));
+        assert!(matches!(
+            "scylla://10.0.0.1".parse::<StorageUrl>(),
+            Err(StorageUrlError::NotBuiltIn { .. })
+        ));
+        assert!(matches!(
+            "postgres://x".parse::<StorageUrl>(),
+            Err(StorageUrlError::Unknown(_))
+        ));
+        let url = StorageUrl::Redb(PathBuf::from("/a/b.redb"));
+        assert_eq!(url.to_string().parse(), Ok(url));
+    }
+}
