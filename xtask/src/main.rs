@@ -4,9 +4,11 @@
 //! - `cargo xtask test-drivers`: start every storage engine (or use the
 //!   endpoints given in the environment), run each network driver's whole
 //!   `elections-testsuite` against it, print a per-engine summary, tear down.
+//! - `cargo xtask sim --seeds 10000`: the deterministic elections simulation.
 
 #[allow(dead_code)] // TEMPORARY: the engine modules land from the driver branches
 mod engines;
+mod sim;
 mod test_drivers;
 
 use clap::{Parser, Subcommand};
@@ -22,10 +24,13 @@ struct Cli {
 enum Task {
     /// Start the real engines, run every network driver's suite against them, tear down.
     TestDrivers(test_drivers::Args),
+    /// Run the deterministic elections simulation over many seeds (release build).
+    Sim(sim::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::TestDrivers(args) => test_drivers::run(args),
+        Task::Sim(args) => sim::run(args),
     }
 }

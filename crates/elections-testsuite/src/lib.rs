@@ -121,6 +121,7 @@ macro_rules! __suite_module {
                 elections_concurrent_contenders_one_leader,
                 elections_invalid_input_rejected,
                 elections_no_task_survives_cleanup,
+                elections_late_delete_spares_next_leadership,
             );
         }
     };

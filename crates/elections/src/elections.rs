@@ -3,7 +3,11 @@
 use std::{
     collections::HashMap,
     fmt,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    hash::{BuildHasher, Hasher},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicU32, Ordering},
+    },
     time::Duration,
 };
 
@@ -17,6 +21,7 @@ use crate::{
     fencing::{self, timed},
     killer::{Killer, KillerTimer, ProcessKiller},
     leadership::{EndReason, EndSignal, Leadership, LossCause},
+    record,
     renewal::Renewal,
     timing::Timing,
 };
@@ -35,6 +40,9 @@ pub struct Elections {
 struct Inner {
     storage: Arc<dyn TtlStorage>,
     killer: Arc<dyn Killer>,
+    /// Random id of this instance: the first half of every record nonce.
+    instance: u64,
+    acquisitions: AtomicU32,
     tracker: TaskTracker,
     state: Mutex<State>,
 }
@@ -51,7 +59,8 @@ enum Slot {
 }
 
 struct Entry {
-    value: Arc<[u8]>,
+    /// The stored bytes (value and nonce).
+    record: Arc<[u8]>,
     timing: Timing,
     stop: CancellationToken,
     renewal: JoinHandle<()>,
@@ -63,28 +72,30 @@ impl Elections {
     /// Elections over `storage` with the production killer ([`ProcessKiller`]),
     /// which exits the process if a lost leadership is not released in time.
     pub fn new(storage: impl TtlStorage + 'static) -> Self {
-        Self::with_killer(storage, Arc::new(ProcessKiller))
+        Self::builder(storage).build()
     }
 
     /// Elections over `storage` with a custom killer (tests use
     /// [`crate::RecordingKiller`]).
     pub fn with_killer(storage: impl TtlStorage + 'static, killer: Arc<dyn Killer>) -> Self {
-        Elections {
-            inner: Arc::new(Inner {
-                storage: Arc::new(storage),
-                killer,
-                tracker: TaskTracker::new(),
-                state: Mutex::new(State::default()),
-            }),
+        Self::builder(storage).killer(killer).build()
+    }
+
+    /// A builder, for the less common options.
+    pub fn builder(storage: impl TtlStorage + 'static) -> ElectionsBuilder {
+        ElectionsBuilder {
+            storage: Arc::new(storage),
+            killer: Arc::new(ProcessKiller),
+            instance: None,
         }
     }
 
     /// Tries once to become the leader for `key`.
     ///
     /// Returns `Ok(Some(leadership))` when this call acquired it, `Ok(None)`
-    /// when someone else holds it. `value` is written to the record and must
-    /// identify this contender uniquely (an address plus a process id, say):
-    /// outcome-unknown writes are resolved by reading the value back.
+    /// when someone else holds it. `value` (this contender's address, say)
+    /// is written to the record followed by a unique nonce (see
+    /// [`crate::record`]), so every leadership's record bytes are unique.
     /// `duration` is the lease (a whole number of seconds, at least 1 s).
     ///
     /// The protocol: insert-if-not-exists; advance the fencing counter; a
@@ -108,7 +119,9 @@ impl Elections {
         duration: Duration,
     ) -> Result<Option<Leadership>, ElectionsError> {
         let timing = Timing::new(duration)?;
-        let value: Arc<[u8]> = value.as_ref().into();
+        let counter_value = self.inner.acquisitions.fetch_add(1, Ordering::Relaxed);
+        let value: Arc<[u8]> =
+            record::encode(value.as_ref(), self.inner.instance, counter_value).into();
         check_value(&value)?;
         if fencing::is_reserved(key) {
             return Err(ElectionsError::ReservedKey(key.clone()));
@@ -229,7 +242,7 @@ impl Elections {
                 state.slots.insert(
                     key.clone(),
                     Slot::Held(Entry {
-                        value: value.clone(),
+                        record: value.clone(),
                         timing,
                         stop,
                         renewal,
@@ -240,7 +253,7 @@ impl Elections {
                 reservation.fulfil();
                 return Ok(Some(Leadership {
                     key,
-                    value,
+                    record: value,
                     fencing_token,
                     duration: timing.duration(),
                     end,
@@ -283,7 +296,7 @@ impl Elections {
                 tracing::error!(error = %err, "renewal task panicked");
             }
             entry.end.end(EndReason::Released);
-            self.delete_record(key, &entry.value, entry.timing).await;
+            self.delete_record(key, &entry.record, entry.timing).await;
             entry.killer.disarm();
             tracing::info!("leadership released");
         }
@@ -363,6 +376,55 @@ impl Elections {
     pub fn background_tasks(&self) -> usize {
         self.inner.tracker.len()
     }
+}
+
+/// Builds an [`Elections`] with non-default options.
+pub struct ElectionsBuilder {
+    storage: Arc<dyn TtlStorage>,
+    killer: Arc<dyn Killer>,
+    instance: Option<u64>,
+}
+
+impl ElectionsBuilder {
+    /// The killer (default: [`ProcessKiller`]).
+    pub fn killer(mut self, killer: Arc<dyn Killer>) -> Self {
+        self.killer = killer;
+        self
+    }
+
+    /// The instance id used in record nonces (default: random). Set it
+    /// only for reproducible simulations; two live instances must never
+    /// share an id.
+    pub fn instance_id(mut self, id: u64) -> Self {
+        self.instance = Some(id);
+        self
+    }
+
+    /// The elections.
+    pub fn build(self) -> Elections {
+        let instance = self.instance.unwrap_or_else(random_instance_id);
+        Elections {
+            inner: Arc::new(Inner {
+                storage: self.storage,
+                killer: self.killer,
+                instance,
+                acquisitions: AtomicU32::new(0),
+                tracker: TaskTracker::new(),
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+}
+
+/// 64 random bits from the standard library's per-process random keys,
+/// mixed with the process id and the time.
+fn random_instance_id() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        hasher.write_u128(now.as_nanos());
+    }
+    hasher.finish()
 }
 
 impl fmt::Debug for Elections {

@@ -261,6 +261,7 @@ async fn run(key: Key, killer: Arc<dyn Killer>, mut rx: watch::Receiver<Option<I
             return;
         }
         tokio::select! {
+            biased;
             () = tokio::time::sleep_until(deadline) => {
                 killer.kill(&key, deadline);
                 return;

@@ -80,7 +80,7 @@ impl EndSignal {
 #[derive(Clone)]
 pub struct Leadership {
     pub(crate) key: Key,
-    pub(crate) value: Arc<[u8]>,
+    pub(crate) record: Arc<[u8]>,
     pub(crate) fencing_token: u64,
     pub(crate) duration: Duration,
     pub(crate) end: EndSignal,
@@ -92,9 +92,15 @@ impl Leadership {
         &self.key
     }
 
-    /// The value this leader wrote.
+    /// The value this leader gave to `acquire_leadership`.
     pub fn value(&self) -> &[u8] {
-        &self.value
+        crate::record::leader_value(&self.record)
+    }
+
+    /// The exact bytes stored in the record: the value and this
+    /// leadership's unique nonce (see [`crate::record`]).
+    pub fn record_value(&self) -> &[u8] {
+        &self.record
     }
 
     /// The fencing token: strictly greater than every token issued before

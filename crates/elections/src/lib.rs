@@ -80,10 +80,11 @@ mod error;
 pub mod fencing;
 pub mod killer;
 mod leadership;
+pub mod record;
 mod renewal;
 mod timing;
 
-pub use crate::elections::Elections;
+pub use crate::elections::{Elections, ElectionsBuilder};
 pub use error::ElectionsError;
 pub use killer::{ArmEvent, ArmReason, Kill, Killer, ProcessKiller, RecordingKiller};
 pub use leadership::{EndReason, Leadership, LossCause};

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use elections::{
     ArmEvent, ArmReason, Elections, ElectionsError, EndReason, Leadership, LossCause, fencing,
+    record,
 };
 use tokio::time::{Instant, timeout};
 use ttl_storage::{Key, Ttl};
@@ -39,7 +40,10 @@ pub async fn elections_basic_usage(ctx: Ctx) {
     assert_eq!(l.key(), &k);
     assert_eq!(l.value(), b"node-1");
     assert!(l.fencing_token() >= 1);
-    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"node-1".to_vec()));
+    assert_eq!(
+        ctx.storage.get(&k).await.unwrap().as_deref(),
+        Some(l.record_value())
+    );
     assert_eq!(e.held_keys(), vec![k.clone()]);
     e.release_leadership(&k).await;
     assert!(!l.is_active());
@@ -66,7 +70,8 @@ pub async fn elections_acquire_when_already_held(ctx: Ctx) {
         a.acquire_leadership(&k, "a", ctx.lease()).await,
         Err(ElectionsError::AlreadyHeld(_))
     ));
-    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"a".to_vec()));
+    let stored = ctx.storage.get(&k).await.unwrap().unwrap();
+    assert_eq!(record::leader_value(&stored), b"a");
     a.cleanup().await;
     b.cleanup().await;
 }
@@ -79,7 +84,7 @@ pub async fn elections_handle_fires_when_key_changed(ctx: Ctx) {
     let l = acquire(&e, &k, "me", d).await;
     assert!(
         ctx.storage
-            .compare_and_swap(&k, b"me", b"intruder", Ttl::new(d).unwrap())
+            .compare_and_swap(&k, l.record_value(), b"intruder", Ttl::new(d).unwrap())
             .await
             .unwrap()
     );
@@ -113,7 +118,12 @@ pub async fn elections_handle_fires_when_key_deleted(ctx: Ctx) {
     let k = ctx.key("leader");
     let d = ctx.lease();
     let l = acquire(&e, &k, "me", d).await;
-    assert!(ctx.storage.compare_and_delete(&k, b"me").await.unwrap());
+    assert!(
+        ctx.storage
+            .compare_and_delete(&k, l.record_value())
+            .await
+            .unwrap()
+    );
     let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
     assert_eq!(reason, EndReason::Lost(LossCause::Taken));
     e.cleanup().await;
@@ -193,7 +203,10 @@ pub async fn elections_leadership_survives_many_durations(ctx: Ctx) {
     let l = acquire(&e, &k, "me", d).await;
     sleep(d * 5).await;
     assert!(l.is_active());
-    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"me".to_vec()));
+    assert_eq!(
+        ctx.storage.get(&k).await.unwrap().as_deref(),
+        Some(l.record_value())
+    );
     let renewed = count(&killer.events(), ArmReason::Renewed);
     assert!(renewed >= 16, "only {renewed} renewals in 5 durations");
     assert!(killer.kills().is_empty());
@@ -293,7 +306,10 @@ pub async fn elections_released_after_three_failed_attempts(ctx: Ctx) {
         1 + 3,
         "confirming write + three attempts"
     );
-    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"me".to_vec()));
+    assert_eq!(
+        ctx.storage.get(&k).await.unwrap().as_deref(),
+        Some(l.record_value())
+    );
     assert_ne!(
         killer.events().last().map(|e| e.reason),
         Some(ArmReason::Disarmed)
@@ -337,7 +353,7 @@ pub async fn elections_outcome_unknown_renewal_not_applied(ctx: Ctx) {
     faulty.inject(Op::Cas, Fault::UnknownNotApplied, 1);
     assert!(
         ctx.storage
-            .compare_and_swap(&k, b"me", b"other", Ttl::new(d).unwrap())
+            .compare_and_swap(&k, l.record_value(), b"other", Ttl::new(d).unwrap())
             .await
             .unwrap()
     );
@@ -358,7 +374,10 @@ pub async fn elections_outcome_unknown_acquire(ctx: Ctx) {
     faulty.inject(Op::Insert, Fault::UnknownApplied, 1);
     let l = e.acquire_leadership(&k, "me", d).await.unwrap();
     assert!(l.is_some(), "an applied insert must end in leadership");
-    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"me".to_vec()));
+    assert_eq!(
+        record::leader_value(&ctx.storage.get(&k).await.unwrap().unwrap()),
+        b"me"
+    );
 
     let k2 = ctx.key("not-applied");
     faulty.inject(Op::Insert, Fault::UnknownNotApplied, 1);
@@ -450,7 +469,12 @@ pub async fn elections_release_after_loss_disarms_killer(ctx: Ctx) {
     let (e, killer) = ctx.elections();
     let k = ctx.key("leader");
     let l = acquire(&e, &k, "me", d).await;
-    ctx.storage.compare_and_delete(&k, b"me").await.unwrap();
+    assert!(
+        ctx.storage
+            .compare_and_delete(&k, l.record_value())
+            .await
+            .unwrap()
+    );
     ended_within(&l, d / 2 + ctx.margin()).await;
     e.release_leadership(&k).await;
     sleep(d * 2).await;
@@ -464,7 +488,12 @@ pub async fn elections_unreleased_loss_is_killed(ctx: Ctx) {
     let (e, killer) = ctx.elections();
     let k = ctx.key("leader");
     let l = acquire(&e, &k, "me", d).await;
-    ctx.storage.compare_and_delete(&k, b"me").await.unwrap();
+    assert!(
+        ctx.storage
+            .compare_and_delete(&k, l.record_value())
+            .await
+            .unwrap()
+    );
     ended_within(&l, d / 2 + ctx.margin()).await;
     sleep(d).await;
     assert_eq!(killer.kills().len(), 1);
@@ -581,7 +610,7 @@ pub async fn elections_no_task_survives_cleanup(ctx: Ctx) {
         "a renewal and a killer per leadership"
     );
     ctx.storage
-        .compare_and_delete(&held[0], b"me")
+        .compare_and_delete(&held[0], handles[0].record_value())
         .await
         .unwrap();
     ended_within(&handles[0], d / 2 + ctx.margin()).await;
@@ -593,4 +622,32 @@ pub async fn elections_no_task_survives_cleanup(ctx: Ctx) {
     }
     sleep(d).await;
     assert!(killer.kills().is_empty());
+}
+
+/// A release whose compare-and-delete is applied late cannot delete a later
+/// leadership of the same contender with the same value: every leadership
+/// stores unique bytes (found by `elections-sim`).
+pub async fn elections_late_delete_spares_next_leadership(ctx: Ctx) {
+    let d = ctx.lease();
+    let (e, _killer) = ctx.elections();
+    let k = ctx.key("leader");
+    let first = acquire(&e, &k, "me", d).await;
+    let old_record = first.record_value().to_vec();
+    e.release_leadership(&k).await;
+    let second = acquire(&e, &k, "me", d).await;
+    assert_ne!(second.record_value(), old_record.as_slice());
+    // The first release's delete, delayed in the network, lands now.
+    assert!(
+        !ctx.storage
+            .compare_and_delete(&k, &old_record)
+            .await
+            .unwrap()
+    );
+    sleep(d / 2).await;
+    assert!(second.is_active());
+    assert_eq!(
+        ctx.storage.get(&k).await.unwrap().as_deref(),
+        Some(second.record_value())
+    );
+    e.cleanup().await;
 }

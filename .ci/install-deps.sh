@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests need, if missing. Idempotent.
+set -euo pipefail
+need=()
+command -v java >/dev/null || need+=(default-jre-headless)
+command -v mvn >/dev/null || need+=(maven)
+if ((${#need[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}"
+fi
+java -version 2>&1 | head -1

@@ -1,0 +1,50 @@
+//! # elections-sim
+//!
+//! Deterministic simulation of leader election under faults. Every run is
+//! one seed: a single-threaded tokio runtime with **paused time**, a shared
+//! in-memory store, 2 to 5 contender processes (each an
+//! [`elections::Elections`] over its own faulty view of the store), and a
+//! chaos driver. Nothing reads a real clock or an unseeded random source, so
+//! a seed replays exactly (the event log hash proves it).
+//!
+//! Faults injected while the fault phase lasts (30 leases by default):
+//!
+//! - per storage call: transient errors, outcome-unknown (applied, not
+//!   applied, or applied *later*, as a delayed packet would), and answers
+//!   delayed past the renewal interval after the write applied;
+//! - whole-store stalls (every call hangs);
+//! - contender pauses longer than the TTL (the process makes no progress:
+//!   its work loop and all its storage calls are frozen);
+//! - partitions of one contender (every call fails);
+//! - crashes (the process ends without releasing; it restarts later as a
+//!   new incarnation).
+//!
+//! The **history** records each leadership as the contender lived it: from
+//! the moment `acquire_leadership` returned to the moment its work stopped
+//! (after its handle fired, plus the time stopping takes), or its killer
+//! deadline, or its crash. The **checker** fails a run if two intervals on
+//! one key overlap, or if fencing tokens do not increase with start time,
+//! or if, once faults stop, some key has no leader within `d + d/20` (TTL
+//! plus one retry interval).
+//!
+//! A pause freezes the contender's own work and storage calls; the tokio
+//! timers inside its elections instance still run, so its handle and killer
+//! fire on schedule. A real SIGSTOP would delay them to the resume; the
+//! checker ends an interval at the killer deadline either way, so the
+//! verdict is the same, and the work a real process does between resume
+//! and kill is what fencing tokens are for.
+//!
+//! ```
+//! let report = elections_sim::run_seed(42, &elections_sim::SimConfig::default(), false).unwrap();
+//! assert!(report.passed(), "{report:?}");
+//! ```
+
+mod history;
+mod rng;
+mod scenario;
+mod world;
+
+pub use history::{EndCause, Interval, Verdict, Who, check};
+pub use rng::SimRng;
+pub use scenario::{RunReport, SimConfig, run_seed};
+pub use world::FaultCounts;

@@ -1,0 +1,353 @@
+//! One seeded run: contenders, the chaos driver, and the verdict.
+
+use std::{
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::Arc,
+    time::Duration,
+};
+
+use elections::Elections;
+use tokio::time::{Instant, sleep};
+use ttl_storage::Key;
+
+use crate::{
+    history::{self, EndCause, History, Verdict, Who},
+    rng::SimRng,
+    world::{FaultCounts, SimKiller, SimStorage, State, World},
+};
+
+/// Parameters of a run.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Leadership duration `d` (the design's default, 20 s; time is simulated).
+    pub lease: Duration,
+    /// How long faults are injected, in leases.
+    pub fault_leases: u32,
+    /// How long the run goes on after the faults stop, in leases.
+    pub calm_leases: u32,
+    /// Make inserts overwrite live records: a broken store, to show the
+    /// checker catches what it should. Never set outside that test.
+    pub broken_store: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            lease: Duration::from_secs(20),
+            fault_leases: 30,
+            calm_leases: 4,
+            broken_store: false,
+        }
+    }
+}
+
+/// What one run did and what the checker found.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// The seed.
+    pub seed: u64,
+    /// Contenders in the run.
+    pub contenders: usize,
+    /// Keys contended for.
+    pub keys: usize,
+    /// Leadership intervals recorded.
+    pub intervals: usize,
+    /// Faults injected.
+    pub faults: FaultCounts,
+    /// The checker's verdict.
+    pub verdict: Verdict,
+    /// Recovery bound the run was held to: `d + d/20` (TTL plus one retry interval).
+    pub recovery_bound: Duration,
+    /// Hash of the event log: equal hashes mean an exact replay.
+    pub log_hash: u64,
+    /// The event log (kept only when asked for).
+    pub log: Vec<String>,
+}
+
+impl RunReport {
+    /// True when no overlap, no fencing violation, and every key recovered in time.
+    pub fn passed(&self) -> bool {
+        self.verdict.overlaps.is_empty()
+            && self.verdict.fencing_violations.is_empty()
+            && self.liveness_failures().is_empty()
+    }
+
+    /// Keys that had no leader within the recovery bound after the faults stopped.
+    pub fn liveness_failures(&self) -> Vec<String> {
+        self.verdict
+            .recovery
+            .iter()
+            .filter(|(_, r)| r.is_none_or(|r| r > self.recovery_bound))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Worst recovery time after the faults stopped, over all keys.
+    pub fn worst_recovery(&self) -> Duration {
+        self.verdict
+            .recovery
+            .values()
+            .map(|r| r.unwrap_or(Duration::MAX))
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// Runs seed `seed` on a fresh single-threaded runtime with paused time.
+pub fn run_seed(seed: u64, config: &SimConfig, keep_log: bool) -> std::io::Result<RunReport> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()?;
+    Ok(runtime.block_on(run(seed, config.clone(), keep_log)))
+}
+
+async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
+    let d = config.lease;
+    let origin = Instant::now();
+    let mut rng = SimRng::new(seed);
+    let contenders = 2 + rng.below(4) as usize; // 2..=5
+    let keys: Vec<String> = (1..=1 + rng.below(contenders as u64 - 1).min(1))
+        .map(|k| k.to_string())
+        .collect();
+    let op_fault_p = rng.unit() * 0.08;
+    let world = World::new(
+        State {
+            rng,
+            history: History::new(origin),
+            faults: FaultCounts::default(),
+            op_fault_p,
+            injecting: true,
+            stalled: false,
+            paused: vec![false; contenders],
+            partitioned: vec![false; contenders],
+            alive: vec![None; contenders],
+            tasks: vec![None; contenders],
+            open: vec![None; contenders],
+            broken_insert: config.broken_store,
+        },
+        d,
+    );
+    let keys = Arc::new(keys);
+    let mut incarnations = vec![0u32; contenders];
+    for c in 0..contenders {
+        start_contender(&world, &keys, c, &mut incarnations);
+    }
+
+    // The fault phase: a chaos action every d/4..2d.
+    let heal_at = origin + d * config.fault_leases;
+    let mut restart_at: Vec<Option<Instant>> = vec![None; contenders];
+    loop {
+        let gap = world.lock().rng.between(d / 4, d * 2);
+        let next = Instant::now() + gap;
+        // Restart dead contenders whose downtime is over, until `next`.
+        while Instant::now() < next.min(heal_at) {
+            sleep((d / 20).min(next.min(heal_at) - Instant::now())).await;
+            for (c, restart) in restart_at.iter_mut().enumerate() {
+                let dead = world.lock().alive[c].is_none();
+                match (dead, *restart) {
+                    (true, None) => {
+                        let downtime = world.lock().rng.between(Duration::ZERO, d * 2);
+                        *restart = Some(Instant::now() + downtime);
+                    }
+                    (true, Some(at)) if Instant::now() >= at => {
+                        *restart = None;
+                        start_contender(&world, &keys, c, &mut incarnations);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if Instant::now() >= heal_at {
+            break;
+        }
+        chaos_action(&world, contenders, heal_at).await;
+    }
+
+    // Heal: no more faults; every dead contender restarts now.
+    world.update(|s| {
+        s.injecting = false;
+        s.stalled = false;
+        s.paused.iter_mut().for_each(|p| *p = false);
+        s.partitioned.iter_mut().for_each(|p| *p = false);
+        s.history.note(Instant::now(), "heal");
+    });
+    for c in 0..contenders {
+        if world.lock().alive[c].is_none() {
+            start_contender(&world, &keys, c, &mut incarnations);
+        }
+    }
+    sleep(d * config.calm_leases).await;
+
+    let (intervals, log, faults) = {
+        let mut state = world.lock();
+        state.history.close_all(Instant::now());
+        (
+            state.history.intervals().to_vec(),
+            std::mem::take(&mut state.history.log),
+            state.faults,
+        )
+    };
+    for c in 0..contenders {
+        if let Some(task) = world.lock().tasks[c].take() {
+            task.abort();
+        }
+    }
+    let verdict = history::check(&intervals, &keys, heal_at - origin);
+    let mut hasher = DefaultHasher::new();
+    log.hash(&mut hasher);
+    RunReport {
+        seed,
+        contenders,
+        keys: keys.len(),
+        intervals: intervals.len(),
+        faults,
+        verdict,
+        recovery_bound: d + d / 20,
+        log_hash: hasher.finish(),
+        log: if keep_log { log } else { Vec::new() },
+    }
+}
+
+/// One random fault: pause, stall, crash, partition, or a burst of call faults.
+async fn chaos_action(world: &Arc<World>, contenders: usize, heal_at: Instant) {
+    let d = world.lease;
+    let (action, victim, length) = {
+        let mut s = world.lock();
+        let action = s.rng.below(5);
+        let victim = s.rng.below(contenders as u64) as usize;
+        let length = s.rng.between(d / 10, d * 3);
+        (action, victim, length)
+    };
+    let until = (Instant::now() + length).min(heal_at);
+    let world2 = world.clone();
+    match action {
+        0 => {
+            world.update(|s| {
+                s.paused[victim] = true;
+                s.faults.pauses += 1;
+                s.history
+                    .note(Instant::now(), format_args!("pause c{victim} {length:?}"));
+            });
+            tokio::spawn(async move {
+                tokio::time::sleep_until(until).await;
+                world2.update(|s| s.paused[victim] = false);
+            });
+        }
+        1 => {
+            world.update(|s| {
+                s.stalled = true;
+                s.faults.stalls += 1;
+                s.history
+                    .note(Instant::now(), format_args!("stall {length:?}"));
+            });
+            tokio::spawn(async move {
+                tokio::time::sleep_until(until).await;
+                world2.update(|s| s.stalled = false);
+            });
+        }
+        2 => {
+            let who = world.lock().alive[victim].map(|i| Who {
+                contender: victim,
+                incarnation: i,
+            });
+            if let Some(who) = who {
+                world.die(who, EndCause::Crashed);
+            }
+        }
+        3 => {
+            world.update(|s| {
+                s.partitioned[victim] = true;
+                s.faults.partitions += 1;
+                s.history.note(
+                    Instant::now(),
+                    format_args!("partition c{victim} {length:?}"),
+                );
+            });
+            tokio::spawn(async move {
+                tokio::time::sleep_until(until).await;
+                world2.update(|s| s.partitioned[victim] = false);
+            });
+        }
+        _ => {
+            let before = world.lock().op_fault_p;
+            world.update(|s| s.op_fault_p = 0.3);
+            tokio::spawn(async move {
+                tokio::time::sleep_until(until).await;
+                world2.update(|s| s.op_fault_p = before);
+            });
+        }
+    }
+}
+
+fn start_contender(
+    world: &Arc<World>,
+    keys: &Arc<Vec<String>>,
+    c: usize,
+    incarnations: &mut [u32],
+) {
+    let who = Who {
+        contender: c,
+        incarnation: incarnations[c],
+    };
+    incarnations[c] += 1;
+    let task = tokio::spawn(contender(world.clone(), keys.clone(), who));
+    let mut s = world.lock();
+    s.alive[c] = Some(who.incarnation);
+    s.tasks[c] = Some(task.abort_handle());
+    s.history.note(
+        Instant::now(),
+        format_args!("start c{c}/i{}", who.incarnation),
+    );
+}
+
+/// A contender process: tries the keys in turn; while leading it works until
+/// its handle fires or it steps down, stops its work (taking a while), and
+/// only then releases.
+async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Who) {
+    let d = world.lease;
+    let storage = SimStorage {
+        world: world.clone(),
+        contender: who.contender,
+    };
+    let killer = Arc::new(SimKiller {
+        world: world.clone(),
+        who,
+    });
+    // A deterministic instance id keeps the run reproducible.
+    let instance = (who.contender as u64) << 32 | u64::from(who.incarnation);
+    let elections = Elections::builder(storage)
+        .killer(killer)
+        .instance_id(instance)
+        .build();
+    let value = format!("c{}-i{}", who.contender, who.incarnation);
+    loop {
+        for key in keys.iter() {
+            world.wait_runnable(who.contender, false).await;
+            let Ok(k) = Key::new(key.clone()) else { return };
+            let Ok(Some(leadership)) = elections.acquire_leadership(&k, &value, d).await else {
+                continue;
+            };
+            {
+                let mut s = world.lock();
+                let idx = s
+                    .history
+                    .begin(key, who, leadership.fencing_token(), Instant::now());
+                s.open[who.contender] = Some(idx);
+            }
+            let hold = world.lock().rng.between(d, d * 8);
+            tokio::select! {
+                biased;
+                () = leadership.ended() => {}
+                () = sleep(hold) => {}
+            }
+            // Noticing and stopping the work take time (and may be paused).
+            world.wait_runnable(who.contender, false).await;
+            let stop = world.lock().rng.between(Duration::ZERO, d * 3 / 10);
+            sleep(stop).await;
+            world.end_interval(who.contender, EndCause::Stopped);
+            elections.release_leadership(&k).await;
+        }
+        sleep(d / 20).await;
+    }
+}

@@ -1,0 +1,316 @@
+//! The shared world of one run: the store, the fault state, the history,
+//! and the per-contender storage and killer that inject faults into it.
+
+use std::{
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use elections::Killer;
+use storage_mem::MemStorage;
+use tokio::{sync::Notify, task::AbortHandle, time::Instant};
+use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage};
+
+use crate::{
+    history::{EndCause, History, Who},
+    rng::SimRng,
+};
+
+/// Counts of injected faults, by kind.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Transient errors (including calls refused while partitioned).
+    pub transient: u64,
+    /// Outcome unknown, write applied.
+    pub unknown_applied: u64,
+    /// Outcome unknown, write not applied.
+    pub unknown_not_applied: u64,
+    /// Outcome unknown, write applied later (delayed in the network).
+    pub late_apply: u64,
+    /// Answers delayed past the renewal interval, after the write applied.
+    pub slow_answer: u64,
+    /// Whole-storage stalls.
+    pub stalls: u64,
+    /// Contender pauses (not polled / no progress for a while).
+    pub pauses: u64,
+    /// Contender partitions (every call fails).
+    pub partitions: u64,
+    /// Crashes (process ends without releasing).
+    pub crashes: u64,
+    /// Killer firings.
+    pub kills: u64,
+}
+
+impl FaultCounts {
+    /// Every fault injected.
+    pub fn total(&self) -> u64 {
+        self.transient
+            + self.unknown_applied
+            + self.unknown_not_applied
+            + self.late_apply
+            + self.slow_answer
+            + self.stalls
+            + self.pauses
+            + self.partitions
+            + self.crashes
+    }
+
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &FaultCounts) {
+        self.transient += other.transient;
+        self.unknown_applied += other.unknown_applied;
+        self.unknown_not_applied += other.unknown_not_applied;
+        self.late_apply += other.late_apply;
+        self.slow_answer += other.slow_answer;
+        self.stalls += other.stalls;
+        self.pauses += other.pauses;
+        self.partitions += other.partitions;
+        self.crashes += other.crashes;
+        self.kills += other.kills;
+    }
+}
+
+/// Mutable state of a run, behind one lock (the runtime is single-threaded).
+pub(crate) struct State {
+    pub(crate) rng: SimRng,
+    pub(crate) history: History,
+    pub(crate) faults: FaultCounts,
+    /// Probability that one storage call gets a per-call fault.
+    pub(crate) op_fault_p: f64,
+    /// Per-call faults and late applies are injected only while true.
+    pub(crate) injecting: bool,
+    pub(crate) stalled: bool,
+    pub(crate) paused: Vec<bool>,
+    pub(crate) partitioned: Vec<bool>,
+    /// Current incarnation of each contender, `None` while dead.
+    pub(crate) alive: Vec<Option<u32>>,
+    pub(crate) tasks: Vec<Option<AbortHandle>>,
+    /// Open interval of each contender, if leading.
+    pub(crate) open: Vec<Option<usize>>,
+    /// Bug switch for the checker's own test: insert overwrites live records.
+    pub(crate) broken_insert: bool,
+}
+
+/// The world of one run.
+pub(crate) struct World {
+    pub(crate) store: MemStorage,
+    pub(crate) lease: Duration,
+    state: Mutex<State>,
+    /// Notified whenever pauses, stalls or partitions change. (Not a
+    /// `watch` channel: its waiters wake in a randomly seeded order, which
+    /// would make runs irreproducible.)
+    changed: Notify,
+}
+
+impl World {
+    pub(crate) fn new(state: State, lease: Duration) -> Arc<Self> {
+        Arc::new(World {
+            store: MemStorage::new(),
+            lease,
+            state: Mutex::new(state),
+            changed: Notify::new(),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Changes the fault state and wakes every blocked call to re-check it.
+    pub(crate) fn update(&self, f: impl FnOnce(&mut State)) {
+        f(&mut self.lock());
+        self.changed.notify_waiters();
+    }
+
+    /// Waits while the contender is paused or the whole store is stalled.
+    pub(crate) async fn wait_runnable(&self, contender: usize, storage: bool) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let state = self.lock();
+                let blocked = state.paused[contender] || (storage && state.stalled);
+                if !blocked {
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Ends the open interval of `contender` (if any) at `now`.
+    pub(crate) fn end_interval(&self, contender: usize, cause: EndCause) {
+        let mut state = self.lock();
+        if let Some(idx) = state.open[contender].take() {
+            state.history.end(idx, Instant::now(), cause);
+        }
+    }
+
+    /// The process of `who` dies now: its interval ends, its task is aborted.
+    pub(crate) fn die(&self, who: Who, cause: EndCause) {
+        let mut state = self.lock();
+        if state.alive[who.contender] != Some(who.incarnation) {
+            return; // already dead, or a previous incarnation's leftover killer
+        }
+        if let Some(idx) = state.open[who.contender].take() {
+            state.history.end(idx, Instant::now(), cause);
+        }
+        state.alive[who.contender] = None;
+        if let Some(task) = state.tasks[who.contender].take() {
+            task.abort();
+        }
+        match cause {
+            EndCause::Killed => state.faults.kills += 1,
+            EndCause::Crashed => state.faults.crashes += 1,
+            _ => {}
+        }
+        let line = format!("dead  c{}/i{} {cause:?}", who.contender, who.incarnation);
+        state.history.note(Instant::now(), line);
+    }
+}
+
+/// What happens to one storage call.
+enum CallFault {
+    None,
+    Transient,
+    UnknownApplied,
+    UnknownNotApplied,
+    LateApply(Duration),
+    SlowAnswer(Duration),
+}
+
+/// One contender's view of the store, with faults.
+pub(crate) struct SimStorage {
+    pub(crate) world: Arc<World>,
+    pub(crate) contender: usize,
+}
+
+impl SimStorage {
+    fn draw(&self, write: bool) -> CallFault {
+        let d = self.world.lease;
+        let mut state = self.world.lock();
+        if state.partitioned[self.contender] {
+            state.faults.transient += 1;
+            return CallFault::Transient;
+        }
+        let p = state.op_fault_p;
+        if !state.injecting || !state.rng.chance(p) {
+            return CallFault::None;
+        }
+        let fault = match state.rng.below(if write { 6 } else { 2 }) {
+            0 => CallFault::Transient,
+            1 => CallFault::SlowAnswer(state.rng.between(d / 4, d * 6 / 5)),
+            2 => CallFault::UnknownApplied,
+            3 => CallFault::UnknownNotApplied,
+            4 => CallFault::LateApply(state.rng.between(Duration::ZERO, d / 4)),
+            _ => CallFault::Transient,
+        };
+        match fault {
+            CallFault::Transient => state.faults.transient += 1,
+            CallFault::SlowAnswer(_) => state.faults.slow_answer += 1,
+            CallFault::UnknownApplied => state.faults.unknown_applied += 1,
+            CallFault::UnknownNotApplied => state.faults.unknown_not_applied += 1,
+            CallFault::LateApply(_) => state.faults.late_apply += 1,
+            CallFault::None => {}
+        }
+        fault
+    }
+
+    /// Runs one call through the fault model. `call` makes the real call
+    /// as an owned future, so it can also be applied late.
+    async fn run<T, F>(&self, write: bool, call: impl Fn() -> F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.world.wait_runnable(self.contender, true).await;
+        match self.draw(write) {
+            CallFault::None => call().await,
+            CallFault::Transient => Err(StorageError::transient("sim: transient")),
+            CallFault::UnknownNotApplied => Err(StorageError::outcome_unknown("sim: not applied")),
+            CallFault::UnknownApplied => {
+                call().await?;
+                Err(StorageError::outcome_unknown("sim: applied"))
+            }
+            CallFault::LateApply(delay) => {
+                let late = call();
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let _ = late.await;
+                });
+                Err(StorageError::outcome_unknown("sim: in flight"))
+            }
+            CallFault::SlowAnswer(latency) => {
+                let result = call().await;
+                tokio::time::sleep(latency).await;
+                result
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl TtlStorage for SimStorage {
+    async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
+        let (store, key, value) = (self.world.store.clone(), key.clone(), value.to_vec());
+        let broken = self.world.lock().broken_insert;
+        self.run(true, move || {
+            let (store, key, value) = (store.clone(), key.clone(), value.clone());
+            async move {
+                if broken {
+                    if let Some(current) = store.get(&key).await? {
+                        store.compare_and_delete(&key, &current).await?;
+                    }
+                }
+                store.insert_if_not_exists(&key, &value, ttl).await
+            }
+        })
+        .await
+    }
+
+    async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
+        let (store, key, old, new) = (
+            self.world.store.clone(),
+            key.clone(),
+            old.to_vec(),
+            new.to_vec(),
+        );
+        self.run(true, move || {
+            let (store, key, old, new) = (store.clone(), key.clone(), old.clone(), new.clone());
+            async move { store.compare_and_swap(&key, &old, &new, ttl).await }
+        })
+        .await
+    }
+
+    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
+        let (store, key, value) = (self.world.store.clone(), key.clone(), value.to_vec());
+        self.run(true, move || {
+            let (store, key, value) = (store.clone(), key.clone(), value.clone());
+            async move { store.compare_and_delete(&key, &value).await }
+        })
+        .await
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        let (store, key) = (self.world.store.clone(), key.clone());
+        self.run(false, move || {
+            let (store, key) = (store.clone(), key.clone());
+            async move { store.get(&key).await }
+        })
+        .await
+    }
+}
+
+/// The killer of one incarnation: the process dies at the deadline.
+pub(crate) struct SimKiller {
+    pub(crate) world: Arc<World>,
+    pub(crate) who: Who,
+}
+
+impl Killer for SimKiller {
+    fn kill(&self, _key: &Key, _deadline: Instant) {
+        self.world.die(self.who, EndCause::Killed);
+    }
+}
