@@ -98,16 +98,22 @@ async fn withdraw(shared: &Shared, key: &Key) {
         // The attempt completed: elections cleanup releases it.
         return;
     }
-    let delete = shared
-        .storage
-        .compare_and_delete(key, shared.value.as_bytes());
-    match tokio::time::timeout(WITHDRAW_LIMIT, delete).await {
+    let attempt = async {
+        let Some(record) = shared.storage.get(key).await? else {
+            return Ok(false);
+        };
+        if elections::record::leader_value(&record) != shared.value.as_bytes() {
+            return Ok(false);
+        }
+        shared.storage.compare_and_delete(key, &record).await
+    };
+    match tokio::time::timeout(WITHDRAW_LIMIT, attempt).await {
         Ok(Ok(true)) => {
-            tracing::info!(%key, "withdrew a record left by the interrupted acquisition")
+            tracing::info!(%key, "withdrew a record left by the interrupted acquisition");
         }
         Ok(Ok(false)) => {}
         Ok(Err(err)) => {
-            tracing::warn!(%key, error = %err, "could not withdraw; the record will expire")
+            tracing::warn!(%key, error = %err, "could not withdraw; the record will expire");
         }
         Err(_) => tracing::warn!(%key, "withdrawal timed out; the record will expire"),
     }
@@ -135,16 +141,17 @@ fn start<P: ServicePipeline>(
     }
     tracing::info!(key = %info.key, fencing_token = info.fencing_token, "leading; starting the monitor and the services");
     let span = tracing::info_span!("leader", key = %info.key, fencing_token = info.fencing_token);
-    shared
-        .monitor_tasks
-        .spawn(monitor(shared.clone(), leadership, info.clone()).instrument(span.clone()));
     let ctx = ServiceContext {
         shutdown: shared.services_shut.clone(),
         key: info.key.clone(),
         key_index: index,
         fencing_token: info.fencing_token,
         value: shared.value.as_str().into(),
+        record: leadership.record_value().into(),
     };
+    shared
+        .monitor_tasks
+        .spawn(monitor(shared.clone(), leadership, info.clone()).instrument(span.clone()));
     shared
         .service_tasks
         .spawn(services(shared.clone(), pipeline, ctx).instrument(span));

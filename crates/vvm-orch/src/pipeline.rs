@@ -34,6 +34,7 @@ pub struct ServiceContext {
     pub(crate) key_index: u32,
     pub(crate) fencing_token: u64,
     pub(crate) value: Arc<str>,
+    pub(crate) record: Arc<[u8]>,
 }
 
 impl ServiceContext {
@@ -62,9 +63,15 @@ impl ServiceContext {
         self.key_index
     }
 
-    /// The value this VVM wrote to the leadership record.
+    /// This VVM's value (see [`crate::Vvm::value`]).
     pub fn value(&self) -> &str {
         &self.value
+    }
+
+    /// The exact bytes of the leadership record: the value and the
+    /// leadership's unique nonce (see [`elections::record`]).
+    pub fn record_value(&self) -> &[u8] {
+        &self.record
     }
 
     /// The fencing token of this leadership: pass it with every write to a

@@ -27,17 +27,20 @@ struct Registry {
     state: Mutex<RegistryState>,
 }
 
+/// A running leader: node name, record bytes, fencing token.
+type Running = (String, Vec<u8>, u64);
+
 #[derive(Default)]
 struct RegistryState {
-    /// key -> (node name, leadership value, fencing token) of the running services.
-    running: HashMap<Key, Vec<(String, String, u64)>>,
+    /// The running services of each key.
+    running: HashMap<Key, Vec<Running>>,
     last_token: HashMap<Key, u64>,
     starts: Vec<(Key, String)>,
     violations: Vec<String>,
 }
 
 impl Registry {
-    fn enter(&self, ctx: &ServiceContext, name: &str, value: &str) {
+    fn enter(&self, ctx: &ServiceContext, name: &str) {
         let mut state = self.state.lock().unwrap();
         let key = ctx.key().clone();
         let running = state.running.entry(key.clone()).or_default();
@@ -46,7 +49,11 @@ impl Registry {
             state.violations.push(msg);
         }
         let running = state.running.entry(key.clone()).or_default();
-        running.push((name.to_owned(), value.to_owned(), ctx.fencing_token()));
+        running.push((
+            name.to_owned(),
+            ctx.record_value().to_vec(),
+            ctx.fencing_token(),
+        ));
         let last = state.last_token.insert(key.clone(), ctx.fencing_token());
         if last.is_some_and(|last| last >= ctx.fencing_token()) {
             let msg = format!("{name}: token {} after {last:?}", ctx.fencing_token());
@@ -65,7 +72,7 @@ impl Registry {
     /// Checks, at this instant, that each key has at most one running
     /// leader and that its record holds that leader's value.
     async fn check(&self, storage: &MemStorage) -> HashMap<Key, String> {
-        let running: Vec<(Key, Vec<(String, String, u64)>)> = {
+        let running: Vec<(Key, Vec<Running>)> = {
             let state = self.state.lock().unwrap();
             state
                 .running
@@ -79,11 +86,11 @@ impl Registry {
                 leaders_of_key.len() <= 1,
                 "{key} has {leaders_of_key:?} leaders"
             );
-            if let Some((name, value, _)) = leaders_of_key.first() {
+            if let Some((name, record_value, _)) = leaders_of_key.first() {
                 let record = storage.get(&key).await.unwrap();
                 assert_eq!(
-                    record.as_deref(),
-                    Some(value.as_bytes()),
+                    record.as_ref(),
+                    Some(record_value),
                     "{name} runs on {key} but the record is not its own"
                 );
                 leaders.insert(key, name.clone());
@@ -98,7 +105,7 @@ fn pipeline(registry: Arc<Registry>, name: String) -> impl ServicePipeline {
         let registry = registry.clone();
         let name = name.clone();
         async move {
-            registry.enter(&ctx, &name, ctx.value());
+            registry.enter(&ctx, &name);
             ctx.shutdown_requested().await;
             // Stopping takes a while, as real services do.
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -277,12 +284,13 @@ async fn one_leader_per_key_while_leaders_are_killed_and_replaced() {
     // Let dropped VVMs finish their background shutdown.
     run_checked(Duration::from_secs(2), &registry, &mem).await;
 
-    let state = registry.state.lock().unwrap();
-    assert!(state.violations.is_empty(), "{:?}", state.violations);
-    // 2 first leaders, 4 replacements after kills, 1 after the partition.
-    assert_eq!(state.starts.len(), 7, "{:?}", state.starts);
-    assert!(state.running.values().all(Vec::is_empty));
-    drop(state);
+    {
+        let state = registry.state.lock().unwrap();
+        assert!(state.violations.is_empty(), "{:?}", state.violations);
+        // 2 first leaders, 4 replacements after kills, 1 after the partition.
+        assert_eq!(state.starts.len(), 7, "{:?}", state.starts);
+        assert!(state.running.values().all(Vec::is_empty));
+    }
     for index in 1..=CLUSTER_SIZE {
         let key = Key::new(format!("vvm/leader/{index}")).unwrap();
         assert_eq!(mem.get(&key).await.unwrap(), None);

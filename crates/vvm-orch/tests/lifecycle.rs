@@ -9,8 +9,8 @@ use std::{
     time::Duration,
 };
 
-use elections::{ArmReason, RecordingKiller};
-use elections_testsuite::FaultyStorage;
+use elections::{ArmReason, RecordingKiller, record::leader_value};
+use elections_testsuite::{Fault, FaultyStorage, Op};
 use storage_mem::MemStorage;
 use tokio::time::Instant;
 use ttl_storage::{Key, Ttl, TtlStorage};
@@ -55,7 +55,7 @@ fn probing(probe: Arc<Probe>, storage: MemStorage) -> impl ServicePipeline {
             probe.started.fetch_add(1, Ordering::SeqCst);
             ctx.shutdown_requested().await;
             let record = storage.get(ctx.key()).await.unwrap();
-            *probe.record_at_stop.lock().unwrap() = Some(record);
+            *probe.record_at_stop.lock().unwrap() = Some(record.map(|r| leader_value(&r).to_vec()));
             probe.stopped.fetch_add(1, Ordering::SeqCst);
             Ok::<_, Error>(())
         }
@@ -73,6 +73,24 @@ fn key1() -> Key {
     Key::new("vvm/leader/1").unwrap()
 }
 
+/// Another writer replaces the leader's record.
+async fn intrude(storage: &MemStorage) {
+    let current = storage.get(&key1()).await.unwrap().unwrap();
+    let ttl = Ttl::from_secs(20).unwrap();
+    assert!(
+        storage
+            .compare_and_swap(&key1(), &current, b"intruder", ttl)
+            .await
+            .unwrap()
+    );
+}
+
+/// The value of the leader whose record is stored under key 1.
+async fn stored_leader(storage: &MemStorage) -> Option<Vec<u8>> {
+    let record = storage.get(&key1()).await.unwrap()?;
+    Some(leader_value(&record).to_vec())
+}
+
 /// The design's Basic test: VVM1 leads; VVM2 (cluster size 1) reports
 /// `LeadershipAcquisition` once its acquisition duration has run out.
 #[tokio::test(start_paused = true)]
@@ -82,7 +100,7 @@ async fn basic() {
     let leader = vvm1.wait_for_leadership().await.unwrap();
     assert_eq!(leader.key, key1());
     assert_eq!(
-        storage.get(&key1()).await.unwrap().unwrap(),
+        stored_leader(&storage).await.unwrap(),
         vvm1.value().as_bytes()
     );
 
@@ -129,13 +147,7 @@ async fn shutdown_on_leadership_loss() {
         probing(probe.clone(), storage.clone()),
     );
     vvm.wait_for_leadership().await.unwrap();
-    let ttl = Ttl::from_secs(20).unwrap();
-    assert!(
-        storage
-            .compare_and_swap(&key1(), vvm.value().as_bytes(), b"intruder", ttl)
-            .await
-            .unwrap()
-    );
+    intrude(&storage).await;
 
     problem.raised().await;
     assert!(matches!(vvm.status(), VvmStatus::LeadershipLost(_)));
@@ -225,6 +237,23 @@ async fn shutdown_interrupts_a_hanging_storage_call() {
     assert!(mem.is_empty());
 }
 
+/// Shutdown while the confirming write of an acquisition hangs: the
+/// inserted record, which no one would renew, is withdrawn at once.
+#[tokio::test(start_paused = true)]
+async fn interrupted_acquisition_withdraws_its_record() {
+    let mem = MemStorage::new();
+    let faulty = FaultyStorage::new(Arc::new(mem.clone()));
+    faulty.inject(Op::Cas, Fault::Latency(Duration::from_secs(3600)), 1);
+    let (vvm, _, _) = launch(config("vvm"), faulty.clone(), idle());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(vvm.status(), VvmStatus::Acquiring);
+    let value = vvm.value().to_owned();
+    assert_eq!(stored_leader(&mem).await.unwrap(), value.as_bytes());
+
+    vvm.shutdown().await.unwrap();
+    assert_eq!(mem.get(&key1()).await.unwrap(), None);
+}
+
 #[tokio::test(start_paused = true)]
 async fn failing_pipeline_becomes_the_problem() {
     let storage = MemStorage::new();
@@ -280,11 +309,7 @@ async fn shutdown_returns_only_the_first_problem() {
     problem.raised().await;
 
     // A second problem: leadership is lost while the VVM still holds it.
-    let ttl = Ttl::from_secs(20).unwrap();
-    storage
-        .compare_and_swap(&key1(), vvm.value().as_bytes(), b"intruder", ttl)
-        .await
-        .unwrap();
+    intrude(&storage).await;
     let mut status = vvm.status_watch();
     status
         .wait_for(|s| matches!(s, VvmStatus::LeadershipLost(_)))
@@ -306,16 +331,9 @@ async fn loss_during_slow_stop(stop: Duration) -> (VvmProblem, Vec<elections::Ki
     });
     let (vvm, _, killer) = launch(config("vvm"), storage.clone(), pipeline);
     vvm.wait_for_leadership().await.unwrap();
-    let value = vvm.value().to_owned();
     let shutdown = tokio::spawn(vvm.shutdown());
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let ttl = Ttl::from_secs(20).unwrap();
-    assert!(
-        storage
-            .compare_and_swap(&key1(), value.as_bytes(), b"intruder", ttl)
-            .await
-            .unwrap()
-    );
+    intrude(&storage).await;
     let err = shutdown.await.unwrap().unwrap_err();
     (err, killer.kills())
 }
