@@ -161,3 +161,73 @@ async fn host<P: ServicePipeline>(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::time::Duration;
+
+    use storage_mem::MemStorage;
+    use ttl_storage::{Key, Ttl, TtlStorage};
+
+    use super::*;
+
+    /// Leadership loss stops the command (SIGTERM to its group) before
+    /// vvm-host exits with EXIT_LEADERSHIP_LOST.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn leadership_loss_stops_the_command_and_exits_non_zero() {
+        let storage = MemStorage::new();
+        let mut config = VvmConfig::new("test");
+        // Long enough that the production killer (0.8 x 4 s after the last
+        // renewal) never fires while the command stops.
+        config.leadership_duration = Duration::from_secs(4);
+        let marker = std::env::temp_dir().join(format!("vvm-host-loss-{}", std::process::id()));
+        let script = format!(
+            "trap 'echo stopped > {}; exit 0' TERM; while :; do sleep 0.05; done",
+            marker.display()
+        );
+        let command = ["sh", "-c", &script].map(std::ffi::OsString::from).to_vec();
+        let (pipeline, outcome) = CommandPipeline::new(command, Duration::from_secs(5)).unwrap();
+        let host = tokio::spawn(host(
+            config,
+            Arc::new(storage.clone()),
+            pipeline,
+            Some(outcome.clone()),
+        ));
+
+        let key = Key::new("vvm/leader/1").unwrap();
+        let record = loop {
+            if let Some(record) = storage.get(&key).await.unwrap() {
+                break record;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        // Give the command time to start and install its trap.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ttl = Ttl::from_secs(60).unwrap();
+        assert!(
+            storage
+                .compare_and_swap(&key, &record, b"intruder", ttl)
+                .await
+                .unwrap()
+        );
+
+        let code = tokio::time::timeout(Duration::from_secs(30), host)
+            .await
+            .expect("vvm-host returns")
+            .unwrap()
+            .unwrap();
+        assert_eq!(code, EXIT_LEADERSHIP_LOST);
+        let stopped = std::fs::read_to_string(&marker).unwrap_or_default();
+        let _ = std::fs::remove_file(&marker);
+        assert_eq!(stopped.trim(), "stopped");
+        let outcome = *outcome.lock().unwrap();
+        assert!(matches!(outcome, Some(Outcome::Exited(status)) if status.success()));
+        // The intruder's record is left alone.
+        assert_eq!(
+            storage.get(&key).await.unwrap().as_deref(),
+            Some(&b"intruder"[..])
+        );
+    }
+}
