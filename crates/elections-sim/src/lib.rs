@@ -10,8 +10,9 @@
 //! Faults injected while the fault phase lasts (30 leases by default):
 //!
 //! - per storage call: transient errors, outcome-unknown (applied, not
-//!   applied, or applied *later*, as a delayed packet would), and answers
-//!   delayed past the renewal interval after the write applied;
+//!   applied, or applied *later*, as a delayed packet would — at the latest
+//!   when the faults stop, so nothing is in flight in the calm phase), and
+//!   answers delayed past the renewal interval after the write applied;
 //! - whole-store stalls (every call hangs);
 //! - contender pauses longer than the TTL (the process makes no progress:
 //!   its work loop and all its storage calls are frozen);

@@ -111,6 +111,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
         .map(|k| k.to_string())
         .collect();
     let op_fault_p = rng.unit() * 0.08;
+    let heal_at = origin + d * config.fault_leases;
     let world = World::new(
         State {
             rng,
@@ -118,6 +119,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
             faults: FaultCounts::default(),
             op_fault_p,
             injecting: true,
+            heal_at,
             stalled: false,
             paused: vec![false; contenders],
             partitioned: vec![false; contenders],
@@ -135,7 +137,6 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     }
 
     // The fault phase: a chaos action every d/4..2d.
-    let heal_at = origin + d * config.fault_leases;
     let mut restart_at: Vec<Option<Instant>> = vec![None; contenders];
     loop {
         let gap = world.lock().rng.between(d / 4, d * 2);

@@ -80,6 +80,9 @@ pub(crate) struct State {
     pub(crate) op_fault_p: f64,
     /// Per-call faults and late applies are injected only while true.
     pub(crate) injecting: bool,
+    /// When faults stop: late applies land no later than this, so no
+    /// delayed write is still in flight once the calm phase begins.
+    pub(crate) heal_at: Instant,
     pub(crate) stalled: bool,
     pub(crate) paused: Vec<bool>,
     pub(crate) partitioned: Vec<bool>,
@@ -204,7 +207,11 @@ impl SimStorage {
             1 => CallFault::SlowAnswer(state.rng.between(d / 4, d * 6 / 5)),
             2 => CallFault::UnknownApplied,
             3 => CallFault::UnknownNotApplied,
-            4 => CallFault::LateApply(state.rng.between(Duration::ZERO, d / 4)),
+            4 => {
+                let delay = state.rng.between(Duration::ZERO, d / 4);
+                let room = state.heal_at.saturating_duration_since(Instant::now());
+                CallFault::LateApply(delay.min(room))
+            }
             _ => CallFault::Transient,
         };
         match fault {

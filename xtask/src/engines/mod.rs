@@ -1,6 +1,8 @@
 //! The engines the network drivers are tested against, and how each is
 //! started as a local process when no endpoint is given.
 
+mod cassandra;
+
 use std::{
     path::{Path, PathBuf},
     process::Child,
@@ -60,13 +62,22 @@ pub(crate) struct Engine {
 
 /// Every engine the project tests against, in the order they run.
 pub(crate) fn all() -> Vec<Engine> {
-    vec![Engine {
-        name: "mem-real-time",
-        endpoint_var: "MEM_REAL_TIME_UNUSED",
-        passthrough_vars: &[],
-        start: start_in_process,
-        suites: &[("storage-mem", "suite_real_time")],
-    }]
+    vec![
+        Engine {
+            name: "mem-real-time",
+            endpoint_var: "MEM_REAL_TIME_UNUSED",
+            passthrough_vars: &[],
+            start: start_in_process,
+            suites: &[("storage-mem", "suite_real_time")],
+        },
+        Engine {
+            name: "cassandra",
+            endpoint_var: "SCYLLA_URI",
+            passthrough_vars: &[],
+            start: cassandra::start,
+            suites: &[("storage-scylla", "suite")],
+        },
+    ]
 }
 
 /// The in-memory driver needs no server: its real-time run checks the

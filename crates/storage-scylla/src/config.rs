@@ -1,0 +1,714 @@
+//! Validated configuration: contact points, schema names, replication,
+//! consistency levels, credentials, TLS and timeouts.
+
+use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
+
+/// The default CQL port.
+pub const DEFAULT_PORT: u16 = 9042;
+/// The default table name.
+pub const DEFAULT_TABLE: &str = "ttl_records";
+/// The default client-side request timeout. Longer than Cassandra's default
+/// server-side `cas_contention_timeout` + `write_request_timeout`, so that the
+/// server, not the client, reports a timeout (with its write type).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(12);
+/// The default timeout for opening a connection to a node.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest keyspace or table name Cassandra accepts.
+const MAX_IDENTIFIER_LEN: usize = 48;
+
+/// A configuration that cannot be used, found before connecting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The URL does not start with `scylla://` or `cassandra://`.
+    #[error("URL must start with scylla:// or cassandra://")]
+    BadScheme,
+    /// No contact point was given.
+    #[error("at least one contact point is required")]
+    NoContactPoints,
+    /// A contact point is not `host` or `host:port`.
+    #[error("bad contact point {0:?}: expected host, host:port or [ipv6]:port")]
+    BadContactPoint(String),
+    /// No keyspace was given.
+    #[error("a keyspace is required")]
+    NoKeyspace,
+    /// A keyspace or table name is not a plain lower-case CQL identifier.
+    #[error(
+        "bad {what} name {name:?}: use 1 to 48 lower-case ASCII letters, digits and '_', starting with a letter"
+    )]
+    BadIdentifier {
+        /// `keyspace` or `table`.
+        what: &'static str,
+        /// The rejected name.
+        name: String,
+    },
+    /// The replication setting cannot be parsed or is out of range.
+    #[error("bad replication {0:?}: expected simple:<rf> or <dc>:<rf>[,<dc>:<rf>...] with rf >= 1")]
+    BadReplication(String),
+    /// `create_schema` was asked without saying how to replicate the keyspace.
+    #[error("create_schema needs a replication setting (replication=simple:<rf> or <dc>:<rf>,...)")]
+    ReplicationRequired,
+    /// An unknown consistency level name.
+    #[error(
+        "bad consistency {0:?}: expected ONE, TWO, THREE, QUORUM, ALL, LOCAL_QUORUM, EACH_QUORUM or LOCAL_ONE"
+    )]
+    BadConsistency(String),
+    /// An unknown serial consistency level name.
+    #[error("bad serial consistency {0:?}: expected SERIAL or LOCAL_SERIAL")]
+    BadSerialConsistency(String),
+    /// A user name without a password, or the reverse, or an empty user name.
+    #[error("credentials need a non-empty user name and a password")]
+    BadCredentials,
+    /// A timeout of zero or one that is not a number of milliseconds.
+    #[error("bad {name} {value:?}: expected a positive number of milliseconds")]
+    BadTimeout {
+        /// The parameter name.
+        name: &'static str,
+        /// The rejected value.
+        value: String,
+    },
+    /// A boolean parameter that is not `true` or `false`.
+    #[error("bad {name} {value:?}: expected true or false")]
+    BadBool {
+        /// The parameter name.
+        name: &'static str,
+        /// The rejected value.
+        value: String,
+    },
+    /// A URL query parameter this driver does not know (typos are errors).
+    #[error("unknown URL parameter {0:?}")]
+    UnknownParameter(String),
+    /// A URL parameter given twice.
+    #[error("URL parameter {0:?} given twice")]
+    DuplicateParameter(String),
+    /// A `%` escape in the URL that is not two hex digits or not UTF-8.
+    #[error("bad percent-encoding in {0:?}")]
+    BadPercentEncoding(String),
+    /// TLS was asked without a CA certificate file to verify the nodes against.
+    #[error("tls needs a CA certificate file (tls_ca_file=/path/to/ca.pem)")]
+    TlsCaRequired,
+    /// A CA file was given but TLS is off.
+    #[error("tls_ca_file is set but tls is off")]
+    TlsCaWithoutTls,
+}
+
+/// How a keyspace created by this driver is replicated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replication {
+    /// `SimpleStrategy` with this replication factor (one data center only).
+    Simple(u16),
+    /// `NetworkTopologyStrategy` with a replication factor per data center.
+    NetworkTopology(Vec<(String, u16)>),
+}
+
+impl Replication {
+    /// The CQL map literal for `CREATE KEYSPACE ... WITH replication = ...`.
+    pub(crate) fn to_cql(&self) -> String {
+        match self {
+            Replication::Simple(rf) => {
+                format!("{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
+            }
+            Replication::NetworkTopology(dcs) => {
+                let mut out = String::from("{'class': 'NetworkTopologyStrategy'");
+                for (dc, rf) in dcs {
+                    out.push_str(&format!(", '{dc}': {rf}"));
+                }
+                out.push('}');
+                out
+            }
+        }
+    }
+}
+
+impl FromStr for Replication {
+    type Err = ConfigError;
+
+    /// Parses `simple:<rf>` (or `SimpleStrategy:<rf>`) and `<dc>:<rf>[,<dc>:<rf>...]`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ConfigError::BadReplication(s.to_string());
+        let parse_rf = |rf: &str| match rf.trim().parse::<u16>() {
+            Ok(rf) if rf >= 1 => Ok(rf),
+            _ => Err(bad()),
+        };
+        let mut dcs = Vec::new();
+        for part in s.split(',') {
+            let (name, rf) = part.split_once(':').ok_or_else(bad)?;
+            let name = name.trim();
+            let rf = parse_rf(rf)?;
+            if name.eq_ignore_ascii_case("simple") || name.eq_ignore_ascii_case("simplestrategy") {
+                if s.contains(',') {
+                    return Err(bad());
+                }
+                return Ok(Replication::Simple(rf));
+            }
+            let valid_dc = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !valid_dc || dcs.iter().any(|(dc, _)| dc == name) {
+                return Err(bad());
+            }
+            dcs.push((name.to_string(), rf));
+        }
+        Ok(Replication::NetworkTopology(dcs))
+    }
+}
+
+/// Consistency of the commit phase of every lightweight transaction.
+///
+/// The Paxos phases themselves always run at the [`SerialConsistency`];
+/// this level only says how many replicas must have the committed value
+/// before the write returns. Reads go through Paxos, so they are
+/// linearizable whatever this level is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WriteConsistency {
+    /// One replica.
+    One,
+    /// Two replicas.
+    Two,
+    /// Three replicas.
+    Three,
+    /// A majority of all replicas.
+    #[default]
+    Quorum,
+    /// Every replica.
+    All,
+    /// A majority of the replicas in the coordinator's data center.
+    LocalQuorum,
+    /// A majority in every data center.
+    EachQuorum,
+    /// One replica in the coordinator's data center.
+    LocalOne,
+}
+
+impl WriteConsistency {
+    pub(crate) fn to_driver(self) -> scylla::statement::Consistency {
+        use scylla::statement::Consistency as C;
+        match self {
+            WriteConsistency::One => C::One,
+            WriteConsistency::Two => C::Two,
+            WriteConsistency::Three => C::Three,
+            WriteConsistency::Quorum => C::Quorum,
+            WriteConsistency::All => C::All,
+            WriteConsistency::LocalQuorum => C::LocalQuorum,
+            WriteConsistency::EachQuorum => C::EachQuorum,
+            WriteConsistency::LocalOne => C::LocalOne,
+        }
+    }
+}
+
+impl FromStr for WriteConsistency {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.to_ascii_uppercase().as_str() {
+            "ONE" => WriteConsistency::One,
+            "TWO" => WriteConsistency::Two,
+            "THREE" => WriteConsistency::Three,
+            "QUORUM" => WriteConsistency::Quorum,
+            "ALL" => WriteConsistency::All,
+            "LOCAL_QUORUM" => WriteConsistency::LocalQuorum,
+            "EACH_QUORUM" => WriteConsistency::EachQuorum,
+            "LOCAL_ONE" => WriteConsistency::LocalOne,
+            _ => return Err(ConfigError::BadConsistency(s.to_string())),
+        })
+    }
+}
+
+/// Consistency of the Paxos phases of every operation, reads included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SerialConsistency {
+    /// Paxos across every data center: linearizable cluster-wide.
+    #[default]
+    Serial,
+    /// Paxos within the coordinator's data center only: linearizable only if
+    /// every client of a key uses the same data center.
+    LocalSerial,
+}
+
+impl SerialConsistency {
+    pub(crate) fn to_driver(self) -> scylla::statement::SerialConsistency {
+        match self {
+            SerialConsistency::Serial => scylla::statement::SerialConsistency::Serial,
+            SerialConsistency::LocalSerial => scylla::statement::SerialConsistency::LocalSerial,
+        }
+    }
+
+    /// The same level as a read consistency (a read at SERIAL runs Paxos).
+    pub(crate) fn as_read_consistency(self) -> scylla::statement::Consistency {
+        match self {
+            SerialConsistency::Serial => scylla::statement::Consistency::Serial,
+            SerialConsistency::LocalSerial => scylla::statement::Consistency::LocalSerial,
+        }
+    }
+}
+
+impl FromStr for SerialConsistency {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_uppercase().as_str() {
+            "SERIAL" => Ok(SerialConsistency::Serial),
+            "LOCAL_SERIAL" => Ok(SerialConsistency::LocalSerial),
+            _ => Err(ConfigError::BadSerialConsistency(s.to_string())),
+        }
+    }
+}
+
+/// User name and password for Cassandra's `PasswordAuthenticator`.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub(crate) user: String,
+    pub(crate) password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// TLS settings: nodes are verified against a CA certificate file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// PEM file with the CA certificate(s) that signed the nodes' certificates.
+    /// Node certificates must name the node's IP address (the driver connects
+    /// by address and checks it).
+    pub ca_file: PathBuf,
+}
+
+/// A validated configuration of [`crate::ScyllaStorage`].
+///
+/// Build one with [`ScyllaConfig::builder`] or parse a URL with
+/// [`ScyllaConfig::from_url`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScyllaConfig {
+    pub(crate) contact_points: Vec<String>,
+    pub(crate) keyspace: String,
+    pub(crate) table: String,
+    pub(crate) replication: Option<Replication>,
+    pub(crate) consistency: WriteConsistency,
+    pub(crate) serial_consistency: SerialConsistency,
+    pub(crate) credentials: Option<Credentials>,
+    pub(crate) tls: Option<TlsSettings>,
+    pub(crate) request_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) create_schema: bool,
+}
+
+impl ScyllaConfig {
+    /// A builder; [`ScyllaConfigBuilder::build`] validates everything.
+    pub fn builder() -> ScyllaConfigBuilder {
+        ScyllaConfigBuilder::default()
+    }
+
+    /// Contact points, as `host:port`.
+    pub fn contact_points(&self) -> &[String] {
+        &self.contact_points
+    }
+
+    /// The keyspace.
+    pub fn keyspace(&self) -> &str {
+        &self.keyspace
+    }
+
+    /// The table.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// How the keyspace is replicated when this driver creates it.
+    pub fn replication(&self) -> Option<&Replication> {
+        self.replication.as_ref()
+    }
+
+    /// Commit consistency of writes.
+    pub fn consistency(&self) -> WriteConsistency {
+        self.consistency
+    }
+
+    /// Paxos consistency of every operation.
+    pub fn serial_consistency(&self) -> SerialConsistency {
+        self.serial_consistency
+    }
+
+    /// The user name, if authentication is configured.
+    pub fn user(&self) -> Option<&str> {
+        self.credentials.as_ref().map(|c| c.user.as_str())
+    }
+
+    /// TLS settings, if TLS is on.
+    pub fn tls(&self) -> Option<&TlsSettings> {
+        self.tls.as_ref()
+    }
+
+    /// Client-side timeout of each request.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// Timeout for opening a connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Whether the keyspace and table are created when missing.
+    pub fn create_schema(&self) -> bool {
+        self.create_schema
+    }
+}
+
+/// Builds a [`ScyllaConfig`].
+///
+/// ```
+/// use storage_scylla::{Replication, ScyllaConfig, SerialConsistency};
+///
+/// let config = ScyllaConfig::builder()
+///     .contact_point("10.0.0.1:9042")
+///     .contact_point("10.0.0.2")
+///     .keyspace("leases")
+///     .replication(Replication::Simple(3))
+///     .serial_consistency(SerialConsistency::Serial)
+///     .create_schema(true)
+///     .build()
+///     .unwrap();
+/// assert_eq!(config.contact_points(), ["10.0.0.1:9042", "10.0.0.2:9042"]);
+/// assert_eq!(config.table(), "ttl_records");
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ScyllaConfigBuilder {
+    contact_points: Vec<String>,
+    keyspace: Option<String>,
+    table: Option<String>,
+    replication: Option<Replication>,
+    consistency: WriteConsistency,
+    serial_consistency: SerialConsistency,
+    credentials: Option<(String, String)>,
+    tls: Option<TlsSettings>,
+    request_timeout: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    create_schema: bool,
+}
+
+impl ScyllaConfigBuilder {
+    /// Adds a contact point: `host`, `host:port` or `[ipv6]:port` (port 9042 by default).
+    pub fn contact_point(mut self, node: impl Into<String>) -> Self {
+        self.contact_points.push(node.into());
+        self
+    }
+
+    /// The keyspace (lower-case identifier).
+    pub fn keyspace(mut self, keyspace: impl Into<String>) -> Self {
+        self.keyspace = Some(keyspace.into());
+        self
+    }
+
+    /// The table (lower-case identifier); [`DEFAULT_TABLE`] by default.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = Some(table.into());
+        self
+    }
+
+    /// How to replicate the keyspace if this driver creates it.
+    pub fn replication(mut self, replication: Replication) -> Self {
+        self.replication = Some(replication);
+        self
+    }
+
+    /// Commit consistency of writes; QUORUM by default.
+    pub fn consistency(mut self, consistency: WriteConsistency) -> Self {
+        self.consistency = consistency;
+        self
+    }
+
+    /// Paxos consistency; SERIAL by default.
+    pub fn serial_consistency(mut self, serial: SerialConsistency) -> Self {
+        self.serial_consistency = serial;
+        self
+    }
+
+    /// Authenticates with `PasswordAuthenticator`.
+    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Turns TLS on, verifying the nodes against the CA certificates in `ca_file` (PEM).
+    /// Needs the crate's `tls` feature at connect time.
+    pub fn tls_ca_file(mut self, ca_file: impl Into<PathBuf>) -> Self {
+        self.tls = Some(TlsSettings {
+            ca_file: ca_file.into(),
+        });
+        self
+    }
+
+    /// Client-side timeout of each request; [`DEFAULT_REQUEST_TIMEOUT`] by default.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = Some(timeout);
+        self
+    }
+
+    /// Timeout for opening a connection; [`DEFAULT_CONNECT_TIMEOUT`] by default.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Creates the keyspace and table when missing (needs [`Self::replication`]).
+    pub fn create_schema(mut self, create: bool) -> Self {
+        self.create_schema = create;
+        self
+    }
+
+    /// Validates the configuration.
+    pub fn build(self) -> Result<ScyllaConfig, ConfigError> {
+        if self.contact_points.is_empty() {
+            return Err(ConfigError::NoContactPoints);
+        }
+        let contact_points = self
+            .contact_points
+            .iter()
+            .map(|node| normalize_contact_point(node))
+            .collect::<Result<Vec<_>, _>>()?;
+        let keyspace = self.keyspace.ok_or(ConfigError::NoKeyspace)?;
+        check_identifier("keyspace", &keyspace)?;
+        let table = self.table.unwrap_or_else(|| DEFAULT_TABLE.to_string());
+        check_identifier("table", &table)?;
+        if self.create_schema && self.replication.is_none() {
+            return Err(ConfigError::ReplicationRequired);
+        }
+        let credentials = match self.credentials {
+            Some((user, _)) if user.is_empty() => return Err(ConfigError::BadCredentials),
+            Some((user, password)) => Some(Credentials { user, password }),
+            None => None,
+        };
+        let request_timeout =
+            positive("timeout_ms", self.request_timeout)?.unwrap_or(DEFAULT_REQUEST_TIMEOUT);
+        let connect_timeout = positive("connect_timeout_ms", self.connect_timeout)?
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        Ok(ScyllaConfig {
+            contact_points,
+            keyspace,
+            table,
+            replication: self.replication,
+            consistency: self.consistency,
+            serial_consistency: self.serial_consistency,
+            credentials,
+            tls: self.tls,
+            request_timeout,
+            connect_timeout,
+            create_schema: self.create_schema,
+        })
+    }
+}
+
+fn positive(
+    name: &'static str,
+    timeout: Option<Duration>,
+) -> Result<Option<Duration>, ConfigError> {
+    match timeout {
+        Some(t) if t.is_zero() => Err(ConfigError::BadTimeout {
+            name,
+            value: format!("{t:?}"),
+        }),
+        other => Ok(other),
+    }
+}
+
+/// Checks a keyspace or table name: a lower-case, unquoted CQL identifier.
+fn check_identifier(what: &'static str, name: &str) -> Result<(), ConfigError> {
+    let mut chars = name.chars();
+    let starts_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase());
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if starts_ok && rest_ok && name.len() <= MAX_IDENTIFIER_LEN {
+        Ok(())
+    } else {
+        Err(ConfigError::BadIdentifier {
+            what,
+            name: name.to_string(),
+        })
+    }
+}
+
+/// `host` -> `host:9042`; checks `host:port` and `[v6]:port`.
+fn normalize_contact_point(node: &str) -> Result<String, ConfigError> {
+    let bad = || ConfigError::BadContactPoint(node.to_string());
+    let node = node.trim();
+    let host_ok = |host: &str| {
+        !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+    };
+    let port_ok = |port: &str| port.parse::<u16>().is_ok_and(|p| p != 0);
+    if let Some(rest) = node.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+        if host.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(bad());
+        }
+        return match after {
+            "" => Ok(format!("[{host}]:{DEFAULT_PORT}")),
+            _ => match after.strip_prefix(':') {
+                Some(port) if port_ok(port) => Ok(format!("[{host}]:{port}")),
+                _ => Err(bad()),
+            },
+        };
+    }
+    match node.split_once(':') {
+        None if host_ok(node) => Ok(format!("{node}:{DEFAULT_PORT}")),
+        Some((host, port)) if host_ok(host) && port_ok(port) => Ok(format!("{host}:{port}")),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> ScyllaConfigBuilder {
+        ScyllaConfig::builder()
+            .contact_point("127.0.0.1")
+            .keyspace("ks")
+    }
+
+    #[test]
+    fn defaults() {
+        let config = base().build().unwrap();
+        assert_eq!(config.contact_points(), ["127.0.0.1:9042"]);
+        assert_eq!(config.table(), DEFAULT_TABLE);
+        assert_eq!(config.consistency(), WriteConsistency::Quorum);
+        assert_eq!(config.serial_consistency(), SerialConsistency::Serial);
+        assert_eq!(config.request_timeout(), DEFAULT_REQUEST_TIMEOUT);
+        assert!(!config.create_schema());
+        assert!(config.tls().is_none());
+    }
+
+    #[test]
+    fn contact_points_are_checked() {
+        for good in ["a.b-c_d", "h:1", "[::1]", "[::1]:9043", "10.0.0.1:9042"] {
+            assert!(normalize_contact_point(good).is_ok(), "{good}");
+        }
+        assert_eq!(normalize_contact_point("[::1]").unwrap(), "[::1]:9042");
+        for bad in [
+            "", "h:", "h:0", "h:99999", "h:x", "[zz]:1", "[::1]x", "a b", "a/b",
+        ] {
+            assert_eq!(
+                normalize_contact_point(bad),
+                Err(ConfigError::BadContactPoint(bad.to_string())),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            ScyllaConfig::builder().keyspace("ks").build(),
+            Err(ConfigError::NoContactPoints)
+        );
+    }
+
+    #[test]
+    fn identifiers_are_checked() {
+        assert_eq!(
+            ScyllaConfig::builder().contact_point("h").build(),
+            Err(ConfigError::NoKeyspace)
+        );
+        for bad in ["", "Ks", "1ks", "k-s", "k\"s", &"k".repeat(49)] {
+            assert!(
+                matches!(
+                    base().keyspace(bad).build(),
+                    Err(ConfigError::BadIdentifier {
+                        what: "keyspace",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+            assert!(matches!(
+                base().table(bad).build(),
+                Err(ConfigError::BadIdentifier { what: "table", .. })
+            ));
+        }
+        assert!(base().table("t_1").keyspace("k".repeat(48)).build().is_ok());
+    }
+
+    #[test]
+    fn replication_parses() {
+        assert_eq!("simple:3".parse(), Ok(Replication::Simple(3)));
+        assert_eq!("SimpleStrategy:1".parse(), Ok(Replication::Simple(1)));
+        assert_eq!(
+            "dc1:3, dc-2:2".parse(),
+            Ok(Replication::NetworkTopology(vec![
+                ("dc1".into(), 3),
+                ("dc-2".into(), 2)
+            ]))
+        );
+        for bad in [
+            "",
+            "simple",
+            "simple:0",
+            "dc1:3,dc1:2",
+            "simple:1,dc:1",
+            "d'c:1",
+            "dc:-1",
+        ] {
+            assert_eq!(
+                bad.parse::<Replication>(),
+                Err(ConfigError::BadReplication(bad.to_string())),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            Replication::NetworkTopology(vec![("dc1".into(), 3)]).to_cql(),
+            "{'class': 'NetworkTopologyStrategy', 'dc1': 3}"
+        );
+        assert_eq!(
+            Replication::Simple(1).to_cql(),
+            "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+        );
+    }
+
+    #[test]
+    fn create_schema_needs_replication() {
+        assert_eq!(
+            base().create_schema(true).build(),
+            Err(ConfigError::ReplicationRequired)
+        );
+        assert!(
+            base()
+                .create_schema(true)
+                .replication(Replication::Simple(1))
+                .build()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn consistency_levels_parse() {
+        assert_eq!("local_quorum".parse(), Ok(WriteConsistency::LocalQuorum));
+        assert_eq!("LOCAL_SERIAL".parse(), Ok(SerialConsistency::LocalSerial));
+        assert!(matches!(
+            "SERIAL".parse::<WriteConsistency>(),
+            Err(ConfigError::BadConsistency(_))
+        ));
+        assert!(matches!(
+            "QUORUM".parse::<SerialConsistency>(),
+            Err(ConfigError::BadSerialConsistency(_))
+        ));
+    }
+
+    #[test]
+    fn credentials_and_timeouts_are_checked() {
+        assert_eq!(
+            base().credentials("", "x").build(),
+            Err(ConfigError::BadCredentials)
+        );
+        let config = base().credentials("u", "secret").build().unwrap();
+        assert_eq!(config.user(), Some("u"));
+        assert!(!format!("{config:?}").contains("secret"));
+        assert!(matches!(
+            base().request_timeout(Duration::ZERO).build(),
+            Err(ConfigError::BadTimeout { .. })
+        ));
+    }
+}

@@ -1,0 +1,115 @@
+//! # storage-scylla
+//!
+//! A [`ttl_storage::TtlStorage`] on **Apache Cassandra** (4.x, 5.x) and
+//! **ScyllaDB**, with the [`scylla`] driver. Leadership lives in the
+//! database the cluster already runs.
+//!
+//! ## How it works
+//!
+//! Records live in a table `key text PRIMARY KEY, value blob`. Every
+//! operation is a lightweight transaction (Paxos), with prepared statements:
+//!
+//! | operation | CQL |
+//! |---|---|
+//! | `insert_if_not_exists` | `UPDATE t USING TTL ? SET value = ? WHERE key = ? IF value = null` |
+//! | `compare_and_swap` | `UPDATE t USING TTL ? SET value = ? WHERE key = ? IF value = ?` |
+//! | `compare_and_delete` | `DELETE FROM t WHERE key = ? IF value = ?` |
+//! | `get` | `SELECT value FROM t WHERE key = ?` at consistency SERIAL (or LOCAL_SERIAL) |
+//!
+//! The insert is a conditional `UPDATE` rather than `INSERT ... IF NOT
+//! EXISTS` on purpose: an `INSERT` also writes a row marker with its own TTL,
+//! which a later conditional `UPDATE` cannot restart; after a
+//! compare-and-swap to a shorter TTL (or from [`ttl_storage::Ttl::NEVER`] to
+//! an expiring one) the stale marker would keep a value-less row "existing"
+//! and block every later insert. Without markers, a row lives exactly as long
+//! as its value, and `IF value = null` means "absent or expired".
+//!
+//! ## Guarantees
+//!
+//! - **Linearizable** conditional writes and reads, by Paxos at the
+//!   configured serial consistency. With `SERIAL` this holds cluster-wide.
+//!   `LOCAL_SERIAL` runs Paxos among the replicas of the coordinator's data
+//!   center only: it is linearizable only if every client of a key talks to
+//!   the same data center; clients in two data centers can both win.
+//! - **Reads see every committed write**: `get` runs at SERIAL, so it also
+//!   completes any in-flight Paxos round on the key before answering.
+//! - **Expiry.** Cassandra stores expiry times in whole seconds, computed
+//!   from the *coordinator's* clock when it starts executing the statement,
+//!   truncated to the second; replicas compare them with their own clocks.
+//!   A TTL of `t` seconds is written as `t + 1`, so on synchronized clocks
+//!   the record is live for at least `t` after the coordinator started the
+//!   write (hence after any instant the writer measured before sending it)
+//!   and is gone at most `t + 1` s after that instant. (At the 20-year
+//!   maximum the extra second is dropped: Cassandra refuses longer TTLs.)
+//!   [`ttl_storage::Ttl::NEVER`] writes with `USING TTL 0`: no expiry.
+//! - **Errors** are classified: a Paxos write timeout (`WriteTimeout`,
+//!   write type `CAS` or the `SIMPLE` commit phase), a write failure, a
+//!   client-side timeout or a connection broken after a conditional write
+//!   was sent are [`ttl_storage::ErrorKind::OutcomeUnknown`]; unavailable,
+//!   overloaded, bootstrapping nodes and connections that could not be
+//!   opened are [`ttl_storage::ErrorKind::Transient`]; syntax, schema,
+//!   authentication, authorization and configuration errors are
+//!   [`ttl_storage::ErrorKind::Permanent`]. Conditional writes are marked
+//!   non-idempotent, so the driver re-sends one only after an error that
+//!   proves it was not executed (`Unavailable`, a bootstrapping coordinator);
+//!   retrying after anything else is the caller's decision.
+//!
+//! ## Assumptions
+//!
+//! - **Never mix lightweight transactions and plain writes on these rows.**
+//!   Paxos only orders writes that go through Paxos; a plain `INSERT`,
+//!   `UPDATE` or `DELETE` (from another tool, or a TTL set with a plain
+//!   write) can be silently reordered against them. Let only this driver
+//!   write the table.
+//! - **Clocks.** Expiry compares the coordinator's clock at write time with
+//!   each replica's clock at read time: node clocks must be synchronized
+//!   (NTP) to well under a second. Client clocks do not matter. Paxos ballots
+//!   are time-based too: a node with a clock far ahead can delay others.
+//! - **Replication.** The keyspace needs enough live replicas for a quorum
+//!   at the serial consistency (2 of 3 with rf = 3); fewer gives transient
+//!   `Unavailable` errors, never wrong answers.
+//! - Keys are stored as `text`, values as `blob`. The table must have exactly
+//!   those two columns; [`ScyllaStorage::connect`] checks
+//!   `system_schema.columns` and fails with a permanent error otherwise.
+//! - **ScyllaDB**: releases that refuse lightweight transactions on tablets
+//!   need a vnodes keyspace; `create_schema` creates the keyspace with
+//!   `tablets = {'enabled': false}` (and without that option on Cassandra).
+//!   An existing keyspace with tablets fails at the first operation with a
+//!   permanent `Invalid` error.
+//! - TLS (feature `tls`, rustls) verifies node certificates against a CA
+//!   file; the certificates must name the node's IP address. Client
+//!   certificates are not supported.
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use storage_scylla::ScyllaStorage;
+//! use ttl_storage::{Key, Ttl, TtlStorage};
+//!
+//! # async fn demo() -> Result<(), ttl_storage::StorageError> {
+//! let storage = ScyllaStorage::from_url(
+//!     "scylla://10.0.0.1,10.0.0.2/elections?replication=simple:3&create_schema=true",
+//! )
+//! .await?;
+//! let key = Key::new("vvm/leader/1")?;
+//! if storage.insert_if_not_exists(&key, b"node-7", Ttl::from_secs(20)?).await? {
+//!     // we lead for 20 s unless we renew:
+//!     storage.compare_and_swap(&key, b"node-7", b"node-7", Ttl::from_secs(20)?).await?;
+//! }
+//! assert_eq!(storage.get(&key).await?.as_deref(), Some(&b"node-7"[..]));
+//! # Ok(()) }
+//! ```
+
+mod classify;
+mod config;
+mod schema;
+mod storage;
+mod tls;
+mod url;
+
+pub use config::{
+    ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TABLE,
+    Replication, ScyllaConfig, ScyllaConfigBuilder, SerialConsistency, TlsSettings,
+    WriteConsistency,
+};
+pub use storage::ScyllaStorage;

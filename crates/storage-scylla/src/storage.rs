@@ -1,0 +1,245 @@
+//! [`ScyllaStorage`]: the [`TtlStorage`] implementation.
+
+use async_trait::async_trait;
+use scylla::{
+    client::{
+        execution_profile::ExecutionProfile, session::Session, session_builder::SessionBuilder,
+    },
+    response::query_result::QueryResult,
+    serialize::row::SerializeRow,
+    statement::prepared::PreparedStatement,
+    value::{CqlValue, Row},
+};
+use ttl_storage::{ErrorKind, Key, MAX_TTL, Result, StorageError, Ttl, TtlStorage, check_value};
+
+use crate::{
+    classify::{Op, classify_execution, classify_new_session, classify_prepare},
+    config::ScyllaConfig,
+    schema,
+};
+
+/// Cassandra's largest TTL (20 years), which is also [`MAX_TTL`].
+const CASSANDRA_MAX_TTL_SECS: u64 = 630_720_000;
+
+/// A [`TtlStorage`] on Apache Cassandra or ScyllaDB, every operation a
+/// lightweight transaction. See the [crate docs](crate) for the guarantees.
+pub struct ScyllaStorage {
+    session: Session,
+    config: ScyllaConfig,
+    insert: PreparedStatement,
+    cas: PreparedStatement,
+    delete: PreparedStatement,
+    get: PreparedStatement,
+}
+
+impl std::fmt::Debug for ScyllaStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScyllaStorage")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ScyllaStorage {
+    /// Parses `url` (see [`ScyllaConfig::from_url`]) and [connects](Self::connect).
+    pub async fn from_url(url: &str) -> Result<Self> {
+        let config = ScyllaConfig::from_url(url).map_err(|err| {
+            StorageError::with_source(ErrorKind::Permanent, "bad scylla:// URL", err)
+        })?;
+        Self::connect(config).await
+    }
+
+    /// Connects, creates the keyspace and table if the configuration asks
+    /// for it, checks the table's schema and prepares the statements.
+    ///
+    /// Errors: [`ErrorKind::Permanent`] for a wrong schema, bad credentials
+    /// or a TLS setup problem; [`ErrorKind::Transient`] when no node answers.
+    pub async fn connect(config: ScyllaConfig) -> Result<Self> {
+        let profile = ExecutionProfile::builder()
+            .request_timeout(Some(config.request_timeout))
+            .consistency(config.consistency.to_driver())
+            .serial_consistency(Some(config.serial_consistency.to_driver()))
+            .build()
+            .into_handle();
+        let mut builder = SessionBuilder::new()
+            .known_nodes(&config.contact_points)
+            .connection_timeout(config.connect_timeout)
+            .keyspaces_to_fetch([config.keyspace.clone()])
+            .default_execution_profile_handle(profile);
+        if let Some(credentials) = &config.credentials {
+            builder = builder.user(&credentials.user, &credentials.password);
+        }
+        if let Some(tls) = &config.tls {
+            builder = crate::tls::configure(builder, tls).await?;
+        }
+        let session = builder.build().await.map_err(|err| {
+            StorageError::with_source(
+                classify_new_session(&err),
+                format!("connecting to {:?} failed", config.contact_points),
+                err,
+            )
+        })?;
+        if config.create_schema {
+            schema::create(&session, &config).await?;
+        }
+        schema::validate(&session, &config).await?;
+
+        let table = format!("{}.{}", config.keyspace, config.table);
+        // Every record is written by an UPDATE, never an INSERT: an INSERT
+        // adds a row marker whose TTL a later conditional UPDATE cannot
+        // restart, so a record shortened by compare_and_swap would keep an
+        // empty-valued ghost row alive. Without row markers a row lives
+        // exactly as long as its value cell, and `IF value = null` is
+        // "absent or expired".
+        let insert =
+            format!("UPDATE {table} USING TTL ? SET value = ? WHERE key = ? IF value = null");
+        let cas = format!("UPDATE {table} USING TTL ? SET value = ? WHERE key = ? IF value = ?");
+        let delete = format!("DELETE FROM {table} WHERE key = ? IF value = ?");
+        let get = format!("SELECT value FROM {table} WHERE key = ?");
+        let insert = prepare(&session, &insert, false).await?;
+        let cas = prepare(&session, &cas, false).await?;
+        let delete = prepare(&session, &delete, false).await?;
+        let mut get = prepare(&session, &get, true).await?;
+        get.set_consistency(config.serial_consistency.as_read_consistency());
+        tracing::debug!(%table, nodes = ?config.contact_points, "scylla storage connected");
+        Ok(ScyllaStorage {
+            session,
+            config,
+            insert,
+            cas,
+            delete,
+            get,
+        })
+    }
+
+    /// The configuration this storage was connected with.
+    pub fn config(&self) -> &ScyllaConfig {
+        &self.config
+    }
+
+    /// Runs a conditional write and returns its `[applied]` flag.
+    async fn conditional(
+        &self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow,
+        what: &str,
+    ) -> Result<bool> {
+        let result = self
+            .session
+            .execute_unpaged(statement, values)
+            .await
+            .map_err(|err| {
+                let kind = classify_execution(&err, Op::ConditionalWrite);
+                tracing::debug!(%err, ?kind, "{what} failed");
+                StorageError::with_source(kind, format!("{what} failed"), err)
+            })?;
+        applied(result).map_err(|message| {
+            // The write was executed; only its answer is unreadable.
+            StorageError::outcome_unknown(format!("{what}: {message}"))
+        })
+    }
+}
+
+/// Prepares one statement.
+async fn prepare(session: &Session, cql: &str, idempotent: bool) -> Result<PreparedStatement> {
+    let mut prepared = session.prepare(cql).await.map_err(|err| {
+        StorageError::with_source(
+            classify_prepare(&err),
+            format!("preparing `{cql}` failed"),
+            err,
+        )
+    })?;
+    prepared.set_is_idempotent(idempotent);
+    Ok(prepared)
+}
+
+/// The TTL to write for `ttl`, in seconds (0 = never expires).
+///
+/// Cassandra keeps expiry times in whole seconds and truncates the write
+/// time, so a TTL of `t` can end up to one second early; writing `t + 1`
+/// keeps the record live for at least `t` (capped at Cassandra's maximum).
+pub(crate) fn cql_ttl(ttl: Ttl) -> i32 {
+    let secs = match ttl.as_secs() {
+        0 => 0,
+        t => (t + 1).min(CASSANDRA_MAX_TTL_SECS),
+    };
+    debug_assert!(MAX_TTL.as_secs() <= CASSANDRA_MAX_TTL_SECS);
+    i32::try_from(secs).unwrap_or(i32::MAX)
+}
+
+/// Reads the `[applied]` column of a lightweight transaction's answer.
+fn applied(result: QueryResult) -> std::result::Result<bool, String> {
+    let rows = result
+        .into_rows_result()
+        .map_err(|err| format!("LWT answer has no rows: {err}"))?;
+    let row: Row = rows
+        .first_row()
+        .map_err(|err| format!("LWT answer has no [applied] row: {err}"))?;
+    match row.columns.first() {
+        Some(Some(CqlValue::Boolean(applied))) => Ok(*applied),
+        other => Err(format!(
+            "LWT answer's first column is not [applied]: {other:?}"
+        )),
+    }
+}
+
+#[async_trait]
+impl TtlStorage for ScyllaStorage {
+    async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
+        check_value(value)?;
+        self.conditional(
+            &self.insert,
+            (cql_ttl(ttl), value, key.as_str()),
+            "insert_if_not_exists",
+        )
+        .await
+    }
+
+    async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
+        check_value(old)?;
+        check_value(new)?;
+        self.conditional(
+            &self.cas,
+            (cql_ttl(ttl), new, key.as_str(), old),
+            "compare_and_swap",
+        )
+        .await
+    }
+
+    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
+        check_value(value)?;
+        self.conditional(&self.delete, (key.as_str(), value), "compare_and_delete")
+            .await
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        let result = self
+            .session
+            .execute_unpaged(&self.get, (key.as_str(),))
+            .await
+            .map_err(|err| {
+                StorageError::with_source(classify_execution(&err, Op::Read), "get failed", err)
+            })?;
+        let rows = result.into_rows_result().map_err(|err| {
+            StorageError::with_source(ErrorKind::Transient, "get: answer has no rows", err)
+        })?;
+        let row: Option<(Option<Vec<u8>>,)> = rows.maybe_first_row().map_err(|err| {
+            StorageError::with_source(ErrorKind::Permanent, "get: unexpected column type", err)
+        })?;
+        Ok(row.and_then(|(value,)| value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_is_one_second_longer_and_never_is_zero() {
+        assert_eq!(cql_ttl(Ttl::NEVER), 0);
+        assert_eq!(cql_ttl(Ttl::from_secs(1).unwrap()), 2);
+        assert_eq!(cql_ttl(Ttl::from_secs(20).unwrap()), 21);
+        let max = Ttl::new(MAX_TTL).unwrap();
+        assert_eq!(cql_ttl(max), 630_720_000);
+    }
+}

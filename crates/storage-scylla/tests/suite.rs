@@ -1,0 +1,118 @@
+//! The shared `elections-testsuite`, plus this driver's own cases, against a
+//! real Cassandra or ScyllaDB named by `SCYLLA_URI`.
+//!
+//! Run with `cargo xtask test-drivers --engine cassandra`, which starts a
+//! local Apache Cassandra and sets `SCYLLA_URI`; or point `SCYLLA_URI` at
+//! your own cluster:
+//!
+//! ```text
+//! SCYLLA_URI='scylla://host:9042/ttl_suite?replication=simple:1&create_schema=true' \
+//!     cargo test -p storage-scylla --test suite -- --ignored --test-threads 16
+//! ```
+
+use std::{sync::Arc, time::Duration};
+
+use storage_scylla::ScyllaStorage;
+use ttl_storage::{DynTtlStorage, ErrorKind, Key, Ttl};
+
+fn uri() -> String {
+    std::env::var("SCYLLA_URI").unwrap_or_else(|_| {
+        panic!(
+            "SCYLLA_URI is not set: run `cargo xtask test-drivers --engine cassandra`, or set \
+             SCYLLA_URI=scylla://host:9042/keyspace?replication=simple:1&create_schema=true"
+        )
+    })
+}
+
+async fn make_storage() -> DynTtlStorage {
+    let uri = uri();
+    match ScyllaStorage::from_url(&uri).await {
+        Ok(storage) => Arc::new(storage),
+        Err(err) => panic!("connecting to {uri}: {err:?}"),
+    }
+}
+
+elections_testsuite::testsuite!(
+    real_time,
+    make_storage,
+    ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"
+);
+
+/// Driver-specific cases.
+mod scylla_driver {
+    use super::*;
+
+    #[allow(clippy::unwrap_used)] // test helper: a bad key is a bug in the test
+    fn key(name: &str) -> Key {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        Key::new(format!("scylla-driver/{name}/{nanos}")).unwrap()
+    }
+
+    /// A record first written without expiry, then swapped to an expiring
+    /// TTL, must expire: no row marker may outlive the value.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn swap_from_never_to_expiring_expires() {
+        let s = make_storage().await;
+        let key = key("never-to-1s");
+        assert!(
+            s.insert_if_not_exists(&key, b"v", Ttl::NEVER)
+                .await
+                .unwrap()
+        );
+        let one = Ttl::from_secs(1).unwrap();
+        assert!(s.compare_and_swap(&key, b"v", b"w", one).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(2200)).await;
+        assert_eq!(s.get(&key).await.unwrap(), None);
+        assert!(s.insert_if_not_exists(&key, b"x", one).await.unwrap());
+    }
+
+    /// Connecting to a table that does not exist, without create_schema,
+    /// is a permanent error that names the problem.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn missing_table_is_a_permanent_error() {
+        let uri = uri();
+        let base = uri.split('?').next().unwrap();
+        let err = ScyllaStorage::from_url(&format!("{base}?table=no_such_table_here"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+        assert!(err.to_string().contains("does not exist"), "{err}");
+    }
+
+    /// A table with the wrong column types is refused at connect time.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn wrong_schema_is_a_permanent_error() {
+        // Make sure the keyspace exists, then add a table of the wrong shape.
+        let good = ScyllaStorage::from_url(&uri()).await.unwrap();
+        let config = good.config();
+        let session = scylla::client::session_builder::SessionBuilder::new()
+            .known_nodes(config.contact_points())
+            .build()
+            .await
+            .unwrap();
+        session
+            .query_unpaged(
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {}.wrong_shape (key text PRIMARY KEY, value text)",
+                    config.keyspace()
+                ),
+                (),
+            )
+            .await
+            .unwrap();
+        let base = uri();
+        let base = base.split('?').next().unwrap();
+        let err = ScyllaStorage::from_url(&format!("{base}?table=wrong_shape"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+        assert!(err.to_string().contains("wrong schema"), "{err}");
+        assert!(err.to_string().contains("value text"), "{err}");
+    }
+}
