@@ -28,7 +28,8 @@ runtime); 2 on bad options; 3 if no leadership was acquired in time; 4 if
 leadership was lost; 126/127 if the command could not be started."
 )]
 pub(crate) struct Args {
-    /// Storage URL: `mem` (this process only) or `redb:///path/file.redb`.
+    /// Storage URL: `mem` (this process only), `redb:///path/file.redb`, or
+    /// (built with `--features scylla`) `scylla://[user:pw@]host[,host]/keyspace`.
     /// Default: a redb file under $XDG_DATA_HOME/vvm-host/ (~/.local/share).
     #[arg(long, env = "VVM_HOST_STORAGE", value_name = "URL")]
     pub(crate) storage: Option<StorageUrl>,

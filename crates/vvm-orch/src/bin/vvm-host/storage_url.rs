@@ -19,6 +19,10 @@ pub(crate) enum StorageUrl {
     /// `redb:///path/to/file.redb` (or `redb://relative/path`): an embedded
     /// file, shared by the vvm-host processes of one machine.
     Redb(PathBuf),
+    /// `scylla://[user:password@]host[:port][,host...]/keyspace[?...]` (or
+    /// `cassandra://`): Cassandra or ScyllaDB, see `storage_scylla::ScyllaConfig::from_url`.
+    #[cfg(feature = "scylla")]
+    Scylla(String),
 }
 
 /// A storage URL that cannot be parsed.
@@ -29,11 +33,14 @@ pub(crate) enum StorageUrlError {
     #[error("{0:?} has no file path (expected redb:///path/to/file.redb)")]
     EmptyPath(String),
     #[error(
-        "storage driver {scheme:?} is not built into this vvm-host (network drivers come behind cargo features)"
+        "storage driver {scheme:?} is not built into this vvm-host (build it with the matching cargo feature, e.g. --features scylla)"
     )]
     NotBuiltIn { scheme: String },
     #[error("unknown storage {0:?}: expected `mem` or `redb:///path/to/file.redb`")]
     Unknown(String),
+    #[cfg(feature = "scylla")]
+    #[error("bad scylla:// URL: {0}")]
+    Scylla(String),
 }
 
 /// A storage that cannot be opened.
@@ -45,6 +52,9 @@ pub(crate) enum OpenError {
     RedbNotAvailable { path: PathBuf },
     #[error("no default data directory: set XDG_DATA_HOME or HOME, or pass --storage")]
     NoDataDir,
+    #[cfg(feature = "scylla")]
+    #[error(transparent)]
+    Scylla(ttl_storage::StorageError),
 }
 
 impl FromStr for StorageUrl {
@@ -64,6 +74,13 @@ impl FromStr for StorageUrl {
             }
             return Ok(StorageUrl::Redb(PathBuf::from(path)));
         }
+        #[cfg(feature = "scylla")]
+        if s.starts_with("scylla://") || s.starts_with("cassandra://") {
+            // Checked now, so a bad URL is a usage error, not a runtime one.
+            storage_scylla::ScyllaConfig::from_url(s)
+                .map_err(|err| StorageUrlError::Scylla(err.to_string()))?;
+            return Ok(StorageUrl::Scylla(s.to_owned()));
+        }
         match s.split_once("://") {
             Some((scheme @ ("scylla" | "cassandra" | "dynamodb"), _)) => {
                 Err(StorageUrlError::NotBuiltIn {
@@ -80,6 +97,15 @@ impl fmt::Display for StorageUrl {
         match self {
             StorageUrl::Mem => f.write_str("mem"),
             StorageUrl::Redb(path) => write!(f, "redb://{}", path.display()),
+            // Without the user info, which may hold a password.
+            #[cfg(feature = "scylla")]
+            StorageUrl::Scylla(url) => match url.split_once("://") {
+                Some((scheme, rest)) => {
+                    let rest = rest.split_once('@').map_or(rest, |(_, hosts)| hosts);
+                    write!(f, "{scheme}://{rest}")
+                }
+                None => f.write_str(url),
+            },
         }
     }
 }
@@ -105,6 +131,13 @@ impl StorageUrl {
         match self {
             StorageUrl::Mem => Ok(Arc::new(storage_mem::MemStorage::new())),
             StorageUrl::Redb(path) => Err(OpenError::RedbNotAvailable { path: path.clone() }),
+            #[cfg(feature = "scylla")]
+            StorageUrl::Scylla(url) => {
+                let storage = storage_scylla::ScyllaStorage::from_url(url)
+                    .await
+                    .map_err(OpenError::Scylla)?;
+                Ok(Arc::new(storage))
+            }
         }
     }
 }
@@ -129,8 +162,13 @@ mod tests {
             Err(StorageUrlError::EmptyPath("redb://".into()))
         );
         assert_eq!("".parse::<StorageUrl>(), Err(StorageUrlError::Empty));
+        #[cfg(not(feature = "scylla"))]
         assert!(matches!(
-            "scylla://10.0.0.1".parse::<StorageUrl>(),
+            "scylla://10.0.0.1/k".parse::<StorageUrl>(),
+            Err(StorageUrlError::NotBuiltIn { .. })
+        ));
+        assert!(matches!(
+            "dynamodb://eu-west-1/t".parse::<StorageUrl>(),
             Err(StorageUrlError::NotBuiltIn { .. })
         ));
         assert!(matches!(
@@ -139,5 +177,20 @@ mod tests {
         ));
         let url = StorageUrl::Redb(PathBuf::from("/a/b.redb"));
         assert_eq!(url.to_string().parse(), Ok(url));
+    }
+
+    #[cfg(feature = "scylla")]
+    #[test]
+    fn scylla_urls_hide_the_password() {
+        let url: StorageUrl = "scylla://app:secret@10.0.0.1/leases".parse().unwrap();
+        assert_eq!(url.to_string(), "scylla://10.0.0.1/leases");
+        assert!(matches!(
+            "cassandra://10.0.0.1/k".parse(),
+            Ok(StorageUrl::Scylla(_))
+        ));
+        assert!(matches!(
+            "scylla://10.0.0.1/k?bogus=1".parse::<StorageUrl>(),
+            Err(StorageUrlError::Scylla(_))
+        ));
     }
 }
