@@ -21,6 +21,9 @@ The command starts once leadership is acquired, in its own process group,
 with VVM_HOST_KEY, VVM_HOST_KEY_INDEX and VVM_HOST_FENCING_TOKEN set.
 SIGINT/SIGTERM or a leadership loss stop it: SIGTERM to its process group,
 SIGKILL after the grace period; leadership is released after it exited.
+After a loss the lease may expire before the grace period ends: at 0.8 x the
+leadership duration after the last renewal, the process group is killed and
+vvm-host exits 1, so the command never runs while another node leads.
 
 Exit status: the command's own when it exits by itself (128+N if killed by
 signal N); 0 after a clean SIGINT/SIGTERM shutdown; 1 on errors (storage,

@@ -17,6 +17,8 @@ use nix::{
 use tokio::process::{Child, Command};
 use vvm_orch::{ServiceContext, ServicePipeline};
 
+use crate::killer::CommandGroup;
+
 /// How the command ended, for the exit status of `vvm-host`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -62,13 +64,16 @@ pub(crate) struct CommandPipeline {
     args: Vec<OsString>,
     grace: Duration,
     outcome: Arc<Mutex<Option<Outcome>>>,
+    group: CommandGroup,
 }
 
 impl CommandPipeline {
     /// The pipeline, and the cell where it records how the command ended.
+    /// `group` is kept up to date with the command's process group.
     pub(crate) fn new(
         command: Vec<OsString>,
         grace: Duration,
+        group: CommandGroup,
     ) -> Option<(Self, Arc<Mutex<Option<Outcome>>>)> {
         let mut command = command.into_iter();
         let program = command.next()?;
@@ -78,6 +83,7 @@ impl CommandPipeline {
             args: command.collect(),
             grace,
             outcome: outcome.clone(),
+            group,
         };
         Some((pipeline, outcome))
     }
@@ -119,12 +125,14 @@ impl ServicePipeline for CommandPipeline {
             status = child.wait() => {
                 let status = status?;
                 kill_group(group, Signal::SIGKILL);
+                self.group.set(None);
                 self.record(Outcome::Exited(status));
                 tracing::info!(%status, "command exited by itself");
                 return if status.success() { Ok(()) } else { Err(CommandError::Exited(status)) };
             }
             () = ctx.shutdown_requested() => stop(&mut child, group, self.grace).await?,
         };
+        self.group.set(None);
         self.record(Outcome::Exited(status));
         tracing::info!(%status, "command stopped");
         Ok(())

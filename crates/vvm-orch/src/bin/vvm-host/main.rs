@@ -15,6 +15,7 @@
 mod cli;
 mod command;
 mod demo;
+mod killer;
 mod storage_url;
 
 use std::{
@@ -26,6 +27,7 @@ use std::{
 
 use anyhow::Context;
 use clap::Parser;
+use elections::Killer;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing_subscriber::EnvFilter;
 use ttl_storage::DynTtlStorage;
@@ -35,6 +37,7 @@ use crate::{
     cli::Args,
     command::{CommandPipeline, Outcome},
     demo::DemoPipeline,
+    killer::{CommandGroup, HostKiller},
     storage_url::StorageUrl,
 };
 
@@ -97,9 +100,13 @@ async fn run(args: Args, config: VvmConfig) -> anyhow::Result<u8> {
         .await
         .with_context(|| format!("cannot open storage {url}"))?;
     tracing::info!(storage = %url, address = %config.address, cluster_size = config.cluster_size, "vvm-host starting");
-    match CommandPipeline::new(args.command, args.grace_period) {
-        Some((pipeline, outcome)) => host(config, storage, pipeline, Some(outcome)).await,
-        None => host(config, storage, DemoPipeline, None).await,
+    let group = CommandGroup::default();
+    let killer = Arc::new(HostKiller {
+        group: group.clone(),
+    });
+    match CommandPipeline::new(args.command, args.grace_period, group) {
+        Some((pipeline, outcome)) => host(config, storage, pipeline, killer, Some(outcome)).await,
+        None => host(config, storage, DemoPipeline, killer, None).await,
     }
 }
 
@@ -109,11 +116,12 @@ async fn host<P: ServicePipeline>(
     config: VvmConfig,
     storage: DynTtlStorage,
     pipeline: P,
+    killer: Arc<dyn Killer>,
     child: Option<Arc<Mutex<Option<Outcome>>>>,
 ) -> anyhow::Result<u8> {
     let mut sigterm = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
-    let vvm = Vvm::provide(config, storage, pipeline)?;
+    let vvm = Vvm::provide(config, storage, pipeline)?.with_killer(killer);
     tracing::info!(value = vvm.value(), "acquiring leadership");
     let (vvm, problem) = vvm.launch();
 
@@ -188,11 +196,15 @@ mod tests {
             marker.display()
         );
         let command = ["sh", "-c", &script].map(std::ffi::OsString::from).to_vec();
-        let (pipeline, outcome) = CommandPipeline::new(command, Duration::from_secs(5)).unwrap();
+        let group = CommandGroup::default();
+        let (pipeline, outcome) =
+            CommandPipeline::new(command, Duration::from_secs(5), group.clone()).unwrap();
+        let killer = elections::RecordingKiller::new();
         let host = tokio::spawn(host(
             config,
             Arc::new(storage.clone()),
             pipeline,
+            killer.clone(),
             Some(outcome.clone()),
         ));
 
@@ -219,6 +231,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(code, EXIT_LEADERSHIP_LOST);
+        assert!(killer.kills().is_empty());
         let stopped = std::fs::read_to_string(&marker).unwrap_or_default();
         let _ = std::fs::remove_file(&marker);
         assert_eq!(stopped.trim(), "stopped");
