@@ -141,7 +141,9 @@ async fn host<P: ServicePipeline>(
                 _ = sigint.recv() => {}
                 _ = sigterm.recv() => {}
             }
-            tracing::warn!("signal received while shutting down; still waiting for the command");
+            tracing::warn!(
+                "signal received while shutting down; the services still get their grace period"
+            );
         }
     });
     let started = Instant::now();
