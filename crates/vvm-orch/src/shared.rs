@@ -1,6 +1,9 @@
 //! The state shared by a launched VVM and its tasks, and the shutdown sequence.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{
+    Arc, Mutex, MutexGuard, PoisonError,
+    atomic::{AtomicBool, Ordering},
+};
 
 use elections::Elections;
 use tokio::sync::watch;
@@ -28,6 +31,8 @@ pub(crate) struct Shared {
     /// Serialises "spawn the monitor and services" with "shutdown begins".
     gate: Mutex<()>,
     pub(crate) status: watch::Sender<VvmStatus>,
+    /// The shutdown sequence ran to its end.
+    completed: AtomicBool,
 }
 
 impl Shared {
@@ -51,6 +56,7 @@ impl Shared {
             service_tasks: TaskTracker::new(),
             gate: Mutex::new(()),
             status: watch::Sender::new(VvmStatus::Acquiring),
+            completed: AtomicBool::new(false),
         }
     }
 
@@ -75,7 +81,14 @@ impl Shared {
         self.services_shut.cancel();
     }
 
-    /// The shutdown sequence; see the crate documentation for the order and why.
+    /// True once [`Self::shut_down`] has run to its end.
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.completed.load(Ordering::Acquire)
+    }
+
+    /// The shutdown sequence; see the crate documentation for the order and
+    /// why. Idempotent: running it again (after an interrupted run) finishes
+    /// what is left.
     pub(crate) async fn shut_down(&self) -> Option<VvmProblem> {
         // 1. Signal shutdown: the Launcher stops acquiring, nothing new is spawned.
         self.begin_shutdown();
@@ -97,6 +110,7 @@ impl Shared {
         self.launcher_tasks.close();
         self.launcher_tasks.wait().await;
         // 6. Mark shut down.
+        self.completed.store(true, Ordering::Release);
         self.status.send_replace(VvmStatus::ShutDown);
         tracing::info!("VVM shut down");
         self.problems.take()

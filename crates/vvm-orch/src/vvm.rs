@@ -114,10 +114,10 @@ impl<P> fmt::Debug for Vvm<P> {
 
 /// A launched VVM. [`shutdown`](Self::shutdown) consumes it.
 ///
-/// Dropping it without `shutdown` starts the same shutdown sequence in the
-/// background (if a Tokio runtime is still running) and logs a warning: the
-/// services are told to stop at once, and leadership is released once they
-/// have.
+/// Dropping it without `shutdown` (or dropping the `shutdown` future before
+/// it completes) runs the shutdown sequence in the background (if a Tokio
+/// runtime is still running) and logs a warning: the services are told to
+/// stop at once, and leadership is released once they have.
 pub struct LaunchedVvm {
     shared: Arc<Shared>,
 }
@@ -216,12 +216,12 @@ impl fmt::Debug for LaunchedVvm {
 
 impl Drop for LaunchedVvm {
     fn drop(&mut self) {
-        // Shutdown began already: `shutdown` ran (or is running) to its end.
-        if self.shared.vvm_shut.is_cancelled() {
+        // `shutdown` ran to its end (it drops `self` when done).
+        if self.shared.is_shut_down() {
             return;
         }
         let shared = self.shared.clone();
-        tracing::warn!(value = %shared.value, "LaunchedVvm dropped without shutdown; shutting down in the background");
+        tracing::warn!(value = %shared.value, "LaunchedVvm dropped before its shutdown completed; shutting down in the background");
         shared.begin_shutdown();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {

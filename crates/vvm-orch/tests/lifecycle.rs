@@ -411,6 +411,33 @@ async fn dropped_vvm_shuts_down_in_the_background() {
     assert_eq!(storage.get(&key1()).await.unwrap(), None);
 }
 
+/// A `shutdown` future dropped half-way (services still stopping) does not
+/// leave the VVM half shut down: the rest runs in the background.
+#[tokio::test(start_paused = true)]
+async fn interrupted_shutdown_completes_in_the_background() {
+    let storage = MemStorage::new();
+    let pipeline = service_fn(|ctx: ServiceContext| async move {
+        ctx.shutdown_requested().await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Ok::<(), Error>(())
+    });
+    let (vvm, _, _) = launch(config("vvm"), storage.clone(), pipeline);
+    vvm.wait_for_leadership().await.unwrap();
+    let mut status = vvm.status_watch();
+    let tasks = vvm.task_probe();
+    let interrupted = tokio::time::timeout(Duration::from_secs(1), vvm.shutdown()).await;
+    assert!(interrupted.is_err());
+    assert!(storage.get(&key1()).await.unwrap().is_some());
+
+    let done = status.wait_for(|s| *s == VvmStatus::ShutDown);
+    tokio::time::timeout(Duration::from_secs(60), done)
+        .await
+        .expect("the shutdown completes in the background")
+        .unwrap();
+    assert_eq!(tasks.running(), 0);
+    assert_eq!(storage.get(&key1()).await.unwrap(), None);
+}
+
 #[tokio::test(start_paused = true)]
 async fn second_key_is_taken_when_the_first_is_held() {
     let storage = MemStorage::new();
