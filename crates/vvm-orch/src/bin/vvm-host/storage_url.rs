@@ -17,7 +17,8 @@ pub(crate) enum StorageUrl {
     /// `mem`: in this process only; for a throwaway single-node run.
     Mem,
     /// `redb:///path/to/file.redb` (or `redb://relative/path`): an embedded
-    /// file, shared by the vvm-host processes of one machine.
+    /// file, owned by one vvm-host process at a time (redb refuses a second
+    /// opener); the record survives restarts of that process.
     Redb(PathBuf),
     /// `scylla://[user:password@]host[:port][,host...]/keyspace[?...]` (or
     /// `cassandra://`): Cassandra or ScyllaDB, see `storage_scylla::ScyllaConfig::from_url`.
