@@ -7,7 +7,7 @@ use elections::{ElectionsError, EndReason, Leadership};
 use futures::FutureExt;
 use tokio::time::Instant;
 use tracing::Instrument;
-use ttl_storage::Key;
+use ttl_storage::{ErrorKind, Key};
 
 use crate::{LeaderInfo, ServiceContext, ServicePipeline, VvmProblem, VvmStatus, shared::Shared};
 
@@ -54,6 +54,11 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
                 Ok(None) => tracing::debug!(%key, round, "key held by another VVM"),
                 // cleanup() ran: shutdown is under way.
                 Err(ElectionsError::Finalized) => return,
+                Err(ElectionsError::Storage(err)) if err.kind() == ErrorKind::Permanent => {
+                    // Retrying will not help until someone fixes the storage.
+                    shared.fail(VvmProblem::Elections(ElectionsError::Storage(err)));
+                    return;
+                }
                 Err(ElectionsError::Storage(err)) => {
                     tracing::warn!(%key, round, error = %err, "acquisition attempt failed");
                     last_error = Some(err.to_string());
@@ -77,7 +82,7 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
         if round == 1 {
             tracing::info!(
                 cluster_size = config.cluster_size,
-                "every key is held by another VVM; retrying until the acquisition duration runs out"
+                "no key acquired in the first round; retrying until the acquisition duration runs out"
             );
         }
         let pause_end = (now + config.acquisition_retry_pause).min(deadline);

@@ -455,6 +455,56 @@ async fn second_key_is_taken_when_the_first_is_held() {
     b.shutdown().await.unwrap();
 }
 
+/// A storage that refuses everything permanently (bad credentials, say).
+struct Refusing;
+
+#[async_trait::async_trait]
+impl TtlStorage for Refusing {
+    async fn insert_if_not_exists(&self, _: &Key, _: &[u8], _: Ttl) -> ttl_storage::Result<bool> {
+        Err(ttl_storage::StorageError::permanent("access denied"))
+    }
+    async fn compare_and_swap(
+        &self,
+        _: &Key,
+        _: &[u8],
+        _: &[u8],
+        _: Ttl,
+    ) -> ttl_storage::Result<bool> {
+        Err(ttl_storage::StorageError::permanent("access denied"))
+    }
+    async fn compare_and_delete(&self, _: &Key, _: &[u8]) -> ttl_storage::Result<bool> {
+        Err(ttl_storage::StorageError::permanent("access denied"))
+    }
+    async fn get(&self, _: &Key) -> ttl_storage::Result<Option<Vec<u8>>> {
+        Err(ttl_storage::StorageError::permanent("access denied"))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn permanent_storage_errors_fail_the_launch_at_once() {
+    let started = Instant::now();
+    let (vvm, problem, _) = launch(config("vvm"), Refusing, idle());
+    problem.raised().await;
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(vvm.status(), VvmStatus::Failed);
+    let err = vvm.shutdown().await.unwrap_err();
+    assert!(err.to_string().contains("access denied"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_storage_errors_are_retried_until_the_deadline() {
+    let mem = MemStorage::new();
+    let faulty = FaultyStorage::new(Arc::new(mem));
+    faulty.set_partitioned(true);
+    let (vvm, problem, _) = launch(config("vvm"), faulty, idle());
+    problem.raised().await;
+    let err = vvm.shutdown().await.unwrap_err();
+    assert!(
+        matches!(&err, VvmProblem::LeadershipAcquisition { last_error: Some(e), .. } if e.contains("partitioned")),
+        "{err}"
+    );
+}
+
 #[test]
 fn invalid_config_is_refused() {
     let mut config = config("vvm");
