@@ -2,6 +2,7 @@
 //! started as a local process when no endpoint is given.
 
 mod cassandra;
+mod dynamodb;
 
 use std::{
     path::{Path, PathBuf},
@@ -76,6 +77,13 @@ pub(crate) fn all() -> Vec<Engine> {
             passthrough_vars: &[],
             start: cassandra::start,
             suites: &[("storage-scylla", "suite")],
+        },
+        Engine {
+            name: "dynamodb",
+            endpoint_var: "DYNAMODB_ENDPOINT",
+            passthrough_vars: &["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
+            start: dynamodb::start,
+            suites: &[("storage-dynamo", "suite")],
         },
     ]
 }
