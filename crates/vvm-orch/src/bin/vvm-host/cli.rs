@@ -31,8 +31,9 @@ runtime); 2 on bad options; 3 if no leadership was acquired in time; 4 if
 leadership was lost; 126/127 if the command could not be started."
 )]
 pub(crate) struct Args {
-    /// Storage URL: `mem` (this process only), `redb:///path/file.redb`, or
-    /// (built with `--features scylla`) `scylla://[user:pw@]host[,host]/keyspace`.
+    /// Storage URL: `mem` (this process only), `redb:///path/file.redb`, and
+    /// when built with the feature: `scylla://[user:pw@]host[,host]/keyspace`
+    /// (`--features scylla`), `dynamodb://TABLE?region=R` (`--features dynamodb`).
     /// Default: a redb file under $XDG_DATA_HOME/vvm-host/ (~/.local/share).
     #[arg(long, env = "VVM_HOST_STORAGE", value_name = "URL")]
     pub(crate) storage: Option<StorageUrl>,

@@ -24,6 +24,10 @@ pub(crate) enum StorageUrl {
     /// `cassandra://`): Cassandra or ScyllaDB, see `storage_scylla::ScyllaConfig::from_url`.
     #[cfg(feature = "scylla")]
     Scylla(String),
+    /// `dynamodb://TABLE?region=...`: Amazon DynamoDB, see
+    /// `storage_dynamo::DynamoConfig::from_url`.
+    #[cfg(feature = "dynamodb")]
+    Dynamo(String),
 }
 
 /// A storage URL that cannot be parsed.
@@ -42,6 +46,9 @@ pub(crate) enum StorageUrlError {
     #[cfg(feature = "scylla")]
     #[error("bad scylla:// URL: {0}")]
     Scylla(String),
+    #[cfg(feature = "dynamodb")]
+    #[error("bad dynamodb:// URL: {0}")]
+    Dynamo(String),
 }
 
 /// A storage that cannot be opened.
@@ -56,6 +63,9 @@ pub(crate) enum OpenError {
     #[cfg(feature = "scylla")]
     #[error(transparent)]
     Scylla(ttl_storage::StorageError),
+    #[cfg(feature = "dynamodb")]
+    #[error(transparent)]
+    Dynamo(storage_dynamo::ConnectError),
 }
 
 impl FromStr for StorageUrl {
@@ -82,6 +92,12 @@ impl FromStr for StorageUrl {
                 .map_err(|err| StorageUrlError::Scylla(err.to_string()))?;
             return Ok(StorageUrl::Scylla(s.to_owned()));
         }
+        #[cfg(feature = "dynamodb")]
+        if s.starts_with("dynamodb://") {
+            storage_dynamo::DynamoConfig::from_url(s)
+                .map_err(|err| StorageUrlError::Dynamo(err.to_string()))?;
+            return Ok(StorageUrl::Dynamo(s.to_owned()));
+        }
         match s.split_once("://") {
             Some((scheme @ ("scylla" | "cassandra" | "dynamodb"), _)) => {
                 Err(StorageUrlError::NotBuiltIn {
@@ -107,6 +123,8 @@ impl fmt::Display for StorageUrl {
                 }
                 None => f.write_str(url),
             },
+            #[cfg(feature = "dynamodb")]
+            StorageUrl::Dynamo(url) => f.write_str(url),
         }
     }
 }
@@ -139,6 +157,15 @@ impl StorageUrl {
                     .map_err(OpenError::Scylla)?;
                 Ok(Arc::new(storage))
             }
+            #[cfg(feature = "dynamodb")]
+            StorageUrl::Dynamo(url) => {
+                let config = storage_dynamo::DynamoConfig::from_url(url)
+                    .map_err(|err| OpenError::Dynamo(err.into()))?;
+                let storage = storage_dynamo::DynamoStorage::connect(config)
+                    .await
+                    .map_err(OpenError::Dynamo)?;
+                Ok(Arc::new(storage))
+            }
         }
     }
 }
@@ -168,9 +195,15 @@ mod tests {
             "scylla://10.0.0.1/k".parse::<StorageUrl>(),
             Err(StorageUrlError::NotBuiltIn { .. })
         ));
+        #[cfg(not(feature = "dynamodb"))]
         assert!(matches!(
-            "dynamodb://eu-west-1/t".parse::<StorageUrl>(),
+            "dynamodb://leases?region=eu-west-1".parse::<StorageUrl>(),
             Err(StorageUrlError::NotBuiltIn { .. })
+        ));
+        #[cfg(feature = "dynamodb")]
+        assert!(matches!(
+            "dynamodb://leases?region=eu-west-1".parse::<StorageUrl>(),
+            Ok(StorageUrl::Dynamo(_))
         ));
         assert!(matches!(
             "postgres://x".parse::<StorageUrl>(),
