@@ -6,7 +6,6 @@
 //!   `elections-testsuite` against it, print a per-engine summary, tear down.
 //! - `cargo xtask sim --seeds 10000`: the deterministic elections simulation.
 
-#[allow(dead_code)] // TEMPORARY: the engine modules land from the driver branches
 mod engines;
 mod sim;
 mod test_drivers;

@@ -3,6 +3,7 @@
 
 mod cassandra;
 mod dynamodb;
+mod valkey;
 
 use std::{
     path::{Path, PathBuf},
@@ -85,7 +86,20 @@ pub(crate) fn all() -> Vec<Engine> {
             start: dynamodb::start,
             suites: &[("storage-dynamo", "suite")],
         },
+        Engine {
+            name: "valkey",
+            endpoint_var: "VALKEY_URL",
+            passthrough_vars: &[],
+            start: start_valkey,
+            suites: &[("coordinator", "registry"), ("coordinator", "http")],
+        },
     ]
+}
+
+/// Valkey (or Redis) from the system's packages, as a local process.
+fn start_valkey(work_dir: &Path) -> anyhow::Result<Started> {
+    let (child, url) = valkey::start(work_dir)?;
+    Ok(Started::local(child, vec![("VALKEY_URL".to_string(), url)]))
 }
 
 /// The in-memory driver needs no server: its real-time run checks the

@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ pub(crate) fn start(work_dir: &Path) -> Result<(Child, String)> {
         .with_context(|| format!("cannot create {}", work_dir.display()))?;
     let mut last_error = None;
     for _ in 0..ATTEMPTS {
-        let port = free_port()?;
+        let port = super::free_port()?;
         let log_path = work_dir.join(format!("valkey-{port}.log"));
         let log = File::create(&log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
@@ -78,11 +78,6 @@ fn find_binary() -> Result<PathBuf> {
 }
 
 /// A loopback port that was free a moment ago.
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("no free port")?;
-    Ok(listener.local_addr()?.port())
-}
-
 /// Waits until the server answers `PING` with `+PONG`, failing early if it
 /// exits and after [`READY_TIMEOUT`].
 fn wait_ready(child: &mut Child, port: u16) -> Result<()> {
