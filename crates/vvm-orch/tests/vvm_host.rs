@@ -15,6 +15,8 @@ use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
+use storage_redb::RedbStorage;
+use ttl_storage::{Key, TtlStorage};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vvm-host");
 /// Generous: CI machines are slow; nothing here waits this long when it works.
@@ -29,6 +31,23 @@ fn vvm_host(args: &[&str]) -> Command {
         .env("VVM_HOST_STORAGE", "mem")
         .stdin(Stdio::null());
     command
+}
+
+/// The record of key 1 in a redb file vvm-host has exited from.
+fn stored_key1(path: &std::path::Path) -> Option<Vec<u8>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let storage = RedbStorage::open(path).await.unwrap();
+        let record = storage
+            .get(&Key::new("vvm/leader/1").unwrap())
+            .await
+            .unwrap();
+        storage.close().await.unwrap();
+        record
+    })
 }
 
 fn wait_with_limit(child: &mut Child) -> ExitStatus {
@@ -105,7 +124,11 @@ fn exit_status_of_a_short_command_is_propagated() {
 /// vvm-host once the command runs; returns vvm-host's status, the
 /// command's pid, its stdout and vvm-host's log.
 fn run_and_terminate(extra: &[&str], script: &str) -> (ExitStatus, i32, String, String) {
-    let mut args = extra.to_vec();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leases.redb");
+    let url = format!("redb://{}", file.display());
+    let mut args = vec!["--storage", &url];
+    args.extend(extra);
     args.extend(["--", "sh", "-c", script]);
     let mut child = vvm_host(&args)
         .stdout(Stdio::piped())
@@ -158,7 +181,11 @@ fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
 
 #[test]
 fn demo_service_leads_and_stops_on_sigint() {
+    // The default storage: a redb file under $XDG_DATA_HOME/vvm-host/.
+    let data = tempfile::tempdir().unwrap();
     let mut child = vvm_host(&[])
+        .env_remove("VVM_HOST_STORAGE")
+        .env("XDG_DATA_HOME", data.path())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -176,6 +203,8 @@ fn demo_service_leads_and_stops_on_sigint() {
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(log.contains("demo service stopped"), "{log}");
     assert!(log.contains("leadership released"), "{log}");
+    let file = data.path().join("vvm-host").join("vvm-host.redb");
+    assert_eq!(stored_key1(&file), None, "{log}");
 }
 
 #[test]
@@ -199,10 +228,88 @@ fn bad_options_are_refused_clearly() {
 
 #[test]
 fn storage_that_cannot_be_opened_is_an_error() {
-    let dir = std::env::temp_dir().join(format!("vvm-host-e2e-{}", std::process::id()));
-    let url = format!("redb://{}/x.redb", dir.display());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-database.redb");
+    std::fs::write(&file, b"this is not a redb file").unwrap();
+    let url = format!("redb://{}", file.display());
     let output = vvm_host(&["--storage", &url]).output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot open storage"), "{stderr}");
+    assert!(stderr.contains("not a redb database"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"this is not a redb file",
+        "left untouched"
+    );
+}
+
+/// A redb file belongs to one process: a second vvm-host on it is refused.
+#[test]
+fn a_redb_file_held_by_another_vvm_host_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redb://{}", dir.path().join("leases.redb").display());
+    let mut first = vvm_host(&["--storage", &url])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (err_rx, err) = lines(first.stderr.take().unwrap());
+    wait_for_line(&err_rx, "demo service: leading");
+
+    let second = vvm_host(&["--storage", &url]).output().unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("already open"), "{stderr}");
+
+    kill(
+        Pid::from_raw(i32::try_from(first.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_with_limit(&mut first);
+    let log = err.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+}
+
+/// A crashed vvm-host's record survives in the redb file: the next one on
+/// the same file finds the key held and leads only once the lease expired.
+#[test]
+fn after_a_crash_the_next_vvm_host_waits_for_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leases.redb");
+    let url = format!("redb://{}", file.display());
+    let args = ["--storage", &url, "--leadership-duration", "4s"];
+
+    let mut crashed = vvm_host(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (err_rx, _err) = lines(crashed.stderr.take().unwrap());
+    wait_for_line(&err_rx, "demo service: leading");
+    crashed.kill().unwrap(); // SIGKILL: no release
+    crashed.wait().unwrap();
+    assert!(
+        stored_key1(&file).is_some(),
+        "the record outlives the crash"
+    );
+
+    let mut next = vvm_host(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (err_rx, err) = lines(next.stderr.take().unwrap());
+    wait_for_line(&err_rx, "no key acquired in the first round");
+    wait_for_line(&err_rx, "demo service: leading");
+    kill(
+        Pid::from_raw(i32::try_from(next.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_with_limit(&mut next);
+    let log = err.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert_eq!(stored_key1(&file), None, "{log}");
 }

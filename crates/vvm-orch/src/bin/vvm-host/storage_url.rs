@@ -54,10 +54,9 @@ pub(crate) enum StorageUrlError {
 /// A storage that cannot be opened.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum OpenError {
-    #[error(
-        "the redb driver is not available in this build yet (storage-redb has not landed); cannot open {path}. Use --storage mem"
-    )]
-    RedbNotAvailable { path: PathBuf },
+    /// Includes "already open in another process": redb allows one owner per file.
+    #[error(transparent)]
+    Redb(#[from] storage_redb::OpenError),
     #[error("no default data directory: set XDG_DATA_HOME or HOME, or pass --storage")]
     NoDataDir,
     #[cfg(feature = "scylla")]
@@ -149,7 +148,7 @@ impl StorageUrl {
     pub(crate) async fn open(&self) -> Result<DynTtlStorage, OpenError> {
         match self {
             StorageUrl::Mem => Ok(Arc::new(storage_mem::MemStorage::new())),
-            StorageUrl::Redb(path) => Err(OpenError::RedbNotAvailable { path: path.clone() }),
+            StorageUrl::Redb(path) => Ok(Arc::new(storage_redb::RedbStorage::open(path).await?)),
             #[cfg(feature = "scylla")]
             StorageUrl::Scylla(url) => {
                 let storage = storage_scylla::ScyllaStorage::from_url(url)
