@@ -133,7 +133,9 @@ async fn pods(State(c): State<Coordinator>) -> Response {
         Ok(members) => {
             let pods: Vec<_> = members
                 .iter()
-                .map(|m| json!({"id": m.id.as_str(), "address": m.address.as_str(), "load": m.load}))
+                .map(
+                    |m| json!({"id": m.id.as_str(), "address": m.address.as_str(), "load": m.load}),
+                )
                 .collect();
             Json(json!({ "pods": pods })).into_response()
         }

@@ -109,6 +109,13 @@ mod tests {
         }
         assert_ne!(long_a.schema(), long_b.schema());
         assert_eq!(TenantId::new("acme").unwrap().schema(), "\"t_acme\"");
-        assert_eq!(TenantId::new("acme").unwrap().destination().unwrap().as_str(), "acme");
+        assert_eq!(
+            TenantId::new("acme")
+                .unwrap()
+                .destination()
+                .unwrap()
+                .as_str(),
+            "acme"
+        );
     }
 }

@@ -108,11 +108,8 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
         .await
         .context("cannot connect to Valkey")?;
     let load = pools.clone();
-    let member = Member::with_load_source(
-        valkey,
-        config,
-        Arc::new(move || load.open_connections()),
-    )?;
+    let member =
+        Member::with_load_source(valkey, config, Arc::new(move || load.open_connections()))?;
     let pod = Pod {
         inner: Arc::new(Inner {
             id: args.pod_id.clone(),
@@ -124,7 +121,10 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
             ),
         }),
     };
-    member.register().await.context("cannot register in Valkey")?;
+    member
+        .register()
+        .await
+        .context("cannot register in Valkey")?;
     let heartbeat = member.start_heartbeat();
     let reaper = tokio::spawn({
         let pod = pod.clone();

@@ -44,7 +44,10 @@ pub(crate) fn router(pod: Pod) -> Router {
         .route("/locks/{lock}/commit", post(commit))
         .route("/locks/{lock}/rollback", post(rollback))
         .with_state(pod)
-        .layer(middleware::from_fn_with_state(cancels.clone(), pod::cancellable))
+        .layer(middleware::from_fn_with_state(
+            cancels.clone(),
+            pod::cancellable,
+        ))
         .merge(pod::cancel_router(cancels))
         .layer(middleware::from_fn(move |req: Request, next: Next| {
             let pod_id = pod_id.clone();
@@ -128,7 +131,10 @@ async fn get_kv(
     check_key(&key)?;
     let (_permit, conn) = checkout(&pod, &t).await?;
     let value = kv_get(&conn, &t, &key).await?;
-    Ok(Json(json!({"pod": pod.id(), "tenant": t.as_str(), "key": key, "value": value})).into_response())
+    Ok(
+        Json(json!({"pod": pod.id(), "tenant": t.as_str(), "key": key, "value": value}))
+            .into_response(),
+    )
 }
 
 async fn put_kv(
@@ -141,7 +147,10 @@ async fn put_kv(
     check_value(&value)?;
     let (_permit, conn) = checkout(&pod, &t).await?;
     kv_put(&conn, &t, &key, &value).await?;
-    Ok(Json(json!({"pod": pod.id(), "tenant": t.as_str(), "key": key, "value": value})).into_response())
+    Ok(
+        Json(json!({"pod": pod.id(), "tenant": t.as_str(), "key": key, "value": value}))
+            .into_response(),
+    )
 }
 
 async fn delete_kv(
@@ -152,7 +161,10 @@ async fn delete_kv(
     check_key(&key)?;
     let (_permit, conn) = checkout(&pod, &t).await?;
     kv_delete(&conn, &t, &key).await?;
-    Ok(Json(json!({"pod": pod.id(), "tenant": t.as_str(), "key": key, "deleted": true})).into_response())
+    Ok(
+        Json(json!({"pod": pod.id(), "tenant": t.as_str(), "key": key, "deleted": true}))
+            .into_response(),
+    )
 }
 
 /// Sends a PostgreSQL cancel request if dropped while armed (the call was
@@ -231,8 +243,7 @@ async fn begin(State(pod): State<Pod>, Path(t): Path<String>) -> Result<Response
         };
         tracing::debug!(tenant = %t, %lock, "began transaction");
         let body = json!({"pod": pod.id(), "tenant": t.as_str(), "lock": lock.as_str()});
-        pod.txs()
-            .insert(lock, super::tx::Tx::new(t, conn, permit));
+        pod.txs().insert(lock, super::tx::Tx::new(t, conn, permit));
         Ok((StatusCode::CREATED, Json(body)).into_response())
     });
     task.await
@@ -296,8 +307,7 @@ async fn tx_delete_kv(
     State(pod): State<Pod>,
     Path((lock, key)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (lock, t, ()) =
-        in_tx(&pod, lock, &key, async |c, t| kv_delete(c, t, &key).await).await?;
+    let (lock, t, ()) = in_tx(&pod, lock, &key, async |c, t| kv_delete(c, t, &key).await).await?;
     Ok(Json(json!({"pod": pod.id(), "tenant": t.as_str(), "lock": lock.as_str(), "key": key, "deleted": true})).into_response())
 }
 
