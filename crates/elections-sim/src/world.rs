@@ -266,10 +266,8 @@ impl TtlStorage for SimStorage {
         self.run(true, move || {
             let (store, key, value) = (store.clone(), key.clone(), value.clone());
             async move {
-                if broken {
-                    if let Some(current) = store.get(&key).await? {
-                        store.compare_and_delete(&key, &current).await?;
-                    }
+                if broken && let Some(current) = store.get(&key).await? {
+                    store.compare_and_delete(&key, &current).await?;
                 }
                 store.insert_if_not_exists(&key, &value, ttl).await
             }
