@@ -100,7 +100,9 @@ fn main() -> ExitCode {
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
-        println!("failing seeds: {failed:?} (replay one with --seed N --log)");
+        let shown: Vec<_> = failed.iter().take(20).collect();
+        let more = failed.len().saturating_sub(shown.len());
+        println!("failing seeds: {shown:?} and {more} more (replay one with --seed N --log)");
         ExitCode::FAILURE
     }
 }
