@@ -157,11 +157,11 @@ impl World {
     /// Ends the open interval of `who` (if any) at `now`.
     pub(crate) fn end_interval(&self, who: Who, cause: EndCause) {
         let mut state = self.lock();
-        if let Some((incarnation, idx)) = state.open[who.contender] {
-            if incarnation == who.incarnation {
-                state.open[who.contender] = None;
-                state.history.end(idx, Instant::now(), cause);
-            }
+        if let Some((incarnation, idx)) = state.open[who.contender]
+            && incarnation == who.incarnation
+        {
+            state.open[who.contender] = None;
+            state.history.end(idx, Instant::now(), cause);
         }
     }
 
