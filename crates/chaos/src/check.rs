@@ -14,6 +14,10 @@
 //!   leadership that was lost ended (`released`, or the killer fired) no
 //!   later than `max(deadline, resumed) + stop_slack`, where `resumed` is
 //!   the last SIGCONT the process got (a stopped process cannot act).
+//! - **Zombies** (contenders that ignore their killer and keep writing
+//!   after a loss, on purpose) are exempt from the deadline checks: their
+//!   late writes are counted, and must be refused once a newer token has
+//!   reached the resource, which the log check covers.
 //! - **Takeover after a kill**: some other process acquired within
 //!   `takeover_bound` of the killed leader's last successful write start
 //!   (the basis of its last successful `armed` event).
@@ -67,6 +71,12 @@ pub struct Report {
     pub losses_checked: u64,
     /// Processes ended by their killer.
     pub killer_exits: u64,
+    /// Writes by zombies after their loss.
+    pub zombie_late_writes: u64,
+    /// Of those, refused by the resource.
+    pub zombie_late_rejected: u64,
+    /// Of those, accepted (before any newer token reached the resource).
+    pub zombie_late_accepted: u64,
     /// Entries in the resource's log.
     pub log_entries: u64,
     /// Every violation, readable.
@@ -111,6 +121,11 @@ impl fmt::Display for Report {
             "writes started past the killer deadline {} (none accepted unless listed below)  lost leaderships checked {}  killer exits {}",
             self.writes_past_deadline, self.losses_checked, self.killer_exits
         )?;
+        writeln!(
+            f,
+            "zombie writes after loss {} (rejected {}, accepted before a newer token reached the resource {})",
+            self.zombie_late_writes, self.zombie_late_rejected, self.zombie_late_accepted
+        )?;
         if self.violations.is_empty() {
             write!(f, "violations: none")
         } else {
@@ -132,6 +147,7 @@ struct Proc {
     lost_at: Option<u64>,
     resumed_at: Option<u64>,
     sigkilled: bool,
+    zombie: bool,
 }
 
 impl Proc {
@@ -219,6 +235,28 @@ pub fn check(records: &[Record], log: &[LogEntry], bounds: Bounds, end_ms: u64) 
                 start_ms,
                 token,
                 outcome,
+            } if proc.zombie => {
+                match outcome {
+                    WriteOutcome::Accepted { seq } => {
+                        report.writes_accepted += 1;
+                        accepted.push((*seq, *token, p));
+                    }
+                    WriteOutcome::Rejected { .. } => report.stale_rejected += 1,
+                    WriteOutcome::Failed => report.writes_failed += 1,
+                }
+                if proc.lost_at.is_some_and(|lost| *start_ms > lost) {
+                    report.zombie_late_writes += 1;
+                    match outcome {
+                        WriteOutcome::Accepted { .. } => report.zombie_late_accepted += 1,
+                        WriteOutcome::Rejected { .. } => report.zombie_late_rejected += 1,
+                        WriteOutcome::Failed => {}
+                    }
+                }
+            }
+            Event::Write {
+                start_ms,
+                token,
+                outcome,
             } => {
                 let deadline = proc.deadline_at(*start_ms);
                 let past = deadline.is_none_or(|d| *start_ms > d);
@@ -251,7 +289,7 @@ pub fn check(records: &[Record], log: &[LogEntry], bounds: Bounds, end_ms: u64) 
                 if matches!(r.event, Event::KillerFired) {
                     report.killer_exits += 1;
                 }
-                if proc.leading && !proc.sigkilled {
+                if proc.leading && !proc.sigkilled && !proc.zombie {
                     let lost = proc.lost_at.is_some() || matches!(r.event, Event::KillerFired);
                     if lost {
                         report.losses_checked += 1;
@@ -285,7 +323,8 @@ pub fn check(records: &[Record], log: &[LogEntry], bounds: Bounds, end_ms: u64) 
                 report.partitions += 1;
                 pending.push((p, r.t_ms, false, None));
             }
-            Event::Started { .. } | Event::Exiting | Event::Restored | Event::Exited { .. } => {}
+            Event::Started { zombie, .. } => proc.zombie = *zombie,
+            Event::Exiting | Event::Restored | Event::Exited { .. } => {}
         }
     }
 
@@ -526,5 +565,41 @@ mod tests {
             report.violations.iter().any(|v| v.contains("bound")),
             "{report}"
         );
+    }
+
+    #[test]
+    fn zombie_late_writes_are_counted_not_flagged() {
+        let records = vec![
+            rec(
+                999,
+                "z",
+                Event::Started {
+                    pid: 1,
+                    zombie: true,
+                },
+            ),
+            rec(1000, "z", armed(1000, 4200)),
+            rec(1001, "z", Event::Acquired { token: 1 }),
+            rec(2000, "z", Event::Lost { reason: "x".into() }),
+            rec(2100, "z", write(2050, 1, WriteOutcome::Accepted { seq: 1 })),
+            rec(6001, "b", Event::Acquired { token: 2 }),
+            rec(6100, "b", write(6050, 2, WriteOutcome::Accepted { seq: 2 })),
+            rec(
+                6200,
+                "z",
+                write(6150, 1, WriteOutcome::Rejected { seen: 2 }),
+            ),
+            rec(9000, "z", Event::Released),
+        ];
+        let log = vec![entry(1, 1, "z"), entry(2, 2, "b")];
+        let report = check(&records, &log, BOUNDS, 10_000);
+        assert!(report.ok(), "{report}");
+        assert_eq!(report.zombie_late_writes, 2);
+        assert_eq!(report.zombie_late_accepted, 1);
+        assert_eq!(report.zombie_late_rejected, 1);
+        assert_eq!(report.stale_rejected, 1);
+        // The same history from a normal contender is a violation.
+        let normal: Vec<Record> = records[1..].to_vec();
+        assert!(!check(&normal, &log, BOUNDS, 10_000).ok());
     }
 }

@@ -32,10 +32,19 @@ pub struct ContenderConfig {
     pub name: String,
     /// The lease `d`.
     pub lease: Duration,
+    /// A zombie: a contender that breaks the rules on purpose, to show what
+    /// fencing protects against. Its killer never ends the process, and
+    /// after a loss it keeps writing with its old token for another `2 d`
+    /// before it releases. Every such write must be rejected once a newer
+    /// token has reached the resource.
+    pub zombie: bool,
 }
 
-/// The production killer, reporting every deadline change as an event.
-struct ReportingKiller;
+/// The production killer, reporting every deadline change as an event; a
+/// zombie's killer reports but never kills.
+struct ReportingKiller {
+    zombie: bool,
+}
 
 /// Converts a tokio instant to wall milliseconds.
 fn wall_ms(at: Instant) -> u64 {
@@ -50,6 +59,10 @@ fn wall_ms(at: Instant) -> u64 {
 
 impl Killer for ReportingKiller {
     fn kill(&self, key: &Key, deadline: Instant) {
+        if self.zombie {
+            tracing::warn!(%key, "zombie: ignoring the killer deadline");
+            return;
+        }
         emit(&Event::KillerFired);
         ProcessKiller.kill(key, deadline);
     }
@@ -59,6 +72,15 @@ impl Killer for ReportingKiller {
             basis_ms: wall_ms(event.basis),
             deadline_ms: event.deadline.map(wall_ms),
             success: matches!(event.reason, ArmReason::Acquired | ArmReason::Renewed),
+        });
+    }
+}
+
+/// Reports why `leadership` ended.
+fn report_end(leadership: &elections::Leadership) {
+    if let Some(reason) = leadership.end_reason() {
+        emit(&Event::Lost {
+            reason: reason.to_string(),
         });
     }
 }
@@ -79,6 +101,7 @@ pub enum ContenderError {
 pub async fn run(config: ContenderConfig) -> Result<(), ContenderError> {
     emit(&Event::Started {
         pid: std::process::id(),
+        zombie: config.zombie,
     });
     let key = Key::new(config.key.clone())?;
     let retry = config.lease / 20;
@@ -100,7 +123,9 @@ pub async fn run(config: ContenderConfig) -> Result<(), ContenderError> {
             }
         }
     };
-    let killer: Arc<dyn Killer> = Arc::new(ReportingKiller);
+    let killer: Arc<dyn Killer> = Arc::new(ReportingKiller {
+        zombie: config.zombie,
+    });
     let elections = Elections::with_killer(storage, killer);
     loop {
         let leadership = match elections
@@ -122,23 +147,41 @@ pub async fn run(config: ContenderConfig) -> Result<(), ContenderError> {
         emit(&Event::Acquired { token });
         let mut tick = tokio::time::interval(WRITE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut reported = false;
+        let mut zombie_until = None;
         loop {
+            if !leadership.is_active() && !reported {
+                reported = true;
+                report_end(&leadership);
+                if !config.zombie {
+                    break;
+                }
+                zombie_until = Some(Instant::now() + config.lease * 2);
+            }
+            if zombie_until.is_some_and(|until| Instant::now() >= until) {
+                break;
+            }
             tokio::select! {
                 biased;
-                _ = leadership.ended() => break,
+                _ = leadership.ended(), if !reported => continue,
                 _ = tick.tick() => {}
             }
-            // The write is cancelled as soon as the handle fires; if it was
-            // already sent, the fencing token is what protects the resource.
+            // The write is cancelled as soon as the handle fires (a zombie
+            // lets it finish); if it was already sent, the fencing token is
+            // what protects the resource.
             let start_ms = now_ms();
             let outcome = tokio::select! {
                 biased;
-                _ = leadership.ended() => break,
-                verdict = guarded.write(token, &config.name) => match verdict {
-                    Ok(Verdict::Accepted(seq)) => WriteOutcome::Accepted { seq },
-                    Ok(Verdict::Rejected(seen)) => WriteOutcome::Rejected { seen },
-                    Err(err) => {
+                _ = leadership.ended(), if !reported && !config.zombie => continue,
+                verdict = tokio::time::timeout(config.lease, guarded.write(token, &config.name)) => match verdict {
+                    Ok(Ok(Verdict::Accepted(seq))) => WriteOutcome::Accepted { seq },
+                    Ok(Ok(Verdict::Rejected(seen))) => WriteOutcome::Rejected { seen },
+                    Ok(Err(err)) => {
                         tracing::warn!(%err, "guarded write failed");
+                        WriteOutcome::Failed
+                    }
+                    Err(_) => {
+                        tracing::warn!("guarded write timed out");
                         WriteOutcome::Failed
                     }
                 },
@@ -147,11 +190,6 @@ pub async fn run(config: ContenderConfig) -> Result<(), ContenderError> {
                 start_ms,
                 token,
                 outcome,
-            });
-        }
-        if let Some(reason) = leadership.end_reason() {
-            emit(&Event::Lost {
-                reason: reason.to_string(),
             });
         }
         elections.release_leadership(&key).await;

@@ -40,6 +40,8 @@ pub enum Event {
     Started {
         /// Its process id.
         pid: u32,
+        /// True for a zombie: no killer, and it keeps writing after a loss.
+        zombie: bool,
     },
     /// The killer deadline changed; `deadline_ms` is `None` when disarmed.
     Armed {
@@ -114,7 +116,7 @@ pub struct ParseError {
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Event::Started { pid } => write!(f, "ev=started pid={pid}"),
+            Event::Started { pid, zombie } => write!(f, "ev=started pid={pid} zombie={zombie}"),
             Event::Armed {
                 basis_ms,
                 deadline_ms,
@@ -193,6 +195,7 @@ pub fn parse_line(line: &str) -> Result<(u64, Event), ParseError> {
     let event = match fields.get("ev").copied() {
         Some("started") => Event::Started {
             pid: u32::try_from(num("pid")?).map_err(|_| bad("pid too large"))?,
+            zombie: fields.get("zombie") == Some(&"true"),
         },
         Some("armed") => Event::Armed {
             basis_ms: num("basis")?,
@@ -241,7 +244,10 @@ mod tests {
     #[test]
     fn every_event_round_trips() {
         let events = [
-            Event::Started { pid: 42 },
+            Event::Started {
+                pid: 42,
+                zombie: true,
+            },
             Event::Armed {
                 basis_ms: 10,
                 deadline_ms: Some(20),

@@ -3,13 +3,13 @@
 //! an append-only log of the writes it accepted.
 //!
 //! ```text
-//! guarded(id text PRIMARY KEY, token bigint, seq bigint, writer text)
-//! guarded_log(id text, seq bigint, token bigint, writer text, PRIMARY KEY (id, seq))
+//! guarded(id text PRIMARY KEY, fence bigint, seq bigint, writer text)
+//! guarded_log(id text, seq bigint, fence bigint, writer text, PRIMARY KEY (id, seq))
 //! ```
 //!
 //! A write is one lightweight transaction,
-//! `UPDATE guarded SET token = t, seq = s + 1, writer = w WHERE id = ? IF token <= t AND seq = s`,
-//! so the token check and the sequence number are decided atomically by
+//! `UPDATE guarded SET fence = t, seq = s + 1, writer = w WHERE id = ? IF fence <= t AND seq = s`,
+//! (`token` is a reserved word in CQL, hence `fence`), so the token check and the sequence number are decided atomically by
 //! Paxos; the writer then appends `(s + 1, t)` to the log. Because `seq` is
 //! the log's clustering key, the log lists the accepted writes in the
 //! order Paxos accepted them, whoever wrote them, even if a writer died
@@ -111,10 +111,10 @@ pub async fn setup(url: &str, id: &str) -> Result<(), GuardedError> {
     let ks = config.keyspace();
     for ddl in [
         format!(
-            "CREATE TABLE IF NOT EXISTS {ks}.guarded (id text PRIMARY KEY, token bigint, seq bigint, writer text)"
+            "CREATE TABLE IF NOT EXISTS {ks}.guarded (id text PRIMARY KEY, fence bigint, seq bigint, writer text)"
         ),
         format!(
-            "CREATE TABLE IF NOT EXISTS {ks}.guarded_log (id text, seq bigint, token bigint, writer text, PRIMARY KEY (id, seq))"
+            "CREATE TABLE IF NOT EXISTS {ks}.guarded_log (id text, seq bigint, fence bigint, writer text, PRIMARY KEY (id, seq))"
         ),
     ] {
         session
@@ -125,7 +125,7 @@ pub async fn setup(url: &str, id: &str) -> Result<(), GuardedError> {
     session
         .query_unpaged(
             format!(
-                "INSERT INTO {ks}.guarded (id, token, seq, writer) VALUES (?, 0, 0, 'setup') IF NOT EXISTS"
+                "INSERT INTO {ks}.guarded (id, fence, seq, writer) VALUES (?, 0, 0, 'setup') IF NOT EXISTS"
             ),
             (id,),
         )
@@ -143,7 +143,7 @@ pub async fn read_log(url: &str, id: &str) -> Result<Vec<LogEntry>, GuardedError
     let config = ScyllaConfig::from_url(url)?;
     let session = session(&config).await?;
     let mut statement: scylla::statement::Statement = format!(
-        "SELECT seq, token, writer FROM {}.guarded_log WHERE id = ? ORDER BY seq",
+        "SELECT seq, fence, writer FROM {}.guarded_log WHERE id = ? ORDER BY seq",
         config.keyspace()
     )
     .into();
@@ -190,7 +190,7 @@ impl Guarded {
         let ks = config.keyspace();
         let mut update = session
             .prepare(format!(
-                "UPDATE {ks}.guarded SET token = ?, seq = ?, writer = ? WHERE id = ? IF token <= ? AND seq = ?"
+                "UPDATE {ks}.guarded SET fence = ?, seq = ?, writer = ? WHERE id = ? IF fence <= ? AND seq = ?"
             ))
             .await
             .map_err(db("preparing the update"))?;
@@ -199,7 +199,7 @@ impl Guarded {
         update.set_consistency(Consistency::Quorum);
         let mut append = session
             .prepare(format!(
-                "INSERT INTO {ks}.guarded_log (id, seq, token, writer) VALUES (?, ?, ?, ?)"
+                "INSERT INTO {ks}.guarded_log (id, seq, fence, writer) VALUES (?, ?, ?, ?)"
             ))
             .await
             .map_err(db("preparing the append"))?;
@@ -258,9 +258,9 @@ impl Guarded {
                     .map_err(db("log append"))?;
                 return Ok(Verdict::Accepted(self.seq));
             }
-            let seen = match column("token") {
+            let seen = match column("fence") {
                 Some(CqlValue::BigInt(v)) => u64::try_from(v).unwrap_or(0),
-                other => return Err(GuardedError::Answer(format!("token column: {other:?}"))),
+                other => return Err(GuardedError::Answer(format!("fence column: {other:?}"))),
             };
             if let Some(CqlValue::BigInt(v)) = column("seq") {
                 self.seq = u64::try_from(v).unwrap_or(0);

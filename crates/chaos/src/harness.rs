@@ -40,6 +40,9 @@ pub struct HarnessConfig {
     pub duration: Duration,
     /// Where contender logs (stderr) and the event log go.
     pub work_dir: PathBuf,
+    /// Make the last slot's contenders zombies (see
+    /// [`crate::contender::ContenderConfig::zombie`]); needs 2 slots or more.
+    pub zombie: bool,
 }
 
 type Shared = Arc<Mutex<Vec<Record>>>;
@@ -182,12 +185,17 @@ enum Scenario {
 impl Ctx<'_> {
     fn spawn(&self, slot: &mut Slot) -> anyhow::Result<()> {
         slot.generation += 1;
-        let name = format!("c{}.{}", slot.index, slot.generation);
+        let zombie = self.config.zombie
+            && self.config.contenders > 1
+            && slot.index + 1 == self.config.contenders;
+        let prefix = if zombie { "z" } else { "c" };
+        let name = format!("{prefix}{}.{}", slot.index, slot.generation);
         let stderr = std::fs::File::create(self.config.work_dir.join(format!("{name}.log")))?;
         let mut child = Command::new(&self.config.contender)
             .args(["--url", &slot.url, "--key", &self.key])
             .args(["--resource", &self.resource, "--name", &name])
             .args(["--lease-secs", &self.config.lease.as_secs().to_string()])
+            .args(zombie.then_some("--zombie"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)

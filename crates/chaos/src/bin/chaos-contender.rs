@@ -23,6 +23,9 @@ struct Args {
     /// Lease in whole seconds.
     #[arg(long, default_value_t = 4)]
     lease_secs: u64,
+    /// Break the rules on purpose: no killer, keep writing after a loss.
+    #[arg(long)]
+    zombie: bool,
 }
 
 #[tokio::main]
@@ -41,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
         resource: args.resource,
         name: args.name,
         lease: Duration::from_secs(args.lease_secs),
+        zombie: args.zombie,
     })
     .await?;
     Ok(())

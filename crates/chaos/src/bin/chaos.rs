@@ -24,6 +24,10 @@ struct Args {
     /// Contender processes.
     #[arg(long, default_value_t = 3)]
     contenders: usize,
+    /// Run no zombie (by default the last slot's contenders are zombies:
+    /// no killer, they keep writing after a loss, to exercise fencing).
+    #[arg(long)]
+    no_zombie: bool,
     /// Directory for logs (default: a temporary one).
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -63,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
         lease,
         duration: Duration::from_secs(args.duration_secs),
         work_dir,
+        zombie: !args.no_zombie,
     })
     .await?;
     println!();
