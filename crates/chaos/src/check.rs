@@ -582,6 +582,7 @@ mod tests {
             rec(1001, "z", Event::Acquired { token: 1 }),
             rec(2000, "z", Event::Lost { reason: "x".into() }),
             rec(2100, "z", write(2050, 1, WriteOutcome::Accepted { seq: 1 })),
+            rec(6000, "b", armed(6000, 9200)),
             rec(6001, "b", Event::Acquired { token: 2 }),
             rec(6100, "b", write(6050, 2, WriteOutcome::Accepted { seq: 2 })),
             rec(
