@@ -4,6 +4,7 @@ set -euo pipefail
 need=()
 command -v java >/dev/null || need+=(default-jre-headless)
 command -v mvn >/dev/null || need+=(maven)
+command -v redis-server >/dev/null || command -v valkey-server >/dev/null || need+=(redis-server)
 if ((${#need[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

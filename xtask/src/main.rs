@@ -9,7 +9,6 @@
 //!   killed, paused and cut off from a real engine, fencing checked.
 
 mod chaos;
-#[allow(dead_code)] // TEMPORARY: the engine modules land from the driver branches
 mod engines;
 mod sim;
 mod test_drivers;

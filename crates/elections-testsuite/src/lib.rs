@@ -25,7 +25,7 @@
 //! case, in that case's runtime. Keys carry a random per-case prefix, so
 //! cases run in parallel against one server and re-runs never collide.
 //!
-//! In `real_time` mode, leases are 4 s and storage TTLs 2 s, and the
+//! In `real_time` mode, leases are 5 s and storage TTLs 2 s, and the
 //! contract's one second of expiry granularity is allowed for; run with
 //! `--test-threads 16` to finish in well under a minute.
 //!

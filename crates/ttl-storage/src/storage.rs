@@ -17,9 +17,14 @@ use crate::{Key, Result, Ttl};
 ///   one returns `Ok(true)`, and of concurrent `compare_and_swap`s from the
 ///   same `old` value exactly one returns `Ok(true)`.
 /// - **Reads see every acknowledged write** (`get` is linearizable too).
-/// - **Expiry.** A record written with an expiring [`Ttl`] of `t` is live from
-///   the moment the write is applied until at least `t` later, and is gone at
-///   most the driver's documented granularity (at most one second) after that.
+/// - **Expiry.** A record written with an expiring [`Ttl`] of `t` by a call
+///   that started at instant `s` stays live at least until `s + t`: drivers
+///   count `t` from an instant at or after the call's start (the start of
+///   the write transaction, a coordinator's clock reading, the request's
+///   construction). It is gone at most the driver's documented granularity
+///   (at most one second) after `t` has passed from the write's application.
+///   This is the bound elections rely on: a lease counted from the start of
+///   the call that wrote it never outlives the record.
 ///   Expired records are invisible to *every* operation: `get` returns `None`,
 ///   `insert_if_not_exists` succeeds, `compare_and_swap` and
 ///   `compare_and_delete` return `Ok(false)`.

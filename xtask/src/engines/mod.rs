@@ -2,6 +2,8 @@
 //! started as a local process when no endpoint is given.
 
 mod cassandra;
+mod dynamodb;
+mod valkey;
 
 use std::{
     path::{Path, PathBuf},
@@ -77,7 +79,27 @@ pub(crate) fn all() -> Vec<Engine> {
             start: cassandra::start,
             suites: &[("storage-scylla", "suite")],
         },
+        Engine {
+            name: "dynamodb",
+            endpoint_var: "DYNAMODB_ENDPOINT",
+            passthrough_vars: &["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
+            start: dynamodb::start,
+            suites: &[("storage-dynamo", "suite")],
+        },
+        Engine {
+            name: "valkey",
+            endpoint_var: "VALKEY_URL",
+            passthrough_vars: &[],
+            start: start_valkey,
+            suites: &[("coordinator", "registry"), ("coordinator", "http")],
+        },
     ]
+}
+
+/// Valkey (or Redis) from the system's packages, as a local process.
+fn start_valkey(work_dir: &Path) -> anyhow::Result<Started> {
+    let (child, url) = valkey::start(work_dir)?;
+    Ok(Started::local(child, vec![("VALKEY_URL".to_string(), url)]))
 }
 
 /// The in-memory driver needs no server: its real-time run checks the

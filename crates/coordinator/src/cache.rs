@@ -1,0 +1,218 @@
+//! The coordinator's local cache of destination pod sets.
+//!
+//! It holds a destination's whole *live pod set with addresses* (not one
+//! picked pod), so a fanned-out destination keeps spreading calls while the
+//! entry is warm: the strategy picks per call from the cached set.
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lru::LruCache;
+
+use crate::error::{Error, Result};
+use crate::ids::DestinationId;
+use crate::record::MemberRecord;
+
+/// Cache sizing. `RegistryConfig::cache = None` turns the cache off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// How long an entry is trusted (default 5 s).
+    pub ttl: Duration,
+    /// How many destinations are kept, least recently used evicted first
+    /// (default 10 000).
+    pub capacity: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(5),
+            capacity: 10_000,
+        }
+    }
+}
+
+impl CacheConfig {
+    /// Checks the bounds: TTL in 1 ms..=1 h, capacity in 1..=10 000 000.
+    pub fn validate(&self) -> Result<()> {
+        if self.ttl < Duration::from_millis(1) || self.ttl > Duration::from_secs(3600) {
+            return Err(Error::InvalidConfig(format!(
+                "cache ttl must be within 1 ms..=1 h, got {:?}",
+                self.ttl
+            )));
+        }
+        if self.capacity == 0 || self.capacity > 10_000_000 {
+            return Err(Error::InvalidConfig(format!(
+                "cache capacity must be within 1..=10000000, got {}",
+                self.capacity
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A destination's cached live pod set, sorted by member id.
+pub(crate) type PodSet = Arc<[MemberRecord]>;
+
+struct Entry {
+    members: PodSet,
+    expires: Instant,
+}
+
+/// LRU + TTL map from destination to pod set; a no-op when disabled.
+pub(crate) struct DestinationCache {
+    inner: Option<(Mutex<LruCache<DestinationId, Entry>>, Duration)>,
+}
+
+impl DestinationCache {
+    /// A cache with `config`, or a disabled one for `None`.
+    pub(crate) fn new(config: Option<CacheConfig>) -> Result<Self> {
+        let inner = match config {
+            None => None,
+            Some(c) => {
+                c.validate()?;
+                let cap = NonZeroUsize::new(c.capacity)
+                    .ok_or_else(|| Error::InvalidConfig("cache capacity is 0".into()))?;
+                Some((Mutex::new(LruCache::new(cap)), c.ttl))
+            }
+        };
+        Ok(Self { inner })
+    }
+
+    pub(crate) fn get(&self, dest: &DestinationId) -> Option<PodSet> {
+        self.get_at(dest, Instant::now())
+    }
+
+    pub(crate) fn get_at(&self, dest: &DestinationId, now: Instant) -> Option<PodSet> {
+        let (lock, _) = self.inner.as_ref()?;
+        let mut cache = lock.lock().unwrap_or_else(|p| p.into_inner());
+        match cache.get(dest) {
+            Some(e) if e.expires > now => Some(e.members.clone()),
+            Some(_) => {
+                cache.pop(dest);
+                None
+            }
+            None => None,
+        }
+    }
+
+    pub(crate) fn insert(&self, dest: DestinationId, members: PodSet) {
+        self.insert_at(dest, members, Instant::now());
+    }
+
+    pub(crate) fn insert_at(&self, dest: DestinationId, members: PodSet, now: Instant) {
+        if let Some((lock, ttl)) = &self.inner {
+            let entry = Entry {
+                members,
+                expires: now + *ttl,
+            };
+            lock.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .put(dest, entry);
+        }
+    }
+
+    pub(crate) fn evict(&self, dest: &DestinationId) {
+        if let Some((lock, _)) = &self.inner {
+            lock.lock().unwrap_or_else(|p| p.into_inner()).pop(dest);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.inner
+            .as_ref()
+            .map(|(l, _)| l.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::MemberId;
+    use crate::record::MemberAddress;
+
+    fn set(ids: &[&str]) -> PodSet {
+        ids.iter()
+            .map(|id| MemberRecord {
+                id: MemberId::new(*id).unwrap(),
+                address: MemberAddress::parse("http://127.0.0.1:9").unwrap(),
+                load: 0,
+            })
+            .collect()
+    }
+
+    fn dest(s: &str) -> DestinationId {
+        DestinationId::new(s).unwrap()
+    }
+
+    fn cache(ttl_ms: u64, capacity: usize) -> DestinationCache {
+        DestinationCache::new(Some(CacheConfig {
+            ttl: Duration::from_millis(ttl_ms),
+            capacity,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn hit_returns_the_whole_set() {
+        let c = cache(5000, 10);
+        c.insert(dest("d"), set(&["a", "b"]));
+        let got = c.get(&dest("d")).unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(c.get(&dest("other")).is_none());
+    }
+
+    #[test]
+    fn entries_expire_after_the_ttl() {
+        let c = cache(100, 10);
+        let t0 = Instant::now();
+        c.insert_at(dest("d"), set(&["a"]), t0);
+        assert!(
+            c.get_at(&dest("d"), t0 + Duration::from_millis(99))
+                .is_some()
+        );
+        assert!(
+            c.get_at(&dest("d"), t0 + Duration::from_millis(100))
+                .is_none()
+        );
+        assert_eq!(c.len(), 0, "expired entry is dropped");
+    }
+
+    #[test]
+    fn least_recently_used_is_evicted_at_capacity() {
+        let c = cache(5000, 2);
+        c.insert(dest("a"), set(&["x"]));
+        c.insert(dest("b"), set(&["x"]));
+        assert!(c.get(&dest("a")).is_some()); // a is now most recent
+        c.insert(dest("c"), set(&["x"]));
+        assert!(c.get(&dest("b")).is_none());
+        assert!(c.get(&dest("a")).is_some());
+        assert!(c.get(&dest("c")).is_some());
+    }
+
+    #[test]
+    fn evict_and_disabled() {
+        let c = cache(5000, 2);
+        c.insert(dest("a"), set(&["x"]));
+        c.evict(&dest("a"));
+        assert!(c.get(&dest("a")).is_none());
+
+        let off = DestinationCache::new(None).unwrap();
+        off.insert(dest("a"), set(&["x"]));
+        assert!(off.get(&dest("a")).is_none());
+    }
+
+    #[test]
+    fn invalid_configs_are_rejected() {
+        for (ttl, cap) in [(0, 10), (5000, 0)] {
+            let cfg = CacheConfig {
+                ttl: Duration::from_millis(ttl),
+                capacity: cap,
+            };
+            assert!(DestinationCache::new(Some(cfg)).is_err());
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Body wrappers: a request body that can be retried until first polled, and
+//! a response body that sends a cancel when dropped before its end.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+
+use super::forward::CancelGuard;
+
+/// A request body held aside so a forward that fails to connect (and so
+/// never polled the body) can be retried with the same body, unbuffered.
+pub(crate) struct RetryableBody {
+    slot: Arc<Mutex<Option<Body>>>,
+    hint: SizeHint,
+    end: bool,
+}
+
+impl RetryableBody {
+    pub(crate) fn new(body: Body) -> Self {
+        use http_body::Body as _;
+        Self {
+            hint: body.size_hint(),
+            end: body.is_end_stream(),
+            slot: Arc::new(Mutex::new(Some(body))),
+        }
+    }
+
+    /// A body for one attempt; it takes the real body on its first poll.
+    pub(crate) fn attempt(&self) -> OnceBody {
+        OnceBody {
+            slot: self.slot.clone(),
+            body: None,
+            hint: self.hint,
+            end: self.end,
+        }
+    }
+
+    /// Whether no attempt has started sending the body yet.
+    pub(crate) fn is_untouched(&self) -> bool {
+        self.slot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+}
+
+/// One attempt's view of a [`RetryableBody`].
+pub(crate) struct OnceBody {
+    slot: Arc<Mutex<Option<Body>>>,
+    body: Option<Body>,
+    hint: SizeHint,
+    end: bool,
+}
+
+impl OnceBody {
+    /// An empty body (for cancel messages).
+    pub(crate) fn empty() -> Self {
+        RetryableBody::new(Body::empty()).attempt()
+    }
+}
+
+impl http_body::Body for OnceBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        if self.body.is_none() {
+            let taken = self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            match taken {
+                Some(b) => self.body = Some(b),
+                None if self.end => return Poll::Ready(None),
+                None => {
+                    return Poll::Ready(Some(Err(axum::Error::new(
+                        "request body already consumed by an earlier attempt",
+                    ))));
+                }
+            }
+        }
+        match self.body.as_mut() {
+            Some(b) => Pin::new(b).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.body {
+            Some(b) => b.is_end_stream(),
+            None => self.end,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.body {
+            Some(b) => b.size_hint(),
+            None => self.hint,
+        }
+    }
+}
+
+/// An upstream response body carrying the call's [`CancelGuard`]: reaching
+/// the end disarms it; dropping the body early (client gone) fires it.
+pub(crate) struct GuardedBody {
+    inner: Incoming,
+    guard: Option<CancelGuard>,
+}
+
+impl GuardedBody {
+    pub(crate) fn new(inner: Incoming, guard: CancelGuard) -> Self {
+        use http_body::Body as _;
+        let mut guard = Some(guard);
+        if inner.is_end_stream() {
+            if let Some(g) = guard.take() {
+                g.disarm();
+            }
+        }
+        Self { inner, guard }
+    }
+}
+
+impl http_body::Body for GuardedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        // Servers stop polling once `is_end_stream` holds, so the end is
+        // either a `None` frame or a data frame after which the body is done.
+        let ended = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
+            _ => false,
+        };
+        if ended {
+            if let Some(g) = self.guard.take() {
+                g.disarm();
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

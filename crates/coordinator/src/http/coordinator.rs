@@ -1,0 +1,434 @@
+//! The coordinator's HTTP entry points: axum handlers and a ready router.
+
+use std::collections::HashMap;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, post, put};
+use http::request::Parts;
+use http::{HeaderValue, StatusCode};
+
+use super::REQUEST_ID_HEADER;
+use super::body::{GuardedBody, RetryableBody};
+use super::forward::{ForwardError, Forwarder};
+use crate::error::Error;
+use crate::ids::{DestinationId, LockId, RequestId};
+use crate::record::MemberRecord;
+use crate::registry::{Registry, Resolution, ResolveOptions};
+
+/// Behaviour of the handlers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoordinatorConfig {
+    /// Resolution used by *lookup and proxy* (default: no claim on miss, so
+    /// unbound destinations answer 404; orphans are reassigned).
+    pub lookup: ResolveOptions,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        Self {
+            lookup: ResolveOptions {
+                claim_on_miss: false,
+                reassign_orphans: true,
+            },
+        }
+    }
+}
+
+/// Routes calls by destination or lock and forwards them to the owning pod.
+/// Cheap to clone.
+///
+/// Status codes: 400 malformed id (before any Valkey access); 404 unbound
+/// destination or unknown lock; 503 no live member, lock owner dead, or
+/// Valkey unavailable; 502 the pod could not be reached (after one
+/// re-resolve) or failed; 504 the pod did not answer in time.
+#[derive(Clone, Debug)]
+pub struct Coordinator {
+    registry: Registry,
+    forwarder: Forwarder,
+    config: CoordinatorConfig,
+}
+
+/// One incoming call, split so it can be retried once before its body is sent.
+struct Call {
+    parts: Parts,
+    body: RetryableBody,
+    request_id: RequestId,
+}
+
+impl Call {
+    fn new(req: Request, request_id: RequestId) -> Self {
+        let (parts, body) = req.into_parts();
+        Self {
+            parts,
+            body: RetryableBody::new(body),
+            request_id,
+        }
+    }
+}
+
+fn status(code: StatusCode, msg: &'static str) -> Response {
+    (code, msg).into_response()
+}
+
+fn store_error(err: &Error) -> Response {
+    tracing::warn!(%err, "coordination store error");
+    status(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "coordination store unavailable",
+    )
+}
+
+fn forward_error(err: &ForwardError) -> Response {
+    tracing::warn!(%err, "forward failed");
+    match err {
+        ForwardError::Timeout { .. } => status(StatusCode::GATEWAY_TIMEOUT, "upstream timeout"),
+        _ => status(StatusCode::BAD_GATEWAY, "upstream unavailable"),
+    }
+}
+
+impl Coordinator {
+    /// A coordinator over `registry`, forwarding with `forwarder`.
+    pub fn new(registry: Registry, forwarder: Forwarder, config: CoordinatorConfig) -> Self {
+        Self {
+            registry,
+            forwarder,
+            config,
+        }
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The forwarder.
+    pub fn forwarder(&self) -> &Forwarder {
+        &self.forwarder
+    }
+
+    /// The ready-made routes:
+    ///
+    /// | route | handler |
+    /// |---|---|
+    /// | `PUT /destinations/{destination}` | [`Coordinator::pick_and_register`] |
+    /// | `DELETE /destinations/{destination}` | [`Coordinator::lookup_and_deregister`] |
+    /// | any other `/destinations/{destination}[/...]` | [`Coordinator::lookup_and_proxy`] |
+    /// | any `/locks/{lock}[/...]` | [`Coordinator::lookup_lock_and_proxy`] |
+    /// | `POST /cancel/{request_id}` | [`Coordinator::cancel`] (204 / 404) |
+    ///
+    /// The original path and query are forwarded unchanged.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route(
+                "/destinations/{destination}",
+                put(bind_handler)
+                    .delete(deregister_handler)
+                    .fallback(proxy_handler),
+            )
+            .route("/destinations/{destination}/{*rest}", any(proxy_handler))
+            .route("/locks/{lock}", any(lock_handler))
+            .route("/locks/{lock}/{*rest}", any(lock_handler))
+            .route("/cancel/{request_id}", post(cancel_handler))
+            .with_state(self.clone())
+    }
+
+    /// Forwards `member` the call; the response body carries the cancel guard.
+    async fn forward(&self, call: &Call, member: &MemberRecord) -> Result<Response, ForwardError> {
+        let guard = self
+            .forwarder
+            .guard(member.address.clone(), call.request_id.clone());
+        let sent = self
+            .forwarder
+            .send(
+                &member.address,
+                &call.parts,
+                call.body.attempt(),
+                &call.request_id,
+            )
+            .await;
+        match sent {
+            Ok(resp) => {
+                let (parts, body) = resp.into_parts();
+                let mut resp =
+                    Response::from_parts(parts, Body::new(GuardedBody::new(body, guard)));
+                if let Ok(v) = HeaderValue::from_str(call.request_id.as_str()) {
+                    resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+                }
+                Ok(resp)
+            }
+            Err(e @ (ForwardError::Connect { .. } | ForwardError::Request(_))) => {
+                guard.disarm();
+                Err(e)
+            }
+            // dropping the armed guard sends a cancel to the pod
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Forwards to `member`; if the connection fails before the body was
+    /// sent, evicts the cached set, finds another member with `next` and
+    /// tries once more.
+    async fn forward_with_retry<F, Fut>(
+        &self,
+        dest: &DestinationId,
+        call: &Call,
+        member: MemberRecord,
+        next: F,
+    ) -> Result<(Response, MemberRecord), Response>
+    where
+        F: FnOnce(MemberRecord) -> Fut,
+        Fut: Future<Output = Result<Option<MemberRecord>, Error>>,
+    {
+        match self.forward(call, &member).await {
+            Ok(resp) => Ok((resp, member)),
+            Err(err @ ForwardError::Connect { .. }) if call.body.is_untouched() => {
+                tracing::info!(destination = %dest, member = %member.id, %err, "connect failed, re-resolving once");
+                self.registry.evict(dest);
+                let retry = match next(member).await {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return Err(forward_error(&err)),
+                    Err(e) => return Err(store_error(&e)),
+                };
+                match self.forward(call, &retry).await {
+                    Ok(resp) => Ok((resp, retry)),
+                    Err(e) => Err(forward_error(&e)),
+                }
+            }
+            Err(err) => Err(forward_error(&err)),
+        }
+    }
+
+    /// Re-resolves `dest` from Valkey, preferring a member other than `failed`.
+    async fn re_resolve(
+        &self,
+        dest: &DestinationId,
+        opts: ResolveOptions,
+        failed: MemberRecord,
+    ) -> Result<Option<MemberRecord>, Error> {
+        match self.registry.resolve_destination(dest, opts).await? {
+            Resolution::Routed(route) => {
+                let others: Vec<MemberRecord> = route
+                    .set
+                    .iter()
+                    .filter(|m| m.id != failed.id)
+                    .cloned()
+                    .collect();
+                if route.member.id != failed.id || others.is_empty() {
+                    return Ok(Some(route.member));
+                }
+                Ok(self.registry.pick_in(Some(dest), &others))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// *Lookup and proxy*: routes `req` by `dest` (cache first) and forwards
+    /// it. 404 when unbound (unless `claim_on_miss`), 503 when no member is
+    /// live.
+    pub async fn lookup_and_proxy(&self, dest: &DestinationId, req: Request) -> Response {
+        self.lookup_and_proxy_with_id(dest, req, RequestId::generate())
+            .await
+    }
+
+    /// [`Coordinator::lookup_and_proxy`] with a request id chosen by a
+    /// trusted in-process caller, who can later [`Coordinator::cancel`] it.
+    pub async fn lookup_and_proxy_with_id(
+        &self,
+        dest: &DestinationId,
+        req: Request,
+        request_id: RequestId,
+    ) -> Response {
+        let opts = self.config.lookup;
+        let member = match self.registry.route(dest, opts).await {
+            Ok(Resolution::Routed(r)) => r.member,
+            Ok(Resolution::Unbound) => return status(StatusCode::NOT_FOUND, "unknown destination"),
+            Ok(Resolution::NoLiveMember) => {
+                return status(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no live member for destination",
+                );
+            }
+            Err(e) => return store_error(&e),
+        };
+        let call = Call::new(req, request_id);
+        match self
+            .forward_with_retry(dest, &call, member, |failed| {
+                self.re_resolve(dest, opts, failed)
+            })
+            .await
+        {
+            Ok((resp, _)) => resp,
+            Err(resp) => resp,
+        }
+    }
+
+    /// *Pick and register*: forwards to the destination's live member if it
+    /// has one; otherwise picks a live member with the strategy, forwards,
+    /// and binds it (`SADD`) only if the pod answers 2xx. 503 when no member
+    /// is live.
+    pub async fn pick_and_register(&self, dest: &DestinationId, req: Request) -> Response {
+        let opts = ResolveOptions {
+            claim_on_miss: false,
+            reassign_orphans: false,
+        };
+        let (member, bound) = match self.registry.route(dest, opts).await {
+            Ok(Resolution::Routed(r)) => (r.member, true),
+            Ok(Resolution::Unbound | Resolution::NoLiveMember) => {
+                match self.registry.pick_member(Some(dest)).await {
+                    Ok(Some(m)) => (m, false),
+                    Ok(None) => return status(StatusCode::SERVICE_UNAVAILABLE, "no live member"),
+                    Err(e) => return store_error(&e),
+                }
+            }
+            Err(e) => return store_error(&e),
+        };
+        let call = Call::new(req, RequestId::generate());
+        let registry = self.registry.clone();
+        let next = |failed: MemberRecord| async move {
+            let live: Vec<MemberRecord> = registry
+                .list_live_members()
+                .await?
+                .into_iter()
+                .filter(|m| m.id != failed.id)
+                .collect();
+            Ok(registry.pick_in(Some(dest), &live))
+        };
+        let (resp, member) = match self.forward_with_retry(dest, &call, member, next).await {
+            Ok(x) => x,
+            Err(resp) => return resp,
+        };
+        if !bound && resp.status().is_success() {
+            if let Err(e) = self.registry.add_pod_to_destination(dest, &member.id).await {
+                return store_error(&e);
+            }
+            tracing::info!(destination = %dest, member = %member.id, "bound destination");
+        }
+        resp
+    }
+
+    /// *Lookup and deregister*: forwards to a live member of `dest` and, if
+    /// the pod answers 2xx, deletes the destination's pod set. 404 when
+    /// unbound, 503 when no member is live.
+    pub async fn lookup_and_deregister(&self, dest: &DestinationId, req: Request) -> Response {
+        let opts = ResolveOptions {
+            claim_on_miss: false,
+            reassign_orphans: false,
+        };
+        let member = match self.registry.route(dest, opts).await {
+            Ok(Resolution::Routed(r)) => r.member,
+            Ok(Resolution::Unbound) => return status(StatusCode::NOT_FOUND, "unknown destination"),
+            Ok(Resolution::NoLiveMember) => {
+                return status(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no live member for destination",
+                );
+            }
+            Err(e) => return store_error(&e),
+        };
+        let call = Call::new(req, RequestId::generate());
+        let resp = match self
+            .forward_with_retry(dest, &call, member, |failed| {
+                self.re_resolve(dest, opts, failed)
+            })
+            .await
+        {
+            Ok((resp, _)) => resp,
+            Err(resp) => return resp,
+        };
+        if resp.status().is_success() {
+            if let Err(e) = self.registry.deregister_destination(dest).await {
+                return store_error(&e);
+            }
+            tracing::info!(destination = %dest, "deregistered destination");
+        }
+        resp
+    }
+
+    /// *Lookup lock and proxy*: resolves the lock record and forwards to the
+    /// pod that minted it. 404 for an unknown (or expired) lock, 503 when the
+    /// owner is dead or unreachable: the session is gone and the caller
+    /// retries at request level.
+    pub async fn lookup_lock_and_proxy(&self, lock: &LockId, req: Request) -> Response {
+        let record = match self.registry.resolve_lock(lock).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return status(StatusCode::NOT_FOUND, "unknown lock"),
+            Err(e) => return store_error(&e),
+        };
+        let Some(owner) = record.owner_record else {
+            return status(StatusCode::SERVICE_UNAVAILABLE, "lock owner is gone");
+        };
+        let call = Call::new(req, RequestId::generate());
+        match self.forward(&call, &owner).await {
+            Ok(resp) => resp,
+            Err(ForwardError::Connect { .. }) => {
+                status(StatusCode::SERVICE_UNAVAILABLE, "lock owner is unreachable")
+            }
+            Err(e) => forward_error(&e),
+        }
+    }
+
+    /// Sends a cancel message for a call this coordinator is forwarding;
+    /// `false` if it is not in flight here (or the pod did not know it).
+    pub async fn cancel(&self, request_id: &RequestId) -> bool {
+        match self.forwarder.cancel(request_id).await {
+            Ok(known) => known,
+            Err(err) => {
+                tracing::warn!(%err, "cancel failed");
+                false
+            }
+        }
+    }
+}
+
+type Params = Path<HashMap<String, String>>;
+
+fn param<T: std::str::FromStr>(params: &HashMap<String, String>, name: &str) -> Option<T> {
+    params.get(name).and_then(|v| v.parse().ok())
+}
+
+fn malformed() -> Response {
+    status(StatusCode::BAD_REQUEST, "malformed id")
+}
+
+async fn proxy_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {
+    match param::<DestinationId>(&p, "destination") {
+        Some(dest) => c.lookup_and_proxy(&dest, req).await,
+        None => malformed(),
+    }
+}
+
+async fn bind_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {
+    match param::<DestinationId>(&p, "destination") {
+        Some(dest) => c.pick_and_register(&dest, req).await,
+        None => malformed(),
+    }
+}
+
+async fn deregister_handler(
+    State(c): State<Coordinator>,
+    Path(p): Params,
+    req: Request,
+) -> Response {
+    match param::<DestinationId>(&p, "destination") {
+        Some(dest) => c.lookup_and_deregister(&dest, req).await,
+        None => malformed(),
+    }
+}
+
+async fn lock_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {
+    match param::<LockId>(&p, "lock") {
+        Some(lock) => c.lookup_lock_and_proxy(&lock, req).await,
+        None => malformed(),
+    }
+}
+
+async fn cancel_handler(State(c): State<Coordinator>, Path(p): Params) -> Response {
+    match param::<RequestId>(&p, "request_id") {
+        Some(id) if c.cancel(&id).await => StatusCode::NO_CONTENT.into_response(),
+        Some(_) => StatusCode::NOT_FOUND.into_response(),
+        None => malformed(),
+    }
+}

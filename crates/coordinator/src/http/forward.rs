@@ -1,0 +1,420 @@
+//! The pooled HTTP client that forwards calls to member addresses.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, Version, request};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::REQUEST_ID_HEADER;
+use super::body::OnceBody;
+use super::headers::strip_hop_by_hop;
+use super::pod::cancel_path;
+use crate::error::{Error, Result};
+use crate::ids::RequestId;
+use crate::record::MemberAddress;
+
+/// Timeouts and pooling of the forwarding client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardConfig {
+    /// TCP connect timeout (default 2 s).
+    pub connect_timeout: Duration,
+    /// Time allowed until the pod's response headers arrive (default 30 s);
+    /// the body then streams without a deadline.
+    pub response_timeout: Duration,
+    /// How long idle pooled connections are kept (default 90 s).
+    pub pool_idle_timeout: Duration,
+    /// Idle connections kept per pod (default 64).
+    pub pool_max_idle_per_host: usize,
+    /// Speak HTTP/2 with prior knowledge (h2c) to pods instead of HTTP/1.1.
+    pub http2_prior_knowledge: bool,
+    /// Time allowed for a cancel message (default 2 s).
+    pub cancel_timeout: Duration,
+}
+
+impl Default for ForwardConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(30),
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle_per_host: 64,
+            http2_prior_knowledge: false,
+            cancel_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl ForwardConfig {
+    /// Checks that every timeout is within 1 ms..=1 h.
+    pub fn validate(&self) -> Result<()> {
+        for (name, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+            ("pool_idle_timeout", self.pool_idle_timeout),
+            ("cancel_timeout", self.cancel_timeout),
+        ] {
+            if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
+                return Err(Error::InvalidConfig(format!(
+                    "{name} must be within 1 ms..=1 h, got {d:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a forward failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ForwardError {
+    /// No connection to the pod could be opened; the pod never saw the call.
+    #[error("cannot connect to {address}: {source}")]
+    Connect {
+        /// The pod address.
+        address: String,
+        /// The client error.
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    /// The pod did not answer within the response timeout.
+    #[error("no response from {address} within {timeout:?}")]
+    Timeout {
+        /// The pod address.
+        address: String,
+        /// The timeout that elapsed.
+        timeout: Duration,
+    },
+    /// The exchange with the pod failed after connecting.
+    #[error("exchange with {address} failed: {source}")]
+    Upstream {
+        /// The pod address.
+        address: String,
+        /// The client error.
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    /// The upstream request could not be built.
+    #[error("cannot build the upstream request: {0}")]
+    Request(String),
+}
+
+/// Forwards calls to pods over a pooled hyper client. Cheap to clone.
+#[derive(Clone)]
+pub struct Forwarder {
+    client: Client<HttpConnector, OnceBody>,
+    config: Arc<ForwardConfig>,
+    in_flight: Arc<Mutex<HashMap<RequestId, MemberAddress>>>,
+}
+
+impl std::fmt::Debug for Forwarder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwarder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Forwarder {
+    /// A forwarder with `config`. Needs a Tokio runtime when used.
+    pub fn new(config: ForwardConfig) -> Result<Self> {
+        config.validate()?;
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .pool_max_idle_per_host(config.pool_max_idle_per_host)
+            .http2_only(config.http2_prior_knowledge)
+            .build(connector);
+        Ok(Self {
+            client,
+            config: Arc::new(config),
+            in_flight: Arc::default(),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ForwardConfig {
+        &self.config
+    }
+
+    fn version(&self) -> Version {
+        if self.config.http2_prior_knowledge {
+            Version::HTTP_2
+        } else {
+            Version::HTTP_11
+        }
+    }
+
+    /// Sends `parts` + `body` to `address`, same method, path and query,
+    /// hop-by-hop headers removed, `Host` set to the pod and the request id
+    /// header added.
+    pub(crate) async fn send(
+        &self,
+        address: &MemberAddress,
+        parts: &request::Parts,
+        body: OnceBody,
+        request_id: &RequestId,
+    ) -> Result<Response<Incoming>, ForwardError> {
+        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = address
+            .uri_for(pq)
+            .map_err(|e| ForwardError::Request(e.to_string()))?;
+        let mut headers = parts.headers.clone();
+        strip_hop_by_hop(&mut headers);
+        headers.remove(header::HOST);
+        let id = HeaderValue::from_str(request_id.as_str())
+            .map_err(|e| ForwardError::Request(e.to_string()))?;
+        headers.insert(REQUEST_ID_HEADER, id);
+        let mut req = Request::new(body);
+        *req.method_mut() = parts.method.clone();
+        *req.uri_mut() = uri;
+        *req.headers_mut() = headers;
+        *req.version_mut() = self.version();
+        self.exchange(address, req, self.config.response_timeout)
+            .await
+    }
+
+    async fn exchange(
+        &self,
+        address: &MemberAddress,
+        req: Request<OnceBody>,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, ForwardError> {
+        match tokio::time::timeout(timeout, self.client.request(req)).await {
+            Err(_) => Err(ForwardError::Timeout {
+                address: address.to_string(),
+                timeout,
+            }),
+            Ok(Err(source)) if source.is_connect() => Err(ForwardError::Connect {
+                address: address.to_string(),
+                source,
+            }),
+            Ok(Err(source)) => Err(ForwardError::Upstream {
+                address: address.to_string(),
+                source,
+            }),
+            Ok(Ok(mut resp)) => {
+                strip_hop_by_hop(resp.headers_mut());
+                Ok(resp)
+            }
+        }
+    }
+
+    /// Sends a cancel message for `request_id` to the pod at `address`
+    /// (`POST /_coordinator/cancel/<id>`); `true` if the pod knew the call.
+    pub async fn send_cancel(
+        &self,
+        address: &MemberAddress,
+        request_id: &RequestId,
+    ) -> Result<bool, ForwardError> {
+        let uri = address
+            .uri_for(&cancel_path(request_id))
+            .map_err(|e| ForwardError::Request(e.to_string()))?;
+        let mut req = Request::new(OnceBody::empty());
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = uri;
+        *req.version_mut() = self.version();
+        let resp = self
+            .exchange(address, req, self.config.cancel_timeout)
+            .await?;
+        Ok(resp.status().is_success())
+    }
+
+    /// Cancels a call this forwarder is running, by request id; `false` if
+    /// no such call is in flight here.
+    pub async fn cancel(&self, request_id: &RequestId) -> Result<bool, ForwardError> {
+        let address = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(request_id)
+            .cloned();
+        match address {
+            Some(a) => self.send_cancel(&a, request_id).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Registers a call in flight to `address`; the guard sends a cancel
+    /// when dropped while armed.
+    pub(crate) fn guard(&self, address: MemberAddress, request_id: RequestId) -> CancelGuard {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(request_id.clone(), address.clone());
+        CancelGuard {
+            forwarder: self.clone(),
+            address,
+            request_id,
+            armed: true,
+        }
+    }
+}
+
+/// Lives as long as a forwarded call; if dropped before the call completed
+/// (client disconnect, timeout), it sends a cancel message to the pod.
+pub(crate) struct CancelGuard {
+    forwarder: Forwarder,
+    address: MemberAddress,
+    request_id: RequestId,
+    armed: bool,
+}
+
+impl CancelGuard {
+    /// The call completed (or never reached the pod): no cancel on drop.
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        self.forwarder
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.request_id);
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(request_id = %self.request_id, "no runtime to send a cancel message");
+            return;
+        };
+        let forwarder = self.forwarder.clone();
+        let address = self.address.clone();
+        let id = self.request_id.clone();
+        rt.spawn(async move {
+            match forwarder.send_cancel(&address, &id).await {
+                Ok(known) => tracing::debug!(request_id = %id, %address, known, "sent cancel"),
+                Err(err) => {
+                    tracing::warn!(request_id = %id, %address, %err, "cancel message failed")
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::routing::any;
+    use http::HeaderMap;
+    use http_body_util::BodyExt;
+
+    async fn echo_headers(headers: HeaderMap, body: axum::body::Bytes) -> String {
+        let mut names: Vec<String> = headers
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.to_str().unwrap_or("?")))
+            .collect();
+        names.sort();
+        format!("{}|{}", names.join(","), String::from_utf8_lossy(&body))
+    }
+
+    async fn upstream() -> MemberAddress {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/{*p}", any(echo_headers));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        MemberAddress::parse(&format!("http://{addr}")).unwrap()
+    }
+
+    fn parts(body: &'static str) -> (request::Parts, super::super::body::RetryableBody) {
+        let req = Request::builder()
+            .method("POST")
+            .uri("http://coordinator.local/destinations/d/x?q=1")
+            .header("host", "coordinator.local")
+            .header("connection", "keep-alive, x-private")
+            .header("x-private", "1")
+            .header("te", "trailers")
+            .header("x-app", "kept")
+            .header(REQUEST_ID_HEADER, "forged")
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        let (parts, body) = req.into_parts();
+        (parts, super::super::body::RetryableBody::new(body))
+    }
+
+    #[tokio::test]
+    async fn forwards_body_and_end_to_end_headers_only() {
+        let address = upstream().await;
+        let forwarder = Forwarder::new(ForwardConfig::default()).unwrap();
+        let (parts, body) = parts("payload");
+        let id = RequestId::generate();
+        let resp = forwarder
+            .send(&address, &parts, body.attempt(), &id)
+            .await
+            .unwrap();
+        assert!(resp.status().is_success());
+        let text = String::from_utf8(
+            resp.into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec(),
+        )
+        .unwrap();
+        let (headers, body) = text.split_once('|').unwrap();
+        assert_eq!(body, "payload");
+        assert!(headers.contains("x-app=kept"), "{headers}");
+        assert!(headers.contains(&format!("x-request-id={id}")), "{headers}");
+        assert!(
+            headers.contains(&format!("host={}", address.authority())),
+            "{headers}"
+        );
+        for gone in ["x-private", "te=", "connection", "forged"] {
+            assert!(!headers.contains(gone), "{gone} forwarded: {headers}");
+        }
+    }
+
+    #[tokio::test]
+    async fn speaks_h2c_with_prior_knowledge() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route(
+            "/{*p}",
+            any(|req: axum::extract::Request| async move { format!("{:?}", req.version()) }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let address = MemberAddress::parse(&format!("http://{addr}")).unwrap();
+        let forwarder = Forwarder::new(ForwardConfig {
+            http2_prior_knowledge: true,
+            ..ForwardConfig::default()
+        })
+        .unwrap();
+        let (parts, body) = parts("x");
+        let resp = forwarder
+            .send(&address, &parts, body.attempt(), &RequestId::generate())
+            .await
+            .unwrap();
+        let text = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&text[..], b"HTTP/2.0");
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_a_connect_error_and_leaves_the_body_untouched() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address =
+            MemberAddress::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        drop(listener);
+        let forwarder = Forwarder::new(ForwardConfig::default()).unwrap();
+        let (parts, body) = parts("payload");
+        let err = forwarder
+            .send(&address, &parts, body.attempt(), &RequestId::generate())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ForwardError::Connect { .. }), "{err}");
+        assert!(body.is_untouched(), "the body can be retried");
+    }
+}

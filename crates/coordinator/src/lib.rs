@@ -1,0 +1,123 @@
+//! # coordinator
+//!
+//! Valkey-backed routing of calls to the stateful pods that own them: the
+//! *Coordinator Pattern*. Resource pods (which own connection pools, agent
+//! processes, sandboxes...) self-register in Valkey with a heartbeat and a
+//! load metric; coordinators, co-located with callers, resolve each call's
+//! *destination* to a live pod through Valkey and forward it over HTTP.
+//!
+//! - Pod side: [`Member`] — register / heartbeat / deregister, a background
+//!   [`HeartbeatTask`], destination membership, lock records with a TTL
+//!   refreshed while held, a per-destination concurrency cap whose
+//!   saturation fans the destination out to the least-loaded peer
+//!   ([`Member::acquire`]), and a [`CancelRegistry`] of in-flight calls.
+//! - Coordinator side: [`Registry`] — destination resolution with
+//!   first-touch claim and orphan reassignment, lock resolution, live member
+//!   listing (pruning dead ids), allocation [`strategy`], a local LRU + TTL
+//!   cache of each destination's pod set, and round-trip counters.
+//! - HTTP: [`http::Coordinator`] — axum handlers for *lookup and proxy*,
+//!   *pick and register*, *lookup and deregister* and *lookup lock and
+//!   proxy* over a pooled hyper client; [`http::pod`] — the pod's cancel
+//!   endpoint and cancellation middleware.
+//!
+//! ## Key layout (shared with the Node `@platformatic/coordinator`)
+//!
+//! With prefix `P` (default `coordinator`): `P:members` (set of member ids),
+//! `P:member:<id>` (hash `address`, `load`; TTL refreshed by heartbeat),
+//! `P:destination:<id>` (set of member ids, no TTL), `P:lock:<lockId>`
+//! (hash `podId`, `destinationId`, metadata; TTL refreshed while held).
+//! See [`keys`].
+//!
+//! ## Guarantees
+//!
+//! - Calls are forwarded only to addresses read from live member records,
+//!   and only `http://host:port` addresses ([`MemberAddress`]).
+//! - Ids are validated ([`ids`]) before any Valkey access; the handlers
+//!   answer 400 for malformed ids.
+//! - A heartbeat is one `MULTI`: it re-creates an expired member record
+//!   (address, load, TTL, membership) and the pod's lock records.
+//! - Lock ids minted by [`LockId::generate`] carry 128 random bits; lock
+//!   records of a dead pod expire within the lock TTL.
+//! - Destination resolution reads the set and its members' records in one
+//!   atomic script (one round trip) and drops dead members from the set in
+//!   the same step; a warm cache answers with zero round trips.
+//! - A forward that fails to connect (the pod never saw the call) evicts the
+//!   cache entry, re-resolves once and retries with the same, unbuffered body.
+//! - A call whose client disconnects or times out gets a cancel message to
+//!   the pod ([`http::pod::CANCEL_ROUTE`]).
+//!
+//! ## Assumptions
+//!
+//! - One Valkey/Redis primary (or a cluster with a hash-tag prefix such as
+//!   `{coordinator}`, so every key lives in one slot); Lua scripting on.
+//! - Concurrent first-touch claims or reassignments may add several members
+//!   to a destination: all of them are valid serving pods (design invariant).
+//! - Pods speak cleartext HTTP/1.1 (or h2c with
+//!   [`http::ForwardConfig::http2_prior_knowledge`]).
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use std::{sync::Arc, time::Duration};
+//! use coordinator::{
+//!     Member, MemberAddress, MemberConfig, MemberId, Registry, RegistryConfig,
+//!     http::{Coordinator, CoordinatorConfig, ForwardConfig, Forwarder},
+//!     strategy::RoundRobin,
+//! };
+//!
+//! # async fn demo() -> Result<(), coordinator::Error> {
+//! let valkey = coordinator::connect("redis://127.0.0.1:6379", Duration::from_secs(2)).await?;
+//!
+//! // on a resource pod
+//! let config = MemberConfig::new(
+//!     MemberId::new("pod-0")?,
+//!     MemberAddress::parse("http://10.0.0.7:3000")?,
+//! );
+//! let member = Member::new(valkey.clone(), config)?;
+//! let heartbeat = member.start_heartbeat();
+//!
+//! // on a caller pod
+//! let registry = Registry::new(valkey, RegistryConfig::default(), Arc::new(RoundRobin::new()))?;
+//! let coordinator = Coordinator::new(
+//!     registry,
+//!     Forwarder::new(ForwardConfig::default())?,
+//!     CoordinatorConfig::default(),
+//! );
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await.map_err(|e| {
+//!     coordinator::Error::InvalidConfig(e.to_string())
+//! })?;
+//! let _server = tokio::spawn(async move { axum::serve(listener, coordinator.router()).await });
+//!
+//! // shutting the pod down
+//! heartbeat.stop().await;
+//! member.deregister().await?;
+//! # Ok(()) }
+//! ```
+
+mod cache;
+mod cancel;
+mod error;
+pub mod http;
+pub mod ids;
+pub mod keys;
+mod member;
+mod record;
+mod registry;
+pub mod strategy;
+mod valkey;
+
+pub use cache::CacheConfig;
+pub use cancel::{CancelRegistry, Cancelled, InFlight};
+pub use error::{Error, Result};
+pub use ids::{DestinationId, LockId, MemberId, RequestId};
+pub use member::{
+    DestinationPermit, HeartbeatTask, LoadSource, Member, MemberConfig, SaturationConfig,
+};
+pub use record::{LockRecord, MemberAddress, MemberRecord};
+pub use registry::{
+    Registry, RegistryConfig, RegistryMetrics, Resolution, ResolveOptions, Route, RouteSource,
+};
+pub use valkey::connect;
+
+/// The fred client type both sides take.
+pub use fred::clients::Client as ValkeyClient;

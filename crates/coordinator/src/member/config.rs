@@ -1,0 +1,136 @@
+//! Settings of a [`Member`](super::Member).
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::ids::MemberId;
+use crate::keys::DEFAULT_PREFIX;
+use crate::record::MemberAddress;
+
+/// Per-destination concurrency cap and fan-out trigger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SaturationConfig {
+    /// Calls per destination that run at once on this pod (default 64);
+    /// more wait in a FIFO queue.
+    pub max_concurrent: usize,
+    /// When the queue of a destination stays non-empty this long (default
+    /// 1 s), the pod fans the destination out to the least-loaded live peer.
+    pub queue_threshold: Duration,
+}
+
+impl Default for SaturationConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent: 64,
+            queue_threshold: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Settings of a resource pod's membership.
+#[derive(Clone, Debug)]
+pub struct MemberConfig {
+    /// The key prefix `P` (default `coordinator`).
+    pub prefix: String,
+    /// This pod's id.
+    pub id: MemberId,
+    /// This pod's dialable address, written to `P:member:<id>`.
+    pub address: MemberAddress,
+    /// TTL of the member record (default 30 s).
+    pub ttl: Duration,
+    /// Heartbeat period (default 10 s); must be below `ttl`.
+    pub heartbeat_interval: Duration,
+    /// TTL of lock records (default 30 s), refreshed by each heartbeat while
+    /// the lock is held; must exceed `heartbeat_interval`.
+    pub lock_ttl: Duration,
+    /// Concurrency cap and fan-out.
+    pub saturation: SaturationConfig,
+}
+
+impl MemberConfig {
+    /// Defaults for `id` at `address`.
+    pub fn new(id: MemberId, address: MemberAddress) -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            id,
+            address,
+            ttl: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(10),
+            lock_ttl: Duration::from_secs(30),
+            saturation: SaturationConfig::default(),
+        }
+    }
+
+    /// Checks the bounds: TTLs in 100 ms..=1 day, interval in 10 ms..TTL,
+    /// `lock_ttl > heartbeat_interval`, cap >= 1, threshold >= 1 ms.
+    pub fn validate(&self) -> Result<()> {
+        let ttl_ok =
+            |d: Duration| d >= Duration::from_millis(100) && d <= Duration::from_secs(86_400);
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if !ttl_ok(self.ttl) || !ttl_ok(self.lock_ttl) {
+            return bad(format!(
+                "ttl {:?} and lock_ttl {:?} must be within 100 ms..=1 day",
+                self.ttl, self.lock_ttl
+            ));
+        }
+        if self.heartbeat_interval < Duration::from_millis(10)
+            || self.heartbeat_interval >= self.ttl
+        {
+            return bad(format!(
+                "heartbeat_interval {:?} must be at least 10 ms and below ttl {:?}",
+                self.heartbeat_interval, self.ttl
+            ));
+        }
+        if self.lock_ttl <= self.heartbeat_interval {
+            return bad(format!(
+                "lock_ttl {:?} must exceed heartbeat_interval {:?}",
+                self.lock_ttl, self.heartbeat_interval
+            ));
+        }
+        if self.saturation.max_concurrent == 0
+            || self.saturation.max_concurrent > tokio::sync::Semaphore::MAX_PERMITS
+        {
+            return bad(format!(
+                "saturation.max_concurrent must be within 1..={}",
+                tokio::sync::Semaphore::MAX_PERMITS
+            ));
+        }
+        if self.saturation.queue_threshold < Duration::from_millis(1) {
+            return bad("saturation.queue_threshold must be at least 1 ms".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> MemberConfig {
+        MemberConfig::new(
+            MemberId::new("p").unwrap(),
+            MemberAddress::parse("http://127.0.0.1:1").unwrap(),
+        )
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        assert!(cfg().validate().is_ok());
+    }
+
+    #[test]
+    fn inconsistent_timings_are_rejected() {
+        let mut c = cfg();
+        c.heartbeat_interval = c.ttl;
+        assert!(c.validate().is_err());
+        let mut c = cfg();
+        c.lock_ttl = Duration::from_secs(5);
+        assert!(c.validate().is_err());
+        let mut c = cfg();
+        c.ttl = Duration::from_millis(10);
+        assert!(c.validate().is_err());
+        let mut c = cfg();
+        c.saturation.max_concurrent = 0;
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,190 @@
+//! The coordinator side: resolving destinations and locks to live members.
+
+mod metrics;
+mod resolve;
+
+use std::sync::Arc;
+
+use fred::prelude::*;
+
+pub use metrics::RegistryMetrics;
+pub use resolve::{Resolution, ResolveOptions, Route, RouteSource};
+
+use crate::cache::{CacheConfig, DestinationCache};
+use crate::error::Result;
+use crate::ids::{DestinationId, LockId, MemberId};
+use crate::keys::{DEFAULT_PREFIX, KeySpace};
+use crate::record::{LockRecord, MemberRecord};
+use crate::strategy::{self, DynStrategy, PickContext, PickPurpose};
+use crate::valkey::{self, Scripts};
+use metrics::Counters;
+
+/// Settings of a [`Registry`].
+#[derive(Clone, Debug)]
+pub struct RegistryConfig {
+    /// The key prefix `P` (default `coordinator`).
+    pub prefix: String,
+    /// The local pod-set cache; `None` turns it off (default 5 s / 10 000).
+    pub cache: Option<CacheConfig>,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            cache: Some(CacheConfig::default()),
+        }
+    }
+}
+
+/// Resolves destinations and locks to live members through Valkey.
+///
+/// Cheap to clone; clones share the cache, the strategy and the counters.
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    keys: KeySpace,
+    strategy: DynStrategy,
+    cache: DestinationCache,
+    counters: Counters,
+    scripts: Scripts,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("prefix", &self.inner.keys.prefix())
+            .field("strategy", &self.inner.strategy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// A registry over a connected fred `client`, validating `config`.
+    pub fn new(client: Client, config: RegistryConfig, strategy: DynStrategy) -> Result<Self> {
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                keys: KeySpace::new(config.prefix)?,
+                strategy,
+                cache: DestinationCache::new(config.cache)?,
+                counters: Counters::default(),
+                scripts: Scripts::new(),
+            }),
+        })
+    }
+
+    /// The key layout in use.
+    pub fn keys(&self) -> &KeySpace {
+        &self.inner.keys
+    }
+
+    /// The counters so far.
+    pub fn metrics(&self) -> RegistryMetrics {
+        self.inner.counters.snapshot()
+    }
+
+    /// Drops the cached pod set of `dest`, so the next route reads Valkey.
+    pub fn evict(&self, dest: &DestinationId) {
+        self.inner.cache.evict(dest);
+    }
+
+    fn round_trips(&self, n: u64) {
+        Counters::add(&self.inner.counters.valkey_round_trips, n);
+    }
+
+    /// Lists live members (those whose `P:member:<id>` record exists and has
+    /// a valid address), sorted by id. Ids of dead members are removed from
+    /// `P:members` in the same atomic step. One round trip.
+    pub async fn list_live_members(&self) -> Result<Vec<MemberRecord>> {
+        let i = &self.inner;
+        let (raw, rt): (Vec<String>, u64) = i
+            .scripts
+            .live_members
+            .run(&i.client, i.keys.members(), vec![i.keys.member_prefix()])
+            .await?;
+        self.round_trips(rt);
+        let (pruned, live) = valkey::parse_live_members(raw)?;
+        if pruned > 0 {
+            tracing::debug!(pruned, "pruned dead ids from the members set");
+            Counters::add(&i.counters.pruned, pruned as u64);
+        }
+        Ok(live)
+    }
+
+    /// Picks a live member with the strategy, without binding anything.
+    pub async fn pick_member(&self, dest: Option<&DestinationId>) -> Result<Option<MemberRecord>> {
+        let live = self.list_live_members().await?;
+        let ctx = PickContext {
+            destination: dest,
+            purpose: PickPurpose::FirstTouch,
+        };
+        Ok(strategy::pick(self.inner.strategy.as_ref(), &live, &ctx).cloned())
+    }
+
+    /// Adds `member` to the pod set of `dest` (`SADD`) and drops the cached set.
+    pub async fn add_pod_to_destination(
+        &self,
+        dest: &DestinationId,
+        member: &MemberId,
+    ) -> Result<()> {
+        let i = &self.inner;
+        let _: i64 = i
+            .client
+            .sadd(i.keys.destination(dest), member.as_str())
+            .await?;
+        self.round_trips(1);
+        i.cache.evict(dest);
+        Ok(())
+    }
+
+    /// Whether `dest` has a non-empty pod set (live or not).
+    pub async fn has_binding(&self, dest: &DestinationId) -> Result<bool> {
+        let i = &self.inner;
+        let n: i64 = i.client.scard(i.keys.destination(dest)).await?;
+        self.round_trips(1);
+        Ok(n > 0)
+    }
+
+    /// Deletes the pod set of `dest` and drops the cached set.
+    pub async fn deregister_destination(&self, dest: &DestinationId) -> Result<()> {
+        let i = &self.inner;
+        let _: i64 = i.client.del(i.keys.destination(dest)).await?;
+        self.round_trips(1);
+        i.cache.evict(dest);
+        Ok(())
+    }
+
+    /// Reads a lock record and its owner's member record in one round trip.
+    /// `None` when the lock does not exist (never created, released or
+    /// expired); `owner_record` is `None` when the owner is dead.
+    pub async fn resolve_lock(&self, lock: &LockId) -> Result<Option<LockRecord>> {
+        let i = &self.inner;
+        let (raw, rt): (Vec<String>, u64) = i
+            .scripts
+            .lock
+            .run(&i.client, i.keys.lock(lock), vec![i.keys.member_prefix()])
+            .await?;
+        self.round_trips(rt);
+        resolve::parse_lock(lock, raw)
+    }
+}
+
+impl Registry {
+    /// Runs the strategy over `candidates` for one call of `dest`.
+    pub(crate) fn pick_in(
+        &self,
+        dest: Option<&DestinationId>,
+        candidates: &[MemberRecord],
+    ) -> Option<MemberRecord> {
+        let ctx = PickContext {
+            destination: dest,
+            purpose: PickPurpose::Request,
+        };
+        strategy::pick(self.inner.strategy.as_ref(), candidates, &ctx).cloned()
+    }
+}

@@ -1,0 +1,338 @@
+//! Destination resolution: the design's failure-handover flow, plus the
+//! cached hot path.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use fred::prelude::*;
+
+use super::{Counters, Registry};
+use crate::cache::PodSet;
+use crate::error::{Error, Result};
+use crate::ids::{DestinationId, LockId, MemberId};
+use crate::keys::fields;
+use crate::record::{LockRecord, MemberRecord};
+use crate::strategy::{self, PickContext, PickPurpose};
+use crate::valkey;
+
+/// What to do when a destination has no usable pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResolveOptions {
+    /// An empty or missing set: pick a live member and `SADD` it (first
+    /// touch). Otherwise the answer is [`Resolution::Unbound`].
+    pub claim_on_miss: bool,
+    /// A non-empty set whose members are all dead: remove them and `SADD` a
+    /// fresh live member. Otherwise the answer is [`Resolution::NoLiveMember`].
+    pub reassign_orphans: bool,
+}
+
+impl Default for ResolveOptions {
+    /// Claim on miss and reassign orphans.
+    fn default() -> Self {
+        Self {
+            claim_on_miss: true,
+            reassign_orphans: true,
+        }
+    }
+}
+
+/// Where a route came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RouteSource {
+    /// The local cache (no Valkey round trip).
+    Cache,
+    /// The destination's existing live pod set.
+    Bound,
+    /// First touch: the destination was unbound and got a member.
+    Claimed,
+    /// Failover: every member was dead and a fresh one replaced them.
+    Reassigned,
+}
+
+/// A member to forward to, and the destination's live pod set.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// The member picked for this call.
+    pub member: MemberRecord,
+    /// The live pod set the pick was made from, sorted by id.
+    pub set: Arc<[MemberRecord]>,
+    /// How the route was found.
+    pub source: RouteSource,
+}
+
+impl Route {
+    /// Whether the destination was just reassigned away from dead members.
+    pub fn reassigned(&self) -> bool {
+        self.source == RouteSource::Reassigned
+    }
+}
+
+/// The answer of [`Registry::resolve_destination`] and [`Registry::route`].
+#[derive(Clone, Debug)]
+pub enum Resolution {
+    /// Forward to `route.member`.
+    Routed(Route),
+    /// The destination has no pod set and claiming was not asked for (HTTP 404).
+    Unbound,
+    /// No live member can serve the destination (HTTP 503).
+    NoLiveMember,
+}
+
+impl Resolution {
+    /// The route, if any.
+    pub fn route(&self) -> Option<&Route> {
+        match self {
+            Resolution::Routed(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+impl Registry {
+    fn pick_from(
+        &self,
+        dest: &DestinationId,
+        set: PodSet,
+        purpose: PickPurpose,
+        source: RouteSource,
+    ) -> Resolution {
+        let ctx = PickContext {
+            destination: Some(dest),
+            purpose,
+        };
+        match strategy::pick(self.inner.strategy.as_ref(), &set, &ctx) {
+            Some(m) => Resolution::Routed(Route {
+                member: m.clone(),
+                set: set.clone(),
+                source,
+            }),
+            None => Resolution::NoLiveMember,
+        }
+    }
+
+    /// Routes one call for `dest`: from the local cache when warm, otherwise
+    /// through [`Registry::resolve_destination`]. The strategy picks per call
+    /// from the cached pod set, so a fanned-out destination keeps spreading.
+    pub async fn route(&self, dest: &DestinationId, opts: ResolveOptions) -> Result<Resolution> {
+        let i = &self.inner;
+        if let Some(set) = i.cache.get(dest) {
+            let set = if i.strategy.uses_load() && set.len() > 1 {
+                match self.refresh_loads(&set).await? {
+                    Some(fresh) => fresh,
+                    None => {
+                        // a member vanished: resolve from scratch
+                        i.cache.evict(dest);
+                        Counters::add(&i.counters.cache_misses, 1);
+                        return self.resolve_destination(dest, opts).await;
+                    }
+                }
+            } else {
+                set
+            };
+            Counters::add(&i.counters.cache_hits, 1);
+            return Ok(self.pick_from(dest, set, PickPurpose::Request, RouteSource::Cache));
+        }
+        Counters::add(&i.counters.cache_misses, 1);
+        self.resolve_destination(dest, opts).await
+    }
+
+    /// Re-reads `load` of every member in `set` (one pipelined round trip).
+    /// `None` if one of them has no record any more.
+    async fn refresh_loads(&self, set: &PodSet) -> Result<Option<PodSet>> {
+        let i = &self.inner;
+        let pipe = i.client.pipeline();
+        for m in set.iter() {
+            let _: () = pipe.hget(i.keys.member(&m.id), fields::LOAD).await?;
+        }
+        let loads: Vec<Option<String>> = pipe.all().await?;
+        self.round_trips(1);
+        let mut out = Vec::with_capacity(set.len());
+        for (m, load) in set.iter().zip(loads) {
+            let Some(load) = load else { return Ok(None) };
+            out.push(MemberRecord {
+                load: crate::record::parse_load(&load),
+                ..m.clone()
+            });
+        }
+        Ok(Some(out.into()))
+    }
+
+    /// Resolves `dest` from Valkey (bypassing the cache, then refreshing it),
+    /// following the design's failure-handover flow:
+    ///
+    /// - live members: pick one with the strategy; dead members of the set
+    ///   are removed (`SREM`) in the same atomic script;
+    /// - empty or missing set: [`Resolution::Unbound`], or with
+    ///   `claim_on_miss` a first-touch claim (`SADD` of a picked live member;
+    ///   concurrent claimers may each add theirs, all valid);
+    /// - all members dead: [`Resolution::NoLiveMember`], or with
+    ///   `reassign_orphans` `SREM` the dead and `SADD` a fresh live member
+    ///   in one `MULTI`, reported as [`RouteSource::Reassigned`].
+    pub async fn resolve_destination(
+        &self,
+        dest: &DestinationId,
+        opts: ResolveOptions,
+    ) -> Result<Resolution> {
+        let i = &self.inner;
+        let (raw, rt): (Vec<String>, u64) = i
+            .scripts
+            .resolve
+            .run(
+                &i.client,
+                i.keys.destination(dest),
+                vec![i.keys.member_prefix(), "1".to_owned()],
+            )
+            .await?;
+        self.round_trips(rt);
+        let reply = valkey::parse_resolve(raw)?;
+
+        if !reply.live.is_empty() {
+            if !reply.dead.is_empty() {
+                tracing::info!(destination = %dest, dead = ?reply.dead, "removed dead members from destination");
+                Counters::add(&i.counters.pruned, reply.dead.len() as u64);
+            }
+            let set: PodSet = reply.live.into();
+            i.cache.insert(dest.clone(), set.clone());
+            return Ok(self.pick_from(dest, set, PickPurpose::Request, RouteSource::Bound));
+        }
+
+        if reply.total == 0 {
+            if !opts.claim_on_miss {
+                return Ok(Resolution::Unbound);
+            }
+            return self.claim(dest).await;
+        }
+
+        if !opts.reassign_orphans {
+            return Ok(Resolution::NoLiveMember);
+        }
+        self.reassign(dest, &reply.dead).await
+    }
+
+    async fn claim(&self, dest: &DestinationId) -> Result<Resolution> {
+        let i = &self.inner;
+        let live: PodSet = self.list_live_members().await?.into();
+        let res = self.pick_from(dest, live, PickPurpose::FirstTouch, RouteSource::Claimed);
+        let Resolution::Routed(mut route) = res else {
+            return Ok(res);
+        };
+        let _: i64 = i
+            .client
+            .sadd(i.keys.destination(dest), route.member.id.as_str())
+            .await?;
+        self.round_trips(1);
+        Counters::add(&i.counters.claims, 1);
+        tracing::info!(destination = %dest, member = %route.member.id, "first-touch claim");
+        route.set = Arc::from(vec![route.member.clone()]);
+        i.cache.insert(dest.clone(), route.set.clone());
+        Ok(Resolution::Routed(route))
+    }
+
+    async fn reassign(&self, dest: &DestinationId, dead: &[String]) -> Result<Resolution> {
+        let i = &self.inner;
+        let live: PodSet = self.list_live_members().await?.into();
+        let res = self.pick_from(dest, live, PickPurpose::Failover, RouteSource::Reassigned);
+        let Resolution::Routed(mut route) = res else {
+            return Ok(res);
+        };
+        let key = i.keys.destination(dest);
+        let trx = i.client.multi();
+        if !dead.is_empty() {
+            let _: () = trx.srem(&key, dead.to_vec()).await?;
+        }
+        let _: () = trx.sadd(&key, route.member.id.as_str()).await?;
+        let _: Value = trx.exec(true).await?;
+        self.round_trips(1);
+        Counters::add(&i.counters.reassignments, 1);
+        Counters::add(&i.counters.pruned, dead.len() as u64);
+        tracing::info!(destination = %dest, member = %route.member.id, ?dead, "reassigned orphaned destination");
+        route.set = Arc::from(vec![route.member.clone()]);
+        i.cache.insert(dest.clone(), route.set.clone());
+        Ok(Resolution::Routed(route))
+    }
+}
+
+/// Parses the reply of the lock script: `[]` or
+/// `[owner address or '', owner load, field, value, ...]`.
+pub(super) fn parse_lock(lock: &LockId, raw: Vec<String>) -> Result<Option<LockRecord>> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    if raw.len() < 2 || raw.len() % 2 != 0 {
+        return Err(Error::Protocol("malformed lock reply".into()));
+    }
+    let mut metadata: BTreeMap<String, String> = raw[2..]
+        .chunks_exact(2)
+        .map(|c| (c[0].clone(), c[1].clone()))
+        .collect();
+    let Some(owner) = metadata
+        .remove(fields::POD_ID)
+        .and_then(|p| MemberId::new(p).ok())
+    else {
+        tracing::warn!(lock = %lock, "lock record without a valid podId");
+        return Ok(None);
+    };
+    let destination = metadata
+        .remove(fields::DESTINATION_ID)
+        .and_then(|d| DestinationId::new(d).ok());
+    let owner_record = if raw[0].is_empty() {
+        None
+    } else {
+        MemberRecord::from_raw(owner.as_str(), &raw[0], &raw[1])
+    };
+    Ok(Some(LockRecord {
+        lock_id: lock.clone(),
+        owner,
+        destination,
+        owner_record,
+        metadata,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    #[test]
+    fn lock_replies_parse() {
+        let lock = LockId::new("l1").unwrap();
+        assert!(parse_lock(&lock, vec![]).unwrap().is_none());
+
+        let live = parse_lock(
+            &lock,
+            s(&[
+                "http://h:1",
+                "3",
+                "podId",
+                "p",
+                "destinationId",
+                "d",
+                "kind",
+                "tx",
+            ]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(live.owner.as_str(), "p");
+        assert_eq!(live.destination.unwrap().as_str(), "d");
+        assert_eq!(live.owner_record.unwrap().load, 3);
+        assert_eq!(live.metadata.get("kind").map(String::as_str), Some("tx"));
+
+        let dead = parse_lock(&lock, s(&["", "0", "podId", "p"]))
+            .unwrap()
+            .unwrap();
+        assert!(dead.owner_record.is_none());
+
+        assert!(
+            parse_lock(&lock, s(&["", "0", "kind", "tx"]))
+                .unwrap()
+                .is_none()
+        );
+        assert!(parse_lock(&lock, s(&["", "0", "podId"])).is_err());
+    }
+}

@@ -1,0 +1,244 @@
+//! [`DynamoStorage`]: the [`TtlStorage`] implementation.
+
+use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use aws_config::{BehaviorVersion, Region, retry::RetryConfig, timeout::TimeoutConfig};
+use aws_sdk_dynamodb::{Client, config::Credentials, types::AttributeValue};
+use rand::Rng;
+use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage, check_value};
+
+use crate::{
+    ConnectError, DynamoConfig, ExpiryMode,
+    errors::{Op, to_storage},
+    item::KEY,
+    observed::Observations,
+    table,
+};
+
+/// A [`TtlStorage`] on one DynamoDB table.
+///
+/// Cheap to clone (the SDK client is reference counted). See the crate
+/// docs for the guarantees and the clock assumption.
+#[derive(Debug, Clone)]
+pub struct DynamoStorage {
+    client: Client,
+    table: String,
+    max_attempts: u32,
+    pub(crate) mode: ExpiryMode,
+    /// Versions seen per key ([`ExpiryMode::ObservedLease`] only), shared by clones.
+    pub(crate) observations: Arc<Observations>,
+}
+
+impl DynamoStorage {
+    /// Builds the client from `config` (region and credentials from the
+    /// config, else from the usual AWS chain), then checks the table, or
+    /// creates it when `create_table` is set.
+    pub async fn connect(config: DynamoConfig) -> Result<Self, ConnectError> {
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(config.connect_timeout)
+            .operation_attempt_timeout(config.request_timeout)
+            .operation_timeout(config.request_timeout)
+            .build();
+        // The SDK would retry timeouts and 500s of conditional writes, turning
+        // "applied, answer lost" into a false `false`; retries are ours.
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .timeout_config(timeouts)
+            .retry_config(RetryConfig::disabled());
+        if let Some(region) = &config.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        if let Some(endpoint) = &config.endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        if let Some(c) = &config.credentials {
+            loader = loader.credentials_provider(Credentials::new(
+                c.access_key_id.clone(),
+                c.secret_access_key.clone(),
+                c.session_token.clone(),
+                None,
+                "storage-dynamo",
+            ));
+        }
+        let sdk_config = loader.load().await;
+        if sdk_config.region().is_none() {
+            return Err(ConnectError::MissingRegion);
+        }
+        let client = Client::new(&sdk_config);
+        table::ensure(&client, &config.table, config.create_table).await?;
+        Ok(DynamoStorage {
+            client,
+            table: config.table,
+            max_attempts: config.max_attempts,
+            mode: config.expiry_mode,
+            observations: Arc::default(),
+        })
+    }
+
+    /// The table this storage writes to.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The underlying SDK client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or `max_attempts`
+    /// transient failures (which prove the request was not applied) pass.
+    async fn retrying<T, F, Fut>(&self, what: &'static str, mut attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut tries = 1;
+        loop {
+            match attempt().await {
+                Err(err) if err.is_transient() && tries < self.max_attempts => {
+                    let base = 20u64 << tries.min(6);
+                    let pause = Duration::from_millis(rand::rng().random_range(base / 2..=base));
+                    tracing::debug!(what, tries, ?pause, error = %err, "transient DynamoDB error, retrying");
+                    tokio::time::sleep(pause).await;
+                    tries += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// A PutItem of `item` under `condition`: `Ok(false)` if it failed.
+    pub(crate) async fn conditional_put(
+        &self,
+        item: HashMap<String, AttributeValue>,
+        condition: &str,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+        what: &str,
+    ) -> Result<bool> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names_map(names)))
+            .set_expression_attribute_values(values_map(values))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) => to_storage(err, Op::ConditionalWrite, what),
+        }
+    }
+
+    /// A DeleteItem of `key` under `condition`: `Ok(false)` if it failed.
+    pub(crate) async fn conditional_delete(
+        &self,
+        key: &Key,
+        condition: &str,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+        what: &str,
+    ) -> Result<bool> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(KEY, AttributeValue::S(key.as_str().to_string()))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names_map(names)))
+            .set_expression_attribute_values(values_map(values))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) => to_storage(err, Op::ConditionalWrite, what),
+        }
+    }
+
+    /// A strongly consistent GetItem of `key`.
+    pub(crate) async fn read(&self, key: &Key) -> Result<Option<HashMap<String, AttributeValue>>> {
+        let result = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(KEY, AttributeValue::S(key.as_str().to_string()))
+            .consistent_read(true)
+            .send()
+            .await;
+        match result {
+            Ok(out) => Ok(out.item),
+            Err(err) => match to_storage(err, Op::Read, "GetItem") {
+                Err(err) => Err(err),
+                Ok(_) => Err(StorageError::permanent(
+                    "GetItem: unexpected condition failure",
+                )),
+            },
+        }
+    }
+}
+
+fn names_map(names: &[(&str, &str)]) -> HashMap<String, String> {
+    names
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// DynamoDB rejects an empty ExpressionAttributeValues map: `None` then.
+fn values_map(values: Vec<(&str, AttributeValue)>) -> Option<HashMap<String, AttributeValue>> {
+    (!values.is_empty()).then(|| {
+        values
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    })
+}
+
+#[async_trait]
+impl TtlStorage for DynamoStorage {
+    async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
+        check_value(value)?;
+        self.retrying("insert", || async {
+            match self.mode {
+                ExpiryMode::WallClock => self.insert_wall(key, value, ttl).await,
+                ExpiryMode::ObservedLease => self.insert_observed(key, value, ttl).await,
+            }
+        })
+        .await
+    }
+
+    async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
+        check_value(old)?;
+        check_value(new)?;
+        self.retrying("compare_and_swap", || async {
+            match self.mode {
+                ExpiryMode::WallClock => self.swap_wall(key, old, new, ttl).await,
+                ExpiryMode::ObservedLease => self.swap_observed(key, old, new, ttl).await,
+            }
+        })
+        .await
+    }
+
+    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
+        check_value(value)?;
+        self.retrying("compare_and_delete", || async {
+            match self.mode {
+                ExpiryMode::WallClock => self.delete_wall(key, value).await,
+                ExpiryMode::ObservedLease => self.delete_observed(key, value).await,
+            }
+        })
+        .await
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        self.retrying("get", || async {
+            match self.mode {
+                ExpiryMode::WallClock => self.get_wall(key).await,
+                ExpiryMode::ObservedLease => self.get_observed(key).await,
+            }
+        })
+        .await
+    }
+}

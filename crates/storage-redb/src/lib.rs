@@ -1,0 +1,100 @@
+//! # storage-redb
+//!
+//! The embedded, durable default driver of the [`ttl_storage`] contract: a
+//! [`TtlStorage`](ttl_storage::TtlStorage) kept in one [redb](https://www.redb.org)
+//! file. It plays the role bbolt plays in the original design.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use storage_redb::RedbStorage;
+//! use ttl_storage::{Key, Ttl, TtlStorage};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let storage = RedbStorage::open(dir.path().join("leases.redb")).await?;
+//!
+//! let key = Key::new("leader/1")?;
+//! let ttl = Ttl::from_secs(20)?;
+//! assert!(storage.insert_if_not_exists(&key, b"10.0.0.7", ttl).await?);
+//! assert!(!storage.insert_if_not_exists(&key, b"10.0.0.8", ttl).await?);
+//! assert!(storage.compare_and_swap(&key, b"10.0.0.7", b"10.0.0.7", ttl).await?);
+//! assert_eq!(storage.get(&key).await?, Some(b"10.0.0.7".to_vec()));
+//! assert!(storage.compare_and_delete(&key, b"10.0.0.7").await?);
+//!
+//! // Releases the file at once; dropping the last clone releases it shortly
+//! // after, from a blocking thread.
+//! storage.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees
+//!
+//! - **Atomic conditional writes.** Each write reads the record and writes it
+//!   in one redb write transaction, and redb runs one write transaction at a
+//!   time, so of racing `insert_if_not_exists` on an absent key exactly one
+//!   wins. (The original bbolt driver checked and wrote in two transactions.)
+//! - **Durability.** A write that returns `Ok(true)` was committed with
+//!   [`redb::Durability::Immediate`] (fsync) before the call returned; it
+//!   survives a crash of the process or of the machine. Concurrent writes are
+//!   *group-committed*: queued writes are applied in order in one transaction
+//!   and share one fsync, and none is answered before that commit. A write
+//!   that changes nothing (`Ok(false)`) is answered without a commit.
+//! - **Reads** use a read transaction on the latest commit, so they see every
+//!   acknowledged write and never block writers.
+//! - **Errors.** A failed commit is [`ErrorKind::OutcomeUnknown`](ttl_storage::ErrorKind)
+//!   (the write may or may not be on disk). Other I/O errors that may clear
+//!   (interrupted, timed out, disk full) are transient and leave nothing
+//!   applied; corruption, permission and other I/O errors are permanent. After
+//!   a failed write redb refuses further writes until the file is reopened.
+//! - **Single-process ownership.** One [`RedbStorage`] (and its clones) owns
+//!   the file: redb locks it, and a second open, from another process or this
+//!   one, fails at once with [`OpenError::AlreadyOpen`] naming the file. Share
+//!   the handle between tasks by cloning it.
+//! - **Bad files are reported, never replaced.** A missing file is created; an
+//!   empty one is initialised; a file that is not a redb database
+//!   ([`OpenError::NotRedb`]), a corrupt one ([`OpenError::Corrupted`], every
+//!   page checksum is verified on open by default) or a redb database of
+//!   another program ([`OpenError::ForeignDatabase`]) is left untouched.
+//!   A missing parent directory is created (or reported, see
+//!   [`RedbStorageBuilder::create_parent_dirs`]).
+//!
+//! # Expiry and clocks
+//!
+//! Each record stores its absolute expiry in Unix milliseconds of the **wall
+//! clock** (`SystemTime`), computed when the write transaction applying it
+//! starts (after the call began, a few milliseconds before the commit that
+//! makes it visible). A record is live while `now < expiry`; expired records
+//! are invisible to every operation from that millisecond on. They are
+//! reclaimed when a write touches their key, and by a background sweep that
+//! deletes at most [`sweep_limit`](RedbStorageBuilder::sweep_limit) records
+//! per pass every [`sweep_interval`](RedbStorageBuilder::sweep_interval),
+//! oldest expiry first, through an expiry index, so the file does not grow
+//! under churn. [`RedbStorage::sweep_now`] runs a pass on demand.
+//!
+//! The wall clock is used, not a monotonic one, so that expiries mean the same
+//! thing after a restart. Consequences:
+//!
+//! - **Restart.** Records keep their absolute expiry: a lease written before a
+//!   crash or a restart is still held until its expiry, then expires (the
+//!   sweep or the next write reclaims it).
+//! - **Wall-clock jumps.** A backward jump of `d` extends every live lease by
+//!   `d`; a forward jump shortens them by `d` (possibly expiring them at
+//!   once). Elections assume the clock moves at real-time rate and does not
+//!   jump by more than a small fraction of the TTL (keep NTP slewing, not
+//!   stepping, on hosts that use this driver); a forward jump can let a second
+//!   candidate take a lease its holder still believes it holds, which is what
+//!   fencing tokens in `elections` guard against.
+//! - There is only one clock: the file belongs to one process on one machine.
+
+mod builder;
+mod error;
+mod ops;
+mod record;
+mod schema;
+mod storage;
+mod sweep;
+mod writer;
+
+pub use builder::RedbStorageBuilder;
+pub use error::{CloseError, OpenError};
+pub use storage::RedbStorage;

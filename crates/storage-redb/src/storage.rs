@@ -1,0 +1,247 @@
+//! [`RedbStorage`]: the handle, the operations and closing.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use redb::Database;
+use tokio::sync::oneshot;
+use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage, check_value};
+
+use crate::{
+    CloseError, OpenError, RedbStorageBuilder,
+    error::not_applied,
+    ops::{self, Op},
+    record,
+    sweep::Sweeper,
+    writer::{Pending, Writer},
+};
+
+/// The state every handle and every blocking task shares.
+pub(crate) struct Shared {
+    db: Database,
+    writer: Writer,
+    path: PathBuf,
+}
+
+impl Shared {
+    /// Wraps an open, checked database.
+    pub(crate) fn new(db: Database, path: PathBuf, max_batch: usize) -> Self {
+        Shared {
+            db,
+            writer: Writer::new(max_batch),
+            path,
+        }
+    }
+
+    /// The database.
+    pub(crate) fn db(&self) -> &Database {
+        &self.db
+    }
+}
+
+/// Owned by the clones of one [`RedbStorage`]; dropped with the last clone.
+///
+/// It stops the sweep and hands its reference to the shared state to a
+/// blocking thread, so that closing the file (which writes to it) never runs
+/// on the async runtime.
+struct Guard {
+    shared: Option<Arc<Shared>>,
+    sweeper: Option<Sweeper>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        drop(self.sweeper.take());
+        if let Some(shared) = self.shared.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(shared))),
+                Err(_) => drop(shared),
+            }
+        }
+    }
+}
+
+/// A [`TtlStorage`] in a redb file. See the [crate docs](crate) for its guarantees.
+///
+/// Cheap to clone: clones share the open file. The file is closed when the
+/// last clone is dropped (and the blocking tasks in flight end), or by
+/// [`RedbStorage::close`].
+///
+/// The background sweep runs on the tokio runtime that opened the file and
+/// stops with it, or when the last clone is dropped. A call whose future is
+/// dropped (cancelled, timed out) after it was queued may still be applied,
+/// as with a network driver: read the record back to find out.
+#[derive(Clone)]
+pub struct RedbStorage {
+    shared: Arc<Shared>,
+    guard: Arc<Guard>,
+}
+
+impl std::fmt::Debug for RedbStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbStorage")
+            .field("path", &self.shared.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedbStorage {
+    /// Opens (or creates) the storage file at `path` with default options.
+    /// See [`RedbStorageBuilder::open`]. Must be called within a tokio runtime.
+    pub async fn open(path: impl AsRef<Path>) -> Result<RedbStorage, OpenError> {
+        RedbStorageBuilder::new().open(path).await
+    }
+
+    /// A builder to set options before opening.
+    pub fn builder() -> RedbStorageBuilder {
+        RedbStorageBuilder::new()
+    }
+
+    pub(crate) fn start(shared: Shared, sweep: Option<(Duration, usize)>) -> RedbStorage {
+        let shared = Arc::new(shared);
+        let sweeper =
+            sweep.map(|(interval, limit)| Sweeper::start(Arc::downgrade(&shared), interval, limit));
+        let guard = Guard {
+            shared: Some(Arc::clone(&shared)),
+            sweeper,
+        };
+        RedbStorage {
+            shared,
+            guard: Arc::new(guard),
+        }
+    }
+
+    /// The storage file.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Runs one sweep pass now: deletes at most `limit` expired records and
+    /// returns how many it deleted. The background sweep does the same
+    /// periodically; this is for tests and maintenance.
+    pub async fn sweep_now(&self, limit: usize) -> Result<usize> {
+        let shared = Arc::clone(&self.shared);
+        let pass = tokio::task::spawn_blocking(move || crate::sweep::sweep_once(&shared.db, limit));
+        match pass.await {
+            Ok(Ok(removed)) => Ok(removed),
+            Ok(Err(err)) => Err(not_applied("sweep failed", &Arc::new(err))),
+            Err(err) => Err(StorageError::with_source(
+                ttl_storage::ErrorKind::Permanent,
+                "sweep task failed",
+                err,
+            )),
+        }
+    }
+
+    /// Closes the file: stops the sweep, waits for the blocking work in flight
+    /// and releases the file lock, so the file can be opened again at once.
+    ///
+    /// Fails with [`CloseError::InUse`] (and closes nothing) while other clones
+    /// of this handle are alive.
+    pub async fn close(self) -> Result<(), CloseError> {
+        let RedbStorage { shared, guard } = self;
+        let path = shared.path.clone();
+        let Ok(mut guard) = Arc::try_unwrap(guard) else {
+            return Err(CloseError::InUse { path });
+        };
+        if let Some(sweeper) = guard.sweeper.take() {
+            sweeper.stop().await;
+        }
+        drop(guard.shared.take());
+        drop(guard);
+        // Blocking tasks of operations that already returned may still hold
+        // the shared state for a moment (a drain that found the queue empty).
+        let mut shared = shared;
+        let shared = loop {
+            match Arc::try_unwrap(shared) {
+                Ok(shared) => break shared,
+                Err(still) => {
+                    shared = still;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        };
+        let closing = tokio::task::spawn_blocking(move || shared.db.close());
+        match closing.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(CloseError::Redb {
+                path,
+                source: Box::new(err.into()),
+            }),
+            Err(_) => Err(CloseError::Interrupted { path }),
+        }
+    }
+
+    /// Queues a conditional write and waits for its committed answer.
+    async fn write(&self, op: Op) -> Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        let shared = Arc::clone(&self.shared);
+        shared.writer.push(Pending { op, reply });
+        // Not awaited: the answer comes through `reply`, possibly from the
+        // task of another operation of the same batch.
+        drop(tokio::task::spawn_blocking(move || {
+            shared.writer.drain(&shared.db)
+        }));
+        answer.await.unwrap_or_else(|_| {
+            Err(StorageError::outcome_unknown(
+                "the write task panicked or was cancelled before answering",
+            ))
+        })
+    }
+}
+
+#[async_trait]
+impl TtlStorage for RedbStorage {
+    async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
+        check_value(value)?;
+        self.write(Op::Insert {
+            key: key.as_str().to_owned(),
+            value: value.to_vec(),
+            ttl,
+        })
+        .await
+    }
+
+    async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
+        check_value(old)?;
+        check_value(new)?;
+        self.write(Op::Swap {
+            key: key.as_str().to_owned(),
+            old: old.to_vec(),
+            new: new.to_vec(),
+            ttl,
+        })
+        .await
+    }
+
+    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
+        check_value(value)?;
+        self.write(Op::Delete {
+            key: key.as_str().to_owned(),
+            value: value.to_vec(),
+        })
+        .await
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        let shared = Arc::clone(&self.shared);
+        let key = key.as_str().to_owned();
+        let read = tokio::task::spawn_blocking(move || {
+            let now = record::now_millis()?;
+            ops::get(&shared.db, &key, now)
+        });
+        match read.await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => Err(not_applied("read failed", &Arc::new(err))),
+            Err(err) => Err(StorageError::with_source(
+                ttl_storage::ErrorKind::Permanent,
+                "read task panicked or was cancelled",
+                err,
+            )),
+        }
+    }
+}

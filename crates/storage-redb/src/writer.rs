@@ -1,0 +1,146 @@
+//! Group commit: concurrent conditional writes share one write transaction
+//! and one fsync.
+//!
+//! Every operation is queued, then a blocking task is spawned for it. The
+//! first of those tasks to take the commit lock drains the queue (up to the
+//! batch limit), applies the drained operations in order in one write
+//! transaction, commits it durably and only then answers each of them. The
+//! others find the queue empty (or drain what came in meanwhile). Since every
+//! queued operation has a task of its own behind it, none is left waiting.
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use redb::{Database, Durability};
+use tokio::sync::oneshot;
+use ttl_storage::StorageError;
+
+use crate::{
+    error::{commit_failed, not_applied},
+    ops::{Op, Tables},
+    record,
+};
+
+/// A queued operation and where its answer goes.
+pub(crate) struct Pending {
+    /// The operation.
+    pub(crate) op: Op,
+    /// Receives the answer once the transaction is committed (or aborted).
+    pub(crate) reply: oneshot::Sender<Result<bool, StorageError>>,
+}
+
+/// The queue of conditional writes of one database.
+pub(crate) struct Writer {
+    queue: Mutex<VecDeque<Pending>>,
+    commit: Mutex<()>,
+    max_batch: usize,
+}
+
+/// Locks `mutex`, ignoring poisoning: the guarded state (a queue, or nothing)
+/// stays consistent when a holder panics.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Writer {
+    /// A writer committing at most `max_batch` operations per transaction.
+    pub(crate) fn new(max_batch: usize) -> Self {
+        Writer {
+            queue: Mutex::new(VecDeque::new()),
+            commit: Mutex::new(()),
+            max_batch,
+        }
+    }
+
+    /// Queues an operation. Call [`Writer::drain`] on a blocking thread after.
+    pub(crate) fn push(&self, pending: Pending) {
+        lock(&self.queue).push_back(pending);
+    }
+
+    /// Applies and commits the queued operations, if any. Blocks.
+    pub(crate) fn drain(&self, db: &Database) {
+        let _commit = lock(&self.commit);
+        let batch: Vec<Pending> = {
+            let mut queue = lock(&self.queue);
+            let n = queue.len().min(self.max_batch);
+            queue.drain(..n).collect()
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let span = tracing::trace_span!("group_commit", ops = batch.len());
+        let _enter = span.enter();
+        match run(db, &batch) {
+            Ok(answers) => {
+                for (pending, answer) in batch.into_iter().zip(answers) {
+                    // The caller may have gone away; its write stands anyway.
+                    let _ = pending.reply.send(Ok(answer));
+                }
+            }
+            Err(failure) => {
+                tracing::warn!(error = %failure.error(), ops = batch.len(), "group commit failed");
+                for pending in batch {
+                    let _ = pending.reply.send(Err(failure.to_storage_error()));
+                }
+            }
+        }
+    }
+}
+
+/// How a batch failed.
+enum Failure {
+    /// Nothing was applied.
+    NotApplied(&'static str, Arc<redb::Error>),
+    /// The commit failed: the batch may or may not be on disk.
+    Commit(Arc<redb::Error>),
+}
+
+impl Failure {
+    fn error(&self) -> &redb::Error {
+        match self {
+            Failure::NotApplied(_, err) | Failure::Commit(err) => err,
+        }
+    }
+
+    fn to_storage_error(&self) -> StorageError {
+        match self {
+            Failure::NotApplied(what, err) => not_applied(what, err),
+            Failure::Commit(err) => commit_failed(err),
+        }
+    }
+}
+
+/// Applies `batch` in one write transaction and commits it if it changed anything.
+fn run(db: &Database, batch: &[Pending]) -> Result<Vec<bool>, Failure> {
+    let fail = |what| move |err: redb::Error| Failure::NotApplied(what, Arc::new(err));
+    let mut txn = db
+        .begin_write()
+        .map_err(|err| fail("cannot begin a write transaction")(err.into()))?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(|err| fail("cannot request durability")(err.into()))?;
+    let now = record::now_millis().map_err(fail("cannot read the system clock"))?;
+    let mut answers = Vec::with_capacity(batch.len());
+    let mut dirty = false;
+    {
+        let mut tables = Tables::open(&txn).map_err(fail("cannot open the tables"))?;
+        for pending in batch {
+            let applied = tables
+                .apply(&pending.op, now)
+                .map_err(fail("cannot apply the write"))?;
+            answers.push(applied.answer);
+            dirty |= applied.dirty;
+        }
+    }
+    if dirty {
+        txn.commit()
+            .map_err(|err| Failure::Commit(Arc::new(err.into())))?;
+    } else if let Err(err) = txn.abort() {
+        // Nothing was written; the answers hold whatever the abort reports.
+        tracing::warn!(error = %err, "aborting a read-only write transaction failed");
+    }
+    Ok(answers)
+}
