@@ -25,8 +25,22 @@ pub(crate) struct Args {
     contenders: usize,
 }
 
-/// `(chaos engine name, engines::all() entry, variable holding its URL)`.
-const SUPPORTED: &[(&str, &str, &str)] = &[("cassandra", "cassandra", "SCYLLA_URI")];
+/// `(chaos engine name, engines::all() entry, variable the engine sets)`.
+const SUPPORTED: &[(&str, &str, &str)] = &[
+    ("cassandra", "cassandra", "SCYLLA_URI"),
+    ("dynamodb", "dynamodb", "DYNAMODB_ENDPOINT"),
+];
+
+/// The store URL for the harness from the variable the engine set.
+fn store_url(engine: &str, value: &str) -> String {
+    match engine {
+        // DYNAMODB_ENDPOINT is an endpoint, not a URL.
+        "dynamodb" => {
+            format!("dynamodb://chaos_leases?region=us-east-1&endpoint={value}&create_table=true")
+        }
+        _ => value.to_string(),
+    }
+}
 
 /// Seconds from `90`, `90s` or `3m`.
 fn parse_duration(text: &str) -> Result<u64, String> {
@@ -49,11 +63,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         args.engines.clone()
     };
     for name in &wanted {
-        if name == "dynamodb" {
-            anyhow::bail!("dynamodb: the storage-dynamo driver is not on this branch yet");
-        }
         if !SUPPORTED.iter().any(|(n, _, _)| n == name) {
-            anyhow::bail!("unknown engine {name:?}; supported: cassandra");
+            anyhow::bail!("unknown engine {name:?}; supported: cassandra, dynamodb");
         }
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -85,7 +96,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .env
             .iter()
             .find(|(k, _)| k == var)
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| store_url(name, v))
             .with_context(|| format!("the engine did not set {var}"))?;
         let status = Command::new(&cargo)
             .args(["run", "-q", "-p", "chaos", "--bin", "chaos", "--"])
@@ -95,6 +106,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .args(["--contenders", &args.contenders.to_string()])
             .arg("--work-dir")
             .arg(work_dir.join(format!("chaos-{name}")))
+            .envs(local_aws_credentials(name))
             .status()
             .context("running the chaos harness")?;
         drop(running);
@@ -105,6 +117,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     anyhow::ensure!(failed.is_empty(), "chaos failed on {failed:?}");
     Ok(())
+}
+
+/// DynamoDB Local accepts any credentials, but the AWS SDK wants some:
+/// dummy ones unless the environment has real ones.
+fn local_aws_credentials(engine: &str) -> Vec<(&'static str, &'static str)> {
+    if engine != "dynamodb" || std::env::var_os("AWS_ACCESS_KEY_ID").is_some() {
+        return Vec::new();
+    }
+    vec![
+        ("AWS_ACCESS_KEY_ID", "chaos"),
+        ("AWS_SECRET_ACCESS_KEY", "chaos"),
+    ]
 }
 
 #[cfg(test)]

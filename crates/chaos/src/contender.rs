@@ -7,9 +7,10 @@
 use std::{sync::Arc, time::Duration};
 
 use elections::{ArmEvent, ArmReason, Elections, Killer, ProcessKiller};
-use storage_scylla::ScyllaStorage;
+use storage_dynamo::{DynamoConfig, DynamoStorage};
+use storage_scylla::{ScyllaConfig, ScyllaStorage};
 use tokio::time::Instant;
-use ttl_storage::Key;
+use ttl_storage::{Key, TtlStorage};
 
 use crate::{
     event::{Event, WriteOutcome, emit, now_ms},
@@ -91,13 +92,19 @@ pub enum ContenderError {
     /// The election key is invalid.
     #[error(transparent)]
     Key(#[from] ttl_storage::ValidationError),
+    /// The `scylla://` URL is invalid.
+    #[error("bad scylla:// URL: {0}")]
+    ScyllaUrl(#[from] storage_scylla::ConfigError),
+    /// The `dynamodb://` URL is invalid.
+    #[error("bad dynamodb:// URL: {0}")]
+    DynamoUrl(#[from] storage_dynamo::ConfigError),
 }
 
 /// Runs the contender forever (the harness kills it).
 ///
 /// # Errors
 ///
-/// Only for an invalid key; connection failures are retried.
+/// Only for an invalid key or URL; connection failures are retried.
 pub async fn run(config: ContenderConfig) -> Result<(), ContenderError> {
     emit(&Event::Started {
         pid: std::process::id(),
@@ -105,15 +112,40 @@ pub async fn run(config: ContenderConfig) -> Result<(), ContenderError> {
     });
     let key = Key::new(config.key.clone())?;
     let retry = config.lease / 20;
-    let storage = loop {
-        match ScyllaStorage::from_url(&config.url).await {
-            Ok(storage) => break storage,
-            Err(err) => {
-                tracing::warn!(%err, "connecting the store failed; retrying");
-                tokio::time::sleep(retry).await;
+    if config.url.starts_with("dynamodb://") {
+        let dynamo = DynamoConfig::from_url(&config.url)?;
+        let storage = loop {
+            match DynamoStorage::connect(dynamo.clone()).await {
+                Ok(storage) => break storage,
+                Err(err) => {
+                    tracing::warn!(%err, "connecting the store failed; retrying");
+                    tokio::time::sleep(retry).await;
+                }
             }
-        }
-    };
+        };
+        contend(storage, &key, &config).await
+    } else {
+        let scylla = ScyllaConfig::from_url(&config.url)?;
+        let storage = loop {
+            match ScyllaStorage::connect(scylla.clone()).await {
+                Ok(storage) => break storage,
+                Err(err) => {
+                    tracing::warn!(%err, "connecting the store failed; retrying");
+                    tokio::time::sleep(retry).await;
+                }
+            }
+        };
+        contend(storage, &key, &config).await
+    }
+}
+
+/// The acquire / write / release loop over `storage`.
+async fn contend(
+    storage: impl TtlStorage + 'static,
+    key: &Key,
+    config: &ContenderConfig,
+) -> Result<(), ContenderError> {
+    let retry = config.lease / 20;
     let mut guarded = loop {
         match Guarded::connect(&config.url, &config.resource).await {
             Ok(guarded) => break guarded,
@@ -129,7 +161,7 @@ pub async fn run(config: ContenderConfig) -> Result<(), ContenderError> {
     let elections = Elections::with_killer(storage, killer);
     loop {
         let leadership = match elections
-            .acquire_leadership(&key, &config.name, config.lease)
+            .acquire_leadership(key, &config.name, config.lease)
             .await
         {
             Ok(Some(leadership)) => leadership,
@@ -192,7 +224,7 @@ pub async fn run(config: ContenderConfig) -> Result<(), ContenderError> {
                 outcome,
             });
         }
-        elections.release_leadership(&key).await;
+        elections.release_leadership(key).await;
         emit(&Event::Released);
         tokio::time::sleep(retry).await;
     }

@@ -11,6 +11,7 @@ use std::{
 };
 
 use anyhow::Context;
+use storage_dynamo::{DynamoConfig, DynamoStorage};
 use storage_scylla::{ScyllaConfig, ScyllaStorage};
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
@@ -69,13 +70,69 @@ struct Slot {
     child: Option<(String, Child)>,
 }
 
-/// Replaces the host list of a `scylla://` URL with `addr`.
+/// The URL with its database address replaced by `addr`: the host list of
+/// a `scylla://` URL, the `endpoint` of a `dynamodb://` URL.
 fn proxied_url(url: &str, addr: SocketAddr) -> anyhow::Result<String> {
-    let rest = url
-        .strip_prefix("scylla://")
-        .context("only scylla:// URLs are supported")?;
-    let slash = rest.find('/').context("the URL names no keyspace")?;
-    Ok(format!("scylla://{addr}{}", &rest[slash..]))
+    if let Some(rest) = url.strip_prefix("scylla://") {
+        let slash = rest.find('/').context("the URL names no keyspace")?;
+        return Ok(format!("scylla://{addr}{}", &rest[slash..]));
+    }
+    if url.starts_with("dynamodb://") {
+        let (before, endpoint, after) = dynamo_endpoint(url)?;
+        let scheme_end = endpoint.find("://").map_or(0, |i| i + 3);
+        return Ok(format!("{before}{}{addr}{after}", &endpoint[..scheme_end]));
+    }
+    anyhow::bail!("unsupported URL {url:?}: use scylla:// or dynamodb://")
+}
+
+/// Splits a `dynamodb://` URL around the value of its `endpoint` parameter.
+fn dynamo_endpoint(url: &str) -> anyhow::Result<(&str, &str, &str)> {
+    let start = url
+        .find("endpoint=")
+        .map(|i| i + "endpoint=".len())
+        .context("a dynamodb:// URL needs an endpoint=http://host:port parameter here")?;
+    let end = url[start..].find('&').map_or(url.len(), |i| start + i);
+    Ok((&url[..start], &url[start..end], &url[end..]))
+}
+
+/// The database's address, from the URL.
+async fn upstream(url: &str) -> anyhow::Result<SocketAddr> {
+    let host = if url.starts_with("dynamodb://") {
+        let (_, endpoint, _) = dynamo_endpoint(url)?;
+        let rest = endpoint
+            .split_once("://")
+            .map_or(endpoint, |(_, rest)| rest);
+        rest.trim_end_matches('/').to_string()
+    } else {
+        let parsed = ScyllaConfig::from_url(url)?;
+        anyhow::ensure!(
+            parsed.contact_points().len() == 1,
+            "use one contact point: each contender reaches it through its own proxy"
+        );
+        parsed
+            .contact_points()
+            .first()
+            .context("the URL names no host")?
+            .clone()
+    };
+    tokio::net::lookup_host(&host)
+        .await?
+        .next()
+        .with_context(|| format!("cannot resolve {host}"))
+}
+
+/// Creates the elections table (and keyspace) by connecting once.
+async fn create_store(url: &str) -> anyhow::Result<()> {
+    if url.starts_with("dynamodb://") {
+        DynamoStorage::connect(DynamoConfig::from_url(url)?)
+            .await
+            .context("connecting to DynamoDB")?;
+    } else {
+        ScyllaStorage::from_url(url)
+            .await
+            .context("connecting to the engine")?;
+    }
+    Ok(())
 }
 
 /// Runs the whole thing and returns the checked report.
@@ -85,27 +142,9 @@ fn proxied_url(url: &str, addr: SocketAddr) -> anyhow::Result<String> {
 /// Setup failures (engine unreachable, contender not found). Violations
 /// are in the report, not errors.
 pub async fn run(config: HarnessConfig) -> anyhow::Result<Report> {
-    let parsed = ScyllaConfig::from_url(&config.url)?;
-    let contact = parsed
-        .contact_points()
-        .first()
-        .context("the URL names no host")?
-        .clone();
-    let upstream = tokio::net::lookup_host(&contact)
-        .await?
-        .next()
-        .with_context(|| format!("cannot resolve {contact}"))?;
-    anyhow::ensure!(
-        parsed.contact_points().len() == 1,
-        "use one contact point: each contender reaches it through its own proxy"
-    );
+    let upstream = upstream(&config.url).await?;
     std::fs::create_dir_all(&config.work_dir)?;
-    // Creates the keyspace and the elections table.
-    drop(
-        ScyllaStorage::from_url(&config.url)
-            .await
-            .context("connecting to the engine")?,
-    );
+    create_store(&config.url).await?;
     let run_id = now_ms();
     let resource = format!("chaos-{run_id}");
     let key = format!("chaos/{run_id}");
@@ -399,7 +438,20 @@ mod tests {
             proxied_url("scylla://10.0.0.1:9042/ks?create_schema=true", addr).unwrap(),
             "scylla://127.0.0.1:7000/ks?create_schema=true"
         );
-        assert!(proxied_url("dynamodb://x/t", addr).is_err());
+        assert_eq!(
+            proxied_url(
+                "dynamodb://t?region=r&endpoint=http://127.0.0.1:8000&create_table=true",
+                addr
+            )
+            .unwrap(),
+            "dynamodb://t?region=r&endpoint=http://127.0.0.1:7000&create_table=true"
+        );
+        assert_eq!(
+            proxied_url("dynamodb://t?endpoint=http://localhost:8000", addr).unwrap(),
+            "dynamodb://t?endpoint=http://127.0.0.1:7000"
+        );
+        assert!(proxied_url("dynamodb://t?region=r", addr).is_err());
+        assert!(proxied_url("redis://x", addr).is_err());
         assert!(proxied_url("scylla://host", addr).is_err());
     }
 }

@@ -1,4 +1,4 @@
-//! The guarded resource on Cassandra: one row per resource id that accepts a
+//! The guarded resource on Cassandra (and ScyllaDB): one row per resource id that accepts a
 //! write only with a fencing token at least as high as any it has seen, and
 //! an append-only log of the writes it accepted.
 //!
@@ -23,56 +23,10 @@ use scylla::{
 };
 use storage_scylla::ScyllaConfig;
 
-/// A guarded-resource error.
-#[derive(Debug, thiserror::Error)]
-pub enum GuardedError {
-    /// The URL is not a valid `scylla://` URL.
-    #[error("bad scylla:// URL: {0}")]
-    Url(#[from] storage_scylla::ConfigError),
-    /// The database did not answer or refused a statement.
-    #[error("{what}: {source}")]
-    Db {
-        /// What was being done.
-        what: &'static str,
-        /// The driver error, as text.
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// An LWT answer without the expected columns.
-    #[error("unexpected LWT answer: {0}")]
-    Answer(String),
-}
-
-fn db<E: std::error::Error + Send + Sync + 'static>(
-    what: &'static str,
-) -> impl Fn(E) -> GuardedError {
-    move |err| GuardedError::Db {
-        what,
-        source: Box::new(err),
-    }
-}
-
-/// What the resource said to one write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Accepted with this sequence number.
-    Accepted(u64),
-    /// Refused: the resource has seen this higher token.
-    Rejected(u64),
-}
-
-/// One accepted write, as read back from the log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogEntry {
-    /// Position in accept order.
-    pub seq: u64,
-    /// The fencing token it carried.
-    pub token: u64,
-    /// Who wrote it.
-    pub writer: String,
-}
+use super::{GuardedError, LogEntry, Verdict, db};
 
 /// A connection to the guarded resource `id`.
-pub struct Guarded {
+pub(crate) struct CassandraGuarded {
     session: Session,
     id: String,
     update: PreparedStatement,
@@ -81,9 +35,9 @@ pub struct Guarded {
     seq: u64,
 }
 
-impl std::fmt::Debug for Guarded {
+impl std::fmt::Debug for CassandraGuarded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Guarded")
+        f.debug_struct("CassandraGuarded")
             .field("id", &self.id)
             .field("seq", &self.seq)
             .finish_non_exhaustive()
@@ -105,7 +59,7 @@ async fn session(config: &ScyllaConfig) -> Result<Session, GuardedError> {
 /// # Errors
 ///
 /// A bad URL or a database error.
-pub async fn setup(url: &str, id: &str) -> Result<(), GuardedError> {
+pub(crate) async fn setup(url: &str, id: &str) -> Result<(), GuardedError> {
     let config = ScyllaConfig::from_url(url)?;
     let session = session(&config).await?;
     let ks = config.keyspace();
@@ -139,7 +93,7 @@ pub async fn setup(url: &str, id: &str) -> Result<(), GuardedError> {
 /// # Errors
 ///
 /// A bad URL or a database error.
-pub async fn read_log(url: &str, id: &str) -> Result<Vec<LogEntry>, GuardedError> {
+pub(crate) async fn read_log(url: &str, id: &str) -> Result<Vec<LogEntry>, GuardedError> {
     let config = ScyllaConfig::from_url(url)?;
     let session = session(&config).await?;
     let mut statement: scylla::statement::Statement = format!(
@@ -178,13 +132,13 @@ pub async fn read_log(url: &str, id: &str) -> Result<Vec<LogEntry>, GuardedError
     Ok(entries)
 }
 
-impl Guarded {
+impl CassandraGuarded {
     /// Connects to resource `id` in the URL's keyspace (set up by [`setup`]).
     ///
     /// # Errors
     ///
     /// A bad URL or a database error.
-    pub async fn connect(url: &str, id: &str) -> Result<Self, GuardedError> {
+    pub(crate) async fn connect(url: &str, id: &str) -> Result<Self, GuardedError> {
         let config = ScyllaConfig::from_url(url)?;
         let session = session(&config).await?;
         let ks = config.keyspace();
@@ -204,7 +158,7 @@ impl Guarded {
             .await
             .map_err(db("preparing the append"))?;
         append.set_consistency(Consistency::Quorum);
-        Ok(Guarded {
+        Ok(CassandraGuarded {
             session,
             id: id.to_string(),
             update,
@@ -220,7 +174,11 @@ impl Guarded {
     /// # Errors
     ///
     /// A database error: the outcome is then unknown.
-    pub async fn write(&mut self, token: u64, writer: &str) -> Result<Verdict, GuardedError> {
+    pub(crate) async fn write(
+        &mut self,
+        token: u64,
+        writer: &str,
+    ) -> Result<Verdict, GuardedError> {
         let t = i64::try_from(token).map_err(|_| GuardedError::Answer("token too large".into()))?;
         // A lost race on `seq` with an equal-or-lower token is retried with
         // the fresh seq; a few rounds suffice with one writer at a time.
