@@ -23,6 +23,10 @@ pub(crate) struct Args {
     /// Contender processes.
     #[arg(long, default_value_t = 3)]
     contenders: usize,
+    /// Negative control: the guarded resource accepts any token, so the run
+    /// must report stale writes accepted and fail.
+    #[arg(long)]
+    unfenced: bool,
 }
 
 /// `(chaos engine name, engines::all() entry, variable the engine sets)`.
@@ -104,6 +108,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .args(["--duration-secs", &args.duration.to_string()])
             .args(["--lease-secs", &args.lease.to_string()])
             .args(["--contenders", &args.contenders.to_string()])
+            .args(args.unfenced.then_some("--unfenced"))
             .arg("--work-dir")
             .arg(work_dir.join(format!("chaos-{name}")))
             .envs(local_aws_credentials(name))

@@ -39,6 +39,9 @@ pub struct ContenderConfig {
     /// before it releases. Every such write must be rejected once a newer
     /// token has reached the resource.
     pub zombie: bool,
+    /// Negative control: the resource accepts any token (see
+    /// [`Guarded::connect`]); a run with zombies must then fail.
+    pub unfenced: bool,
 }
 
 /// The production killer, reporting every deadline change as an event; a
@@ -147,7 +150,7 @@ async fn contend(
 ) -> Result<(), ContenderError> {
     let retry = config.lease / 20;
     let mut guarded = loop {
-        match Guarded::connect(&config.url, &config.resource).await {
+        match Guarded::connect(&config.url, &config.resource, !config.unfenced).await {
             Ok(guarded) => break guarded,
             Err(err) => {
                 tracing::warn!(%err, "connecting the guarded resource failed; retrying");

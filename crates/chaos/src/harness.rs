@@ -44,6 +44,9 @@ pub struct HarnessConfig {
     /// Make the last slot's contenders zombies (see
     /// [`crate::contender::ContenderConfig::zombie`]); needs 2 slots or more.
     pub zombie: bool,
+    /// Negative control: contenders write without fencing, so a run with
+    /// zombies must report stale writes accepted.
+    pub unfenced: bool,
 }
 
 type Shared = Arc<Mutex<Vec<Record>>>;
@@ -235,6 +238,7 @@ impl Ctx<'_> {
             .args(["--resource", &self.resource, "--name", &name])
             .args(["--lease-secs", &self.config.lease.as_secs().to_string()])
             .args(zombie.then_some("--zombie"))
+            .args(self.config.unfenced.then_some("--unfenced"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)

@@ -26,6 +26,9 @@ struct Args {
     /// Break the rules on purpose: no killer, keep writing after a loss.
     #[arg(long)]
     zombie: bool,
+    /// Negative control: write to the resource without fencing.
+    #[arg(long)]
+    unfenced: bool,
 }
 
 #[tokio::main]
@@ -45,6 +48,7 @@ async fn main() -> anyhow::Result<()> {
         name: args.name,
         lease: Duration::from_secs(args.lease_secs),
         zombie: args.zombie,
+        unfenced: args.unfenced,
     })
     .await?;
     Ok(())

@@ -28,6 +28,10 @@ struct Args {
     /// no killer, they keep writing after a loss, to exercise fencing).
     #[arg(long)]
     no_zombie: bool,
+    /// Negative control: the guarded resource accepts any token. With
+    /// zombies the run must then report stale writes accepted (and fail).
+    #[arg(long)]
+    unfenced: bool,
     /// Directory for logs (default: a temporary one).
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -68,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
         duration: Duration::from_secs(args.duration_secs),
         work_dir,
         zombie: !args.no_zombie,
+        unfenced: args.unfenced,
     })
     .await?;
     println!();

@@ -167,9 +167,9 @@ impl CassandraGuarded {
         })
     }
 
-    /// Writes with fencing `token` as `writer`: accepted if `token` is at
-    /// least the highest token the resource has seen. An accepted write is
-    /// appended to the log before this returns.
+    /// Writes `token` as `writer`: accepted if the highest token the
+    /// resource has seen is at most `limit` (`token` itself when fenced).
+    /// An accepted write is appended to the log before this returns.
     ///
     /// # Errors
     ///
@@ -178,8 +178,10 @@ impl CassandraGuarded {
         &mut self,
         token: u64,
         writer: &str,
+        limit: u64,
     ) -> Result<Verdict, GuardedError> {
         let t = i64::try_from(token).map_err(|_| GuardedError::Answer("token too large".into()))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         // A lost race on `seq` with an equal-or-lower token is retried with
         // the fresh seq; a few rounds suffice with one writer at a time.
         for _ in 0..8 {
@@ -187,7 +189,7 @@ impl CassandraGuarded {
             let next = seq.saturating_add(1);
             let result = self
                 .session
-                .execute_unpaged(&self.update, (t, next, writer, &self.id, t, seq))
+                .execute_unpaged(&self.update, (t, next, writer, &self.id, limit, seq))
                 .await
                 .map_err(db("guarded update"))?;
             let rows = result
@@ -223,7 +225,7 @@ impl CassandraGuarded {
             if let Some(CqlValue::BigInt(v)) = column("seq") {
                 self.seq = u64::try_from(v).unwrap_or(0);
             }
-            if seen > token {
+            if i64::try_from(seen).unwrap_or(i64::MAX) > limit {
                 return Ok(Verdict::Rejected(seen));
             }
         }

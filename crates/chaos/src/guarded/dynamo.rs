@@ -173,11 +173,13 @@ impl DynamoGuarded {
         })
     }
 
-    /// One conditional update, then the log append.
+    /// One conditional update (accepted if the item's fence is at most
+    /// `limit`), then the log append.
     pub(crate) async fn write(
         &mut self,
         token: u64,
         writer: &str,
+        limit: u64,
     ) -> Result<Verdict, GuardedError> {
         let result = self
             .client
@@ -185,8 +187,9 @@ impl DynamoGuarded {
             .table_name(TABLE)
             .key("pk", AttributeValue::S(self.id.clone()))
             .update_expression("SET fence = :t, seq = seq + :one, writer = :w")
-            .condition_expression("fence <= :t")
+            .condition_expression("fence <= :limit")
             .expression_attribute_values(":t", n(token))
+            .expression_attribute_values(":limit", n(limit))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":w", AttributeValue::S(writer.to_string()))
             .return_values(ReturnValue::UpdatedNew)

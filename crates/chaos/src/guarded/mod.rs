@@ -68,7 +68,10 @@ pub struct LogEntry {
 
 /// A connection to one guarded resource.
 #[derive(Debug)]
-pub struct Guarded(Backend);
+pub struct Guarded {
+    backend: Backend,
+    fenced: bool,
+}
 
 #[derive(Debug)]
 enum Backend {
@@ -118,16 +121,21 @@ pub async fn read_log(url: &str, id: &str) -> Result<Vec<LogEntry>, GuardedError
 impl Guarded {
     /// Connects to resource `id` (set up by [`setup`]).
     ///
+    /// `fenced = false` is a negative control only: the resource then
+    /// accepts any token (it still orders and logs the writes), so a run
+    /// with zombies must report stale writes accepted.
+    ///
     /// # Errors
     ///
     /// A bad URL or a database error.
-    pub async fn connect(url: &str, id: &str) -> Result<Self, GuardedError> {
-        Ok(Guarded(match scheme(url)? {
+    pub async fn connect(url: &str, id: &str, fenced: bool) -> Result<Self, GuardedError> {
+        let backend = match scheme(url)? {
             Scheme::Scylla => {
                 Backend::Cassandra(Box::new(CassandraGuarded::connect(url, id).await?))
             }
             Scheme::Dynamo => Backend::Dynamo(DynamoGuarded::connect(url, id).await?),
-        }))
+        };
+        Ok(Guarded { backend, fenced })
     }
 
     /// Writes with fencing `token` as `writer`: accepted if `token` is at
@@ -138,9 +146,15 @@ impl Guarded {
     ///
     /// A database error: the outcome is then unknown.
     pub async fn write(&mut self, token: u64, writer: &str) -> Result<Verdict, GuardedError> {
-        match &mut self.0 {
-            Backend::Cassandra(g) => g.write(token, writer).await,
-            Backend::Dynamo(g) => g.write(token, writer).await,
+        // The highest token seen that still lets the write in.
+        let limit = if self.fenced {
+            token
+        } else {
+            i64::MAX.unsigned_abs()
+        };
+        match &mut self.backend {
+            Backend::Cassandra(g) => g.write(token, writer, limit).await,
+            Backend::Dynamo(g) => g.write(token, writer, limit).await,
         }
     }
 }
