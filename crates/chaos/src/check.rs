@@ -75,7 +75,8 @@ pub struct Report {
     pub zombie_late_writes: u64,
     /// Of those, refused by the resource.
     pub zombie_late_rejected: u64,
-    /// Of those, accepted (before any newer token reached the resource).
+    /// Of those, accepted: with fencing, only before any newer token
+    /// reached the resource (otherwise the log check flags them).
     pub zombie_late_accepted: u64,
     /// Entries in the resource's log.
     pub log_entries: u64,
@@ -123,7 +124,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "zombie writes after loss {} (rejected {}, accepted before a newer token reached the resource {})",
+            "zombie writes after loss {} (rejected {}, accepted {})",
             self.zombie_late_writes, self.zombie_late_rejected, self.zombie_late_accepted
         )?;
         if self.violations.is_empty() {

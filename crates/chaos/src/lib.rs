@@ -1,13 +1,20 @@
 //! # chaos
 //!
-//! Real processes against real engines: a harness that runs several
-//! contender processes (each using [`elections::Elections`] with the
-//! production killer) against a real database, and while they contend
-//! SIGKILLs the leader, SIGSTOPs it for longer than the lease, and cuts its
-//! path to the database through a TCP [`proxy::FaultProxy`]. Each leader
-//! writes to a [`guarded`] resource in the same database with its fencing
-//! token; the resource accepts a write only with a token at least as high
-//! as any it has seen.
+//! Real processes against real engines (Apache Cassandra / ScyllaDB through
+//! `storage-scylla`, DynamoDB through `storage-dynamo`): a harness that runs
+//! several contender processes (each using [`elections::Elections`] directly,
+//! with the production killer) against a real database, and while they
+//! contend SIGKILLs the leader, SIGSTOPs it for `1.5 d`, and cuts its path
+//! to the database for `1.5 d` through a TCP [`proxy::FaultProxy`] (one per
+//! contender). Each leader writes to a [`guarded`] resource in the same
+//! database every 100 ms with its fencing token; the resource accepts a
+//! write only with a token at least as high as any it has seen.
+//!
+//! One contender slot runs **zombies** on purpose (no killer, and they keep
+//! writing with their old token for `2 d` after a loss): the deposed leader
+//! fencing exists for. Their late writes must all be refused once a newer
+//! token reached the resource. `--unfenced` turns the resource's check off
+//! as a negative control: the run must then fail.
 //!
 //! ## What the run checks ([`check`])
 //!
@@ -24,8 +31,9 @@
 //!
 //! The engine is a single node reached through one contact point (each
 //! contender connects to its own proxy; the `scylla` driver addresses the
-//! node it connected to by that address, so it never bypasses the proxy);
-//! processes run on one machine, so their wall clocks agree.
+//! node it connected to by that address, so it never bypasses the proxy;
+//! DynamoDB is one HTTP endpoint); processes run on one machine, so their
+//! wall clocks agree and event timestamps (ms since the epoch) compare.
 //!
 //! Run it with `cargo xtask chaos`, which starts the engine. The checker
 //! runs on any history:
