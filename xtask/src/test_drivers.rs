@@ -1,7 +1,9 @@
 //! `cargo xtask test-drivers`.
 
 use std::{
+    collections::HashMap,
     io::{BufRead, BufReader},
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
@@ -51,10 +53,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let work_dir = engines::work_dir();
     std::fs::create_dir_all(&work_dir)
         .with_context(|| format!("creating {}", work_dir.display()))?;
+    let binaries = build_test_binaries()?;
 
     let mut outcomes = Vec::new();
     for engine in selected {
-        outcomes.push(run_engine(engine, &work_dir, &args.test_args));
+        outcomes.push(run_engine(engine, &work_dir, &binaries, &args.test_args));
     }
 
     println!();
@@ -100,7 +103,84 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_engine(engine: &Engine, work_dir: &std::path::Path, test_args: &[String]) -> Outcome {
+/// A test executable built by `cargo test --workspace --no-run`.
+struct TestBinary {
+    executable: PathBuf,
+    package_dir: PathBuf,
+}
+
+/// Builds every test binary of the workspace once, with the same feature
+/// unification as `cargo test --workspace` (so nothing is rebuilt per
+/// package), and indexes them by `(package, test target)`.
+fn build_test_binaries() -> anyhow::Result<HashMap<(String, String), TestBinary>> {
+    println!("== building test binaries (cargo test --workspace --no-run) ==");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut child = Command::new(cargo)
+        .args(["test", "--workspace", "--no-run"])
+        .args(["--message-format", "json-render-diagnostics"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running cargo test --no-run")?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut binaries = HashMap::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if let Some((key, binary)) = test_artifact(&message) {
+            binaries.insert(key, binary);
+        }
+    }
+    let status = child.wait()?;
+    anyhow::ensure!(
+        status.success(),
+        "building the test binaries failed ({status})"
+    );
+    Ok(binaries)
+}
+
+/// `(package, target)` and the executable of a `compiler-artifact` message
+/// for a test target.
+fn test_artifact(message: &serde_json::Value) -> Option<((String, String), TestBinary)> {
+    if message["reason"] != "compiler-artifact" {
+        return None;
+    }
+    let target = &message["target"];
+    let is_test = target["kind"].as_array()?.iter().any(|k| k == "test");
+    if !is_test {
+        return None;
+    }
+    let executable = PathBuf::from(message["executable"].as_str()?);
+    let manifest = Path::new(message["manifest_path"].as_str()?);
+    let package_dir = manifest.parent()?.to_path_buf();
+    let package = package_name(message["package_id"].as_str()?)?;
+    let name = target["name"].as_str()?.to_string();
+    Some((
+        (package, name),
+        TestBinary {
+            executable,
+            package_dir,
+        },
+    ))
+}
+
+/// The package name in a package id: `path+file:///dir/name#0.1.0` or
+/// `path+file:///dir/other#name@0.1.0`.
+fn package_name(id: &str) -> Option<String> {
+    let (path, fragment) = id.rsplit_once('#')?;
+    match fragment.split_once('@') {
+        Some((name, _version)) => Some(name.to_string()),
+        None => path.rsplit('/').next().map(str::to_string),
+    }
+}
+
+fn run_engine(
+    engine: &Engine,
+    work_dir: &Path,
+    binaries: &HashMap<(String, String), TestBinary>,
+    test_args: &[String],
+) -> Outcome {
     let mut outcome = Outcome {
         name: engine.name,
         startup: None,
@@ -143,7 +223,11 @@ fn run_engine(engine: &Engine, work_dir: &std::path::Path, test_args: &[String])
     }
     let suite_started = Instant::now();
     for (package, test) in engine.suites {
-        if let Err(err) = run_suite(package, test, &running, test_args, &mut outcome) {
+        let Some(binary) = binaries.get(&(package.to_string(), test.to_string())) else {
+            outcome.error = Some(format!("{package}: no test target {test:?} was built"));
+            continue;
+        };
+        if let Err(err) = run_suite(package, test, binary, &running, test_args, &mut outcome) {
             outcome.error = Some(format!("{package}: {err:#}"));
         }
     }
@@ -156,21 +240,23 @@ fn run_engine(engine: &Engine, work_dir: &std::path::Path, test_args: &[String])
 fn run_suite(
     package: &str,
     test: &str,
+    binary: &TestBinary,
     running: &Started,
     test_args: &[String],
     outcome: &mut Outcome,
 ) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["test", "-p", package, "--test", test, "--", "--ignored"])
-        .args(["--test-threads", "16"])
+    // As `cargo test` runs it: from the package's directory.
+    let mut cmd = Command::new(&binary.executable);
+    cmd.args(["--ignored", "--test-threads", "16"])
         .args(test_args)
+        .current_dir(&binary.package_dir)
+        .env("CARGO_MANIFEST_DIR", &binary.package_dir)
         .envs(running.env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::piped());
     println!("== running {package} --test {test} ==");
     let mut child = cmd
         .spawn()
-        .with_context(|| format!("running cargo test -p {package}"))?;
+        .with_context(|| format!("running {}", binary.executable.display()))?;
     let stdout = child.stdout.take().context("no stdout")?;
     let mut saw_result = false;
     for line in BufReader::new(stdout).lines() {
@@ -185,10 +271,10 @@ fn run_suite(
     }
     let status = child.wait()?;
     if !saw_result {
-        anyhow::bail!("cargo test printed no result line ({status})");
+        anyhow::bail!("the test binary printed no result line ({status})");
     }
     if !status.success() && outcome.failed == 0 {
-        anyhow::bail!("cargo test failed ({status})");
+        anyhow::bail!("the test binary failed ({status})");
     }
     Ok(())
 }
@@ -215,7 +301,19 @@ fn parse_result_line(line: &str) -> Option<(u64, u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_result_line;
+    use super::{package_name, parse_result_line};
+
+    #[test]
+    fn package_names_from_ids() {
+        assert_eq!(
+            package_name("path+file:///work/main/crates/storage-mem#0.1.0").as_deref(),
+            Some("storage-mem")
+        );
+        assert_eq!(
+            package_name("path+file:///work/main/examples/pg#pg-tenants@0.1.0").as_deref(),
+            Some("pg-tenants")
+        );
+    }
 
     #[test]
     fn parses_libtest_summary() {

@@ -95,10 +95,10 @@ impl CancelRegistry {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let token = CancellationToken::new();
         let mut st = self.lock();
-        if let Some(at) = st.early.remove(&id) {
-            if at.elapsed() < EARLY_CANCEL_TTL {
-                token.cancel();
-            }
+        if let Some(at) = st.early.remove(&id)
+            && at.elapsed() < EARLY_CANCEL_TTL
+        {
+            token.cancel();
         }
         st.calls.insert(id.clone(), (generation, token.clone()));
         drop(st);

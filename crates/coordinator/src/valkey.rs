@@ -194,7 +194,7 @@ fn count(raw: Option<&String>) -> Result<usize> {
 }
 
 pub(crate) fn parse_triples(raw: &[String]) -> Result<Vec<MemberRecord>> {
-    if raw.len() % 3 != 0 {
+    if !raw.len().is_multiple_of(3) {
         return Err(Error::Protocol(
             "member list is not (id, address, load)".into(),
         ));

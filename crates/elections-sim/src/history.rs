@@ -117,16 +117,16 @@ impl History {
     /// earliest end wins: a kill at the deadline beats a later stop).
     pub(crate) fn end(&mut self, idx: usize, at: Instant, cause: EndCause) {
         let offset = self.offset(at);
-        if let Some(iv) = self.intervals.get_mut(idx) {
-            if iv.end.is_none() {
-                iv.end = Some(offset);
-                iv.cause = Some(cause);
-                let line = format!(
-                    "end   {} c{}/i{} {cause:?}",
-                    iv.key, iv.who.contender, iv.who.incarnation
-                );
-                self.note(at, line);
-            }
+        if let Some(iv) = self.intervals.get_mut(idx)
+            && iv.end.is_none()
+        {
+            iv.end = Some(offset);
+            iv.cause = Some(cause);
+            let line = format!(
+                "end   {} c{}/i{} {cause:?}",
+                iv.key, iv.who.contender, iv.who.incarnation
+            );
+            self.note(at, line);
         }
     }
 

@@ -2,9 +2,11 @@
 //!
 //! Deterministic simulation of leader election under faults. Every run is
 //! one seed: a single-threaded tokio runtime with **paused time**, a shared
-//! in-memory store, 2 to 5 contender processes (each an
-//! [`elections::Elections`] over its own faulty view of the store), and a
-//! chaos driver. Nothing reads a real clock or an unseeded random source, so
+//! in-memory store, 2 to 5 contender processes over their own faulty views
+//! of the store, and a chaos driver. Half the seeds use bare
+//! [`elections::Elections`] contenders with a work loop; the other half use
+//! whole VVMs (`vvm_orch`: Launcher, LeadershipMonitor, a service pipeline
+//! that acts while it runs, ordered Shutdown, relaunch on a problem). Nothing reads a real clock or an unseeded random source, so
 //! a seed replays exactly (the event log hash proves it).
 //!
 //! Faults injected while the fault phase lasts (30 leases by default):
@@ -43,9 +45,10 @@
 mod history;
 mod rng;
 mod scenario;
+mod vvm;
 mod world;
 
 pub use history::{EndCause, Interval, Verdict, Who, check};
 pub use rng::SimRng;
-pub use scenario::{RunReport, SimConfig, run_seed};
+pub use scenario::{ContenderKind, RunReport, SimConfig, run_seed};
 pub use world::FaultCounts;

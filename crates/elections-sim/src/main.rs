@@ -43,6 +43,7 @@ fn main() -> ExitCode {
         }
     };
     let (mut runs, mut intervals, mut failed) = (0u64, 0u64, Vec::new());
+    let mut vvm_runs = 0u64;
     let mut faults = FaultCounts::default();
     let (mut overlaps, mut fencing) = (0usize, 0usize);
     let (mut worst_takeover, mut worst_recovery) = (Duration::ZERO, Duration::ZERO);
@@ -52,6 +53,7 @@ fn main() -> ExitCode {
             println!("seed {seed} hash {:016x}", report.log_hash);
         }
         runs += 1;
+        vvm_runs += u64::from(report.kind == elections_sim::ContenderKind::Vvm);
         intervals += report.intervals as u64;
         faults.add(&report.faults);
         overlaps += report.verdict.overlaps.len();
@@ -69,7 +71,10 @@ fn main() -> ExitCode {
         }
     }
     println!("== elections-sim summary ==");
-    println!("runs:                 {runs}");
+    println!(
+        "runs:                 {runs} ({vvm_runs} with whole VVMs, {} with bare elections)",
+        runs - vvm_runs
+    );
     println!("leaderships:          {intervals}");
     println!("faults injected:      {} {faults:?}", faults.total());
     println!("overlaps found:       {overlaps}");

@@ -13,6 +13,7 @@ use ttl_storage::Key;
 use crate::{
     history::{self, EndCause, History, Verdict, Who},
     rng::SimRng,
+    vvm::{KEY_PREFIX, vvm_host},
     world::{FaultCounts, SimKiller, SimStorage, State, World},
 };
 
@@ -41,11 +42,23 @@ impl Default for SimConfig {
     }
 }
 
+/// What the contenders are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContenderKind {
+    /// Bare `elections::Elections` instances with a work loop.
+    Elections,
+    /// Whole `vvm_orch` VVMs: Launcher, LeadershipMonitor, a service
+    /// pipeline that acts while it runs, ordered Shutdown.
+    Vvm,
+}
+
 /// What one run did and what the checker found.
 #[derive(Debug, Clone)]
 pub struct RunReport {
     /// The seed.
     pub seed: u64,
+    /// What the contenders were.
+    pub kind: ContenderKind,
     /// Contenders in the run.
     pub contenders: usize,
     /// Keys contended for.
@@ -107,8 +120,14 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     let origin = Instant::now();
     let mut rng = SimRng::new(seed);
     let contenders = 2 + rng.below(4) as usize; // 2..=5
-    let keys: Vec<String> = (1..=1 + rng.below(contenders as u64 - 1).min(1))
-        .map(|k| k.to_string())
+    let kind = if rng.chance(0.5) {
+        ContenderKind::Vvm
+    } else {
+        ContenderKind::Elections
+    };
+    let key_count = 1 + rng.below(contenders as u64 - 1).min(1) as u32;
+    let keys: Vec<String> = (1..=key_count)
+        .map(|k| format!("{KEY_PREFIX}{k}"))
         .collect();
     let op_fault_p = rng.unit() * 0.08;
     let heal_at = origin + d * config.fault_leases;
@@ -133,7 +152,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     let keys = Arc::new(keys);
     let mut incarnations = vec![0u32; contenders];
     for c in 0..contenders {
-        start_contender(&world, &keys, c, &mut incarnations);
+        start_contender(&world, &keys, kind, c, &mut incarnations);
     }
 
     // The fault phase: a chaos action every d/4..2d.
@@ -153,7 +172,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
                     }
                     (true, Some(at)) if Instant::now() >= at => {
                         *restart = None;
-                        start_contender(&world, &keys, c, &mut incarnations);
+                        start_contender(&world, &keys, kind, c, &mut incarnations);
                     }
                     _ => {}
                 }
@@ -175,7 +194,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     });
     for c in 0..contenders {
         if world.lock().alive[c].is_none() {
-            start_contender(&world, &keys, c, &mut incarnations);
+            start_contender(&world, &keys, kind, c, &mut incarnations);
         }
     }
     sleep(d * config.calm_leases).await;
@@ -199,6 +218,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     log.hash(&mut hasher);
     RunReport {
         seed,
+        kind,
         contenders,
         keys: keys.len(),
         intervals: intervals.len(),
@@ -284,6 +304,7 @@ async fn chaos_action(world: &Arc<World>, contenders: usize, heal_at: Instant) {
 fn start_contender(
     world: &Arc<World>,
     keys: &Arc<Vec<String>>,
+    kind: ContenderKind,
     c: usize,
     incarnations: &mut [u32],
 ) {
@@ -292,7 +313,12 @@ fn start_contender(
         incarnation: incarnations[c],
     };
     incarnations[c] += 1;
-    let task = tokio::spawn(contender(world.clone(), keys.clone(), who));
+    // Mark it alive first: its storage view refuses calls of dead incarnations.
+    world.lock().alive[c] = Some(who.incarnation);
+    let task = match kind {
+        ContenderKind::Elections => tokio::spawn(contender(world.clone(), keys.clone(), who)),
+        ContenderKind::Vvm => tokio::spawn(vvm_host(world.clone(), keys.len() as u32, who)),
+    };
     let mut s = world.lock();
     s.alive[c] = Some(who.incarnation);
     s.tasks[c] = Some(task.abort_handle());
@@ -309,7 +335,7 @@ async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Who) {
     let d = world.lease;
     let storage = SimStorage {
         world: world.clone(),
-        contender: who.contender,
+        who,
     };
     let killer = Arc::new(SimKiller {
         world: world.clone(),
@@ -329,13 +355,7 @@ async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Who) {
             let Ok(Some(leadership)) = elections.acquire_leadership(&k, &value, d).await else {
                 continue;
             };
-            {
-                let mut s = world.lock();
-                let idx = s
-                    .history
-                    .begin(key, who, leadership.fencing_token(), Instant::now());
-                s.open[who.contender] = Some(idx);
-            }
+            world.begin_interval(who, key, leadership.fencing_token());
             let hold = world.lock().rng.between(d, d * 8);
             tokio::select! {
                 biased;
@@ -346,7 +366,7 @@ async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Who) {
             world.wait_runnable(who.contender, false).await;
             let stop = world.lock().rng.between(Duration::ZERO, d * 3 / 10);
             sleep(stop).await;
-            world.end_interval(who.contender, EndCause::Stopped);
+            world.end_interval(who, EndCause::Stopped);
             elections.release_leadership(&k).await;
         }
         sleep(d / 20).await;

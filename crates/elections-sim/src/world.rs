@@ -89,8 +89,8 @@ pub(crate) struct State {
     /// Current incarnation of each contender, `None` while dead.
     pub(crate) alive: Vec<Option<u32>>,
     pub(crate) tasks: Vec<Option<AbortHandle>>,
-    /// Open interval of each contender, if leading.
-    pub(crate) open: Vec<Option<usize>>,
+    /// Open interval of each contender, if leading: (incarnation, index).
+    pub(crate) open: Vec<Option<(u32, usize)>>,
     /// Bug switch for the checker's own test: insert overwrites live records.
     pub(crate) broken_insert: bool,
 }
@@ -143,11 +143,25 @@ impl World {
         }
     }
 
-    /// Ends the open interval of `contender` (if any) at `now`.
-    pub(crate) fn end_interval(&self, contender: usize, cause: EndCause) {
+    /// `who` starts acting as leader of `key` now, unless it is dead (a dead
+    /// process's leftover tasks cannot act).
+    pub(crate) fn begin_interval(&self, who: Who, key: &str, token: u64) {
         let mut state = self.lock();
-        if let Some(idx) = state.open[contender].take() {
-            state.history.end(idx, Instant::now(), cause);
+        if state.alive[who.contender] != Some(who.incarnation) {
+            return;
+        }
+        let idx = state.history.begin(key, who, token, Instant::now());
+        state.open[who.contender] = Some((who.incarnation, idx));
+    }
+
+    /// Ends the open interval of `who` (if any) at `now`.
+    pub(crate) fn end_interval(&self, who: Who, cause: EndCause) {
+        let mut state = self.lock();
+        if let Some((incarnation, idx)) = state.open[who.contender] {
+            if incarnation == who.incarnation {
+                state.open[who.contender] = None;
+                state.history.end(idx, Instant::now(), cause);
+            }
         }
     }
 
@@ -157,7 +171,7 @@ impl World {
         if state.alive[who.contender] != Some(who.incarnation) {
             return; // already dead, or a previous incarnation's leftover killer
         }
-        if let Some(idx) = state.open[who.contender].take() {
+        if let Some((_, idx)) = state.open[who.contender].take() {
             state.history.end(idx, Instant::now(), cause);
         }
         state.alive[who.contender] = None;
@@ -184,17 +198,21 @@ enum CallFault {
     SlowAnswer(Duration),
 }
 
-/// One contender's view of the store, with faults.
+/// One contender process's view of the store, with faults. A dead
+/// process's view is cut off for good: its leftover tasks reach nothing.
 pub(crate) struct SimStorage {
     pub(crate) world: Arc<World>,
-    pub(crate) contender: usize,
+    pub(crate) who: Who,
 }
 
 impl SimStorage {
     fn draw(&self, write: bool) -> CallFault {
         let d = self.world.lease;
         let mut state = self.world.lock();
-        if state.partitioned[self.contender] {
+        if state.alive[self.who.contender] != Some(self.who.incarnation) {
+            return CallFault::Transient;
+        }
+        if state.partitioned[self.who.contender] {
             state.faults.transient += 1;
             return CallFault::Transient;
         }
@@ -232,7 +250,7 @@ impl SimStorage {
         T: Send + 'static,
         F: Future<Output = Result<T>> + Send + 'static,
     {
-        self.world.wait_runnable(self.contender, true).await;
+        self.world.wait_runnable(self.who.contender, true).await;
         match self.draw(write) {
             CallFault::None => call().await,
             CallFault::Transient => Err(StorageError::transient("sim: transient")),
@@ -266,10 +284,8 @@ impl TtlStorage for SimStorage {
         self.run(true, move || {
             let (store, key, value) = (store.clone(), key.clone(), value.clone());
             async move {
-                if broken {
-                    if let Some(current) = store.get(&key).await? {
-                        store.compare_and_delete(&key, &current).await?;
-                    }
+                if broken && let Some(current) = store.get(&key).await? {
+                    store.compare_and_delete(&key, &current).await?;
                 }
                 store.insert_if_not_exists(&key, &value, ttl).await
             }

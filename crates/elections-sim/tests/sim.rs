@@ -1,20 +1,25 @@
 //! The simulation's own tests: a fixed sample of seeds must pass, any seed
 //! must replay exactly, and the checker must catch a broken store.
 
-use elections_sim::{SimConfig, run_seed};
+use elections_sim::{ContenderKind, SimConfig, run_seed};
 
 /// A fixed sample; `cargo xtask sim` runs 10 000.
 #[test]
 fn fixed_sample_of_seeds_passes() {
     let config = SimConfig::default();
-    let mut faults = 0;
+    let (mut faults, mut vvm_runs) = (0, 0);
     for seed in 0..60 {
         let report = run_seed(seed, &config, false).unwrap();
         assert!(report.passed(), "seed {seed} failed: {:#?}", report.verdict);
         assert!(report.intervals > 0, "seed {seed}: nobody ever led");
         faults += report.faults.total();
+        vvm_runs += usize::from(report.kind == ContenderKind::Vvm);
     }
     assert!(faults > 1000, "only {faults} faults injected");
+    assert!(
+        (10..=50).contains(&vvm_runs),
+        "{vvm_runs} of 60 runs used whole VVMs"
+    );
 }
 
 /// The same seed gives the same history, whatever ran before it in the process.

@@ -52,7 +52,7 @@ impl Renewal {
                     self.killer.renewed(start, self.timing.kill_after_success());
                     self.lease_start = start;
                     renewals += 1;
-                    if renewals == 1 || renewals % LOG_EVERY == 0 {
+                    if renewals == 1 || renewals.is_multiple_of(LOG_EVERY) {
                         tracing::info!(renewals, "leadership renewed");
                     } else {
                         tracing::trace!(renewals, "leadership renewed");

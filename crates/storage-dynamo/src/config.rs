@@ -292,10 +292,10 @@ impl DynamoConfig {
         if !(1..=10).contains(&self.max_attempts) {
             return Err(ConfigError::InvalidMaxAttempts(self.max_attempts));
         }
-        if let Some(c) = &self.credentials {
-            if c.access_key_id.is_empty() || c.secret_access_key.is_empty() {
-                return Err(ConfigError::InvalidCredentials);
-            }
+        if let Some(c) = &self.credentials
+            && (c.access_key_id.is_empty() || c.secret_access_key.is_empty())
+        {
+            return Err(ConfigError::InvalidCredentials);
         }
         Ok(())
     }

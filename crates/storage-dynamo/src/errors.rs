@@ -136,18 +136,18 @@ pub(crate) fn classify_service(code: Option<&str>, status: u16, op: Op) -> Failu
 fn never_connected(err: &(dyn StdError + 'static)) -> bool {
     let mut next = Some(err);
     while let Some(e) = next {
-        if let Some(client) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
-            if client.is_connect() {
-                return true;
-            }
+        if let Some(client) = e.downcast_ref::<hyper_util::client::legacy::Error>()
+            && client.is_connect()
+        {
+            return true;
         }
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
                 io.kind(),
                 std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable
-            ) {
-                return true;
-            }
+            )
+        {
+            return true;
         }
         next = e.source();
     }

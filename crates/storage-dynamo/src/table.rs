@@ -139,10 +139,10 @@ async fn create_table(client: &Client, table: &str) -> Result<(), ConnectError> 
 async fn wait_active(client: &Client, table: &str) -> Result<TableDescription, ConnectError> {
     let started = Instant::now();
     loop {
-        if let Some(description) = describe(client, table).await? {
-            if description.table_status() == Some(&TableStatus::Active) {
-                return Ok(description);
-            }
+        if let Some(description) = describe(client, table).await?
+            && description.table_status() == Some(&TableStatus::Active)
+        {
+            return Ok(description);
         }
         if started.elapsed() > ACTIVE_WAIT {
             return Err(ConnectError::NotActive(table.to_string()));

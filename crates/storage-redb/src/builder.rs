@@ -129,10 +129,10 @@ impl RedbStorageBuilder {
                 reason: reason.to_owned(),
             })
         };
-        if let Some(interval) = self.sweep_interval {
-            if interval < Duration::from_millis(10) || interval > Duration::from_secs(86_400) {
-                return invalid("sweep_interval", "must be between 10 ms and 1 day");
-            }
+        if let Some(interval) = self.sweep_interval
+            && (interval < Duration::from_millis(10) || interval > Duration::from_secs(86_400))
+        {
+            return invalid("sweep_interval", "must be between 10 ms and 1 day");
         }
         if !(1..=1_000_000).contains(&self.sweep_limit) {
             return invalid("sweep_limit", "must be between 1 and 1000000");

@@ -3,9 +3,11 @@
 
 mod cassandra;
 mod dynamodb;
+mod postgres;
 mod valkey;
 
 use std::{
+    any::Any,
     path::{Path, PathBuf},
     process::Child,
     time::{Duration, Instant},
@@ -15,28 +17,52 @@ use std::{
 pub(crate) struct Started {
     /// Environment variables that point the suites at this engine.
     pub(crate) env: Vec<(String, String)>,
-    /// The local process we started, killed on drop; `None` for an external endpoint.
-    child: Option<Child>,
+    /// The local processes we started, killed on drop; empty for an external endpoint.
+    children: Vec<Child>,
+    /// Guards dropped before the children are killed (e.g. one that runs
+    /// `pg_ctl stop` for a server that forks its own processes).
+    guards: Vec<Box<dyn Any>>,
 }
 
 impl Started {
     /// An engine we started ourselves; the child is killed when this is dropped.
     pub(crate) fn local(child: Child, env: Vec<(String, String)>) -> Self {
+        Self::local_many(vec![child], env)
+    }
+
+    /// Several processes we started; all are killed when this is dropped.
+    pub(crate) fn local_many(children: Vec<Child>, env: Vec<(String, String)>) -> Self {
         Started {
             env,
-            child: Some(child),
+            children,
+            guards: Vec::new(),
         }
     }
 
     /// An engine somebody else runs.
     pub(crate) fn external(env: Vec<(String, String)>) -> Self {
-        Started { env, child: None }
+        Self::local_many(Vec::new(), env)
+    }
+
+    /// Also drops `guard` when this is dropped, before killing the children.
+    pub(crate) fn with_guard(mut self, guard: impl Any) -> Self {
+        self.guards.push(Box::new(guard));
+        self
+    }
+
+    /// Both engines as one: the union of their variables, processes and guards.
+    pub(crate) fn merge(mut self, mut other: Started) -> Self {
+        self.env.append(&mut other.env);
+        self.children.append(&mut other.children);
+        self.guards.append(&mut other.guards);
+        self
     }
 }
 
 impl Drop for Started {
     fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
+        self.guards.clear();
+        for child in &mut self.children {
             kill_tree(child);
         }
     }
@@ -93,6 +119,13 @@ pub(crate) fn all() -> Vec<Engine> {
             start: start_valkey,
             suites: &[("coordinator", "registry"), ("coordinator", "http")],
         },
+        Engine {
+            name: "pg-example",
+            endpoint_var: "PG_URL",
+            passthrough_vars: &["VALKEY_URL"],
+            start: start_pg_example,
+            suites: &[("pg-tenants", "e2e")],
+        },
     ]
 }
 
@@ -100,6 +133,14 @@ pub(crate) fn all() -> Vec<Engine> {
 fn start_valkey(work_dir: &Path) -> anyhow::Result<Started> {
     let (child, url) = valkey::start(work_dir)?;
     Ok(Started::local(child, vec![("VALKEY_URL".to_string(), url)]))
+}
+
+/// PostgreSQL and Valkey for the `pg-tenants` example's end-to-end test.
+/// With an external `PG_URL`, `VALKEY_URL` must be set too.
+fn start_pg_example(work_dir: &Path) -> anyhow::Result<Started> {
+    let pg = postgres::start(work_dir)?;
+    let valkey = start_valkey(work_dir)?;
+    Ok(pg.merge(valkey))
 }
 
 /// The in-memory driver needs no server: its real-time run checks the

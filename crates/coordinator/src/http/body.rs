@@ -116,10 +116,10 @@ impl GuardedBody {
     pub(crate) fn new(inner: Incoming, guard: CancelGuard) -> Self {
         use http_body::Body as _;
         let mut guard = Some(guard);
-        if inner.is_end_stream() {
-            if let Some(g) = guard.take() {
-                g.disarm();
-            }
+        if inner.is_end_stream()
+            && let Some(g) = guard.take()
+        {
+            g.disarm();
         }
         Self { inner, guard }
     }
@@ -141,10 +141,8 @@ impl http_body::Body for GuardedBody {
             Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
             _ => false,
         };
-        if ended {
-            if let Some(g) = self.guard.take() {
-                g.disarm();
-            }
+        if ended && let Some(g) = self.guard.take() {
+            g.disarm();
         }
         polled
     }

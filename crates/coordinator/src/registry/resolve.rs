@@ -259,7 +259,7 @@ pub(super) fn parse_lock(lock: &LockId, raw: Vec<String>) -> Result<Option<LockR
     if raw.is_empty() {
         return Ok(None);
     }
-    if raw.len() < 2 || raw.len() % 2 != 0 {
+    if raw.len() < 2 || !raw.len().is_multiple_of(2) {
         return Err(Error::Protocol("malformed lock reply".into()));
     }
     let mut metadata: BTreeMap<String, String> = raw[2..]

@@ -1,0 +1,90 @@
+//! Whole VVMs as contenders: each process hosts a `vvm_orch::Vvm` whose
+//! service pipeline acts as leader while it runs, the way a real service
+//! would, and relaunches it when the VVM reports a problem (or, now and
+//! then, to restart gracefully).
+
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use tokio::time::sleep;
+use vvm_orch::{ServiceContext, ServicePipeline, Vvm, VvmConfig};
+
+use crate::{
+    history::{EndCause, Who},
+    world::{SimKiller, SimStorage, World},
+};
+
+/// The leadership keys' prefix (the VVM default).
+pub(crate) const KEY_PREFIX: &str = "vvm/leader/";
+
+/// Acts from the moment it starts until it has stopped after its
+/// shutdown signal (which takes a random while, possibly past the killer
+/// deadline).
+struct SimPipeline {
+    world: Arc<World>,
+    who: Who,
+}
+
+impl ServicePipeline for SimPipeline {
+    type Error = Infallible;
+
+    fn run(&self, ctx: ServiceContext) -> impl Future<Output = Result<(), Infallible>> + Send {
+        let (world, who) = (self.world.clone(), self.who);
+        async move {
+            world.wait_runnable(who.contender, false).await;
+            if !ctx.is_shutdown_requested() {
+                world.begin_interval(who, ctx.key().as_str(), ctx.fencing_token());
+            }
+            ctx.shutdown_requested().await;
+            world.wait_runnable(who.contender, false).await;
+            let stop = world
+                .lock()
+                .rng
+                .between(Duration::ZERO, world.lease * 3 / 10);
+            sleep(stop).await;
+            world.end_interval(who, EndCause::Stopped);
+            Ok(())
+        }
+    }
+}
+
+/// The host process of one incarnation: launch, wait for a problem (or a
+/// planned restart), shut down, launch again.
+pub(crate) async fn vvm_host(world: Arc<World>, cluster_size: u32, who: Who) {
+    let d = world.lease;
+    loop {
+        world.wait_runnable(who.contender, false).await;
+        let mut config = VvmConfig::new(format!("c{}-i{}", who.contender, who.incarnation));
+        config.cluster_size = cluster_size;
+        config.key_prefix = KEY_PREFIX.to_string();
+        config.leadership_duration = d;
+        config.acquisition_duration = d * 100;
+        config.acquisition_retry_pause = d / 20;
+        let storage = SimStorage {
+            world: world.clone(),
+            who,
+        };
+        let pipeline = SimPipeline {
+            world: world.clone(),
+            who,
+        };
+        let vvm = match Vvm::provide(config, storage, pipeline) {
+            Ok(vvm) => vvm.with_killer(Arc::new(SimKiller {
+                world: world.clone(),
+                who,
+            })),
+            Err(err) => {
+                tracing::error!(%err, "bad simulated VVM config");
+                return;
+            }
+        };
+        let (launched, problem) = vvm.launch();
+        let hold = world.lock().rng.between(d * 2, d * 10);
+        tokio::select! {
+            biased;
+            () = problem.raised() => {}
+            () = sleep(hold) => {}
+        }
+        world.wait_runnable(who.contender, false).await;
+        let _ = launched.shutdown().await;
+    }
+}

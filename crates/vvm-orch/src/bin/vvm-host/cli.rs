@@ -1,0 +1,187 @@
+//! Command-line options (each also read from an environment variable).
+
+use std::{ffi::OsString, time::Duration};
+
+use clap::Parser;
+use vvm_orch::{DEFAULT_KEY_PREFIX, MAX_CLUSTER_SIZE, VvmConfig};
+
+use crate::storage_url::StorageUrl;
+
+/// Run a command only while this node leads: one of `--cluster-size` keys
+/// in a shared storage is held for it, renewed, and released after the
+/// command has stopped.
+#[derive(Debug, Parser)]
+#[command(
+    name = "vvm-host",
+    version,
+    after_help = "\
+Without COMMAND, a demo service logs the key it leads once a second.
+
+The command starts once leadership is acquired, in its own process group,
+with VVM_HOST_KEY, VVM_HOST_KEY_INDEX and VVM_HOST_FENCING_TOKEN set.
+SIGINT/SIGTERM or a leadership loss stop it: SIGTERM to its process group,
+SIGKILL after the grace period; leadership is released after it exited.
+After a loss the lease may expire before the grace period ends: at 0.8 x the
+leadership duration after the last renewal, the process group is killed and
+vvm-host exits 1, so the command never runs while another node leads.
+
+Exit status: the command's own when it exits by itself (128+N if killed by
+signal N); 0 after a clean SIGINT/SIGTERM shutdown; 1 on errors (storage,
+runtime); 2 on bad options; 3 if no leadership was acquired in time; 4 if
+leadership was lost; 126/127 if the command could not be started."
+)]
+pub(crate) struct Args {
+    /// Storage URL: `mem` (this process only), `redb:///path/file.redb`, and
+    /// when built with the feature: `scylla://[user:pw@]host[,host]/keyspace`
+    /// (`--features scylla`), `dynamodb://TABLE?region=R` (`--features dynamodb`).
+    /// Default: a redb file under $XDG_DATA_HOME/vvm-host/ (~/.local/share).
+    #[arg(long, env = "VVM_HOST_STORAGE", value_name = "URL")]
+    pub(crate) storage: Option<StorageUrl>,
+
+    /// Number of nodes that may lead at once (keys 1..=N are tried in turn).
+    #[arg(
+        long,
+        env = "VVM_HOST_CLUSTER_SIZE",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CLUSTER_SIZE)),
+    )]
+    pub(crate) cluster_size: u32,
+
+    /// This node's address, written to the leadership record (default: the host name).
+    #[arg(long, env = "VVM_HOST_ADDRESS")]
+    pub(crate) address: Option<String>,
+
+    /// Prefix of the leadership keys; use one per job sharing a storage.
+    #[arg(long, env = "VVM_HOST_KEY_PREFIX", default_value = DEFAULT_KEY_PREFIX)]
+    pub(crate) key_prefix: String,
+
+    /// Lease length (whole seconds): a crashed leader is replaced after at most this.
+    #[arg(long, env = "VVM_HOST_LEADERSHIP_DURATION", default_value = "20s", value_parser = parse_duration)]
+    pub(crate) leadership_duration: Duration,
+
+    /// Give up (exit 3) if no key could be acquired within this time.
+    #[arg(long, env = "VVM_HOST_ACQUISITION_DURATION", default_value = "120s", value_parser = parse_duration)]
+    pub(crate) acquisition_duration: Duration,
+
+    /// Pause between two acquisition rounds.
+    #[arg(long, env = "VVM_HOST_RETRY_PAUSE", default_value = "1s", value_parser = parse_duration)]
+    pub(crate) retry_pause: Duration,
+
+    /// Time the command gets between SIGTERM and SIGKILL.
+    #[arg(long, env = "VVM_HOST_GRACE_PERIOD", default_value = "10s", value_parser = parse_duration)]
+    pub(crate) grace_period: Duration,
+
+    /// Log filter (tracing-subscriber syntax), e.g. `info` or `vvm_orch=debug`.
+    #[arg(long, env = "VVM_HOST_LOG", default_value = "info")]
+    pub(crate) log: String,
+
+    /// The command to run while leading, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Why the options do not make a VVM configuration.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ArgsError {
+    #[error("cannot determine the host name for --address: {0}")]
+    HostName(String),
+    #[error("invalid options: {0}")]
+    Config(#[from] vvm_orch::ConfigError),
+}
+
+impl Args {
+    /// The VVM configuration these options describe, validated.
+    pub(crate) fn vvm_config(&self) -> Result<VvmConfig, ArgsError> {
+        let address = match &self.address {
+            Some(address) => address.clone(),
+            None => host_name()?,
+        };
+        let mut config = VvmConfig::new(address);
+        config.cluster_size = self.cluster_size;
+        config.key_prefix = self.key_prefix.clone();
+        config.leadership_duration = self.leadership_duration;
+        config.acquisition_duration = self.acquisition_duration;
+        config.acquisition_retry_pause = self.retry_pause;
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+fn host_name() -> Result<String, ArgsError> {
+    let name = nix::unistd::gethostname().map_err(|e| ArgsError::HostName(e.to_string()))?;
+    name.into_string()
+        .map_err(|name| ArgsError::HostName(format!("not UTF-8: {name:?}")))
+}
+
+/// Parses `1500ms`, `20s`, `2m`, `1h`, or a bare number of seconds.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (examples: 500ms, 20s, 2m, 1h)"))?;
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("20"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn options_make_a_validated_config() {
+        let args = Args::parse_from([
+            "vvm-host",
+            "--address",
+            "node-1",
+            "--cluster-size",
+            "3",
+            "--leadership-duration",
+            "4s",
+            "--",
+            "sleep",
+            "10",
+        ]);
+        let config = args.vvm_config().unwrap();
+        assert_eq!(config.cluster_size, 3);
+        assert_eq!(config.leadership_duration, Duration::from_secs(4));
+        assert_eq!(args.command, ["sleep", "10"]);
+
+        let bad = Args::parse_from([
+            "vvm-host",
+            "--address",
+            "n",
+            "--leadership-duration",
+            "1500ms",
+        ]);
+        assert!(matches!(bad.vvm_config(), Err(ArgsError::Config(_))));
+        assert!(Args::try_parse_from(["vvm-host", "--cluster-size", "0"]).is_err());
+        assert!(Args::try_parse_from(["vvm-host", "--storage", "nope://x"]).is_err());
+    }
+}

@@ -1,0 +1,288 @@
+//! [`VvmConfig`]: the VVM's settings, their defaults and their validation.
+
+use std::time::Duration;
+
+use ttl_storage::{Key, Ttl, ValidationError};
+
+/// Default leadership duration (the TTL of the leadership record), as in the design.
+pub const DEFAULT_LEADERSHIP_DURATION: Duration = Duration::from_secs(20);
+
+/// Default time the Launcher keeps trying to acquire leadership, as in the design.
+pub const DEFAULT_ACQUISITION_DURATION: Duration = Duration::from_secs(120);
+
+/// Default pause between two acquisition rounds (one round tries every key once).
+pub const DEFAULT_ACQUISITION_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// Default number of VVMs in the cluster (the number of leadership keys).
+pub const DEFAULT_CLUSTER_SIZE: u32 = 1;
+
+/// Default prefix of the leadership keys: keys are `vvm/leader/1`, `vvm/leader/2`, ...
+pub const DEFAULT_KEY_PREFIX: &str = "vvm/leader/";
+
+/// The largest cluster size accepted.
+pub const MAX_CLUSTER_SIZE: u32 = 1024;
+
+/// The longest address accepted, in bytes (the leadership value adds a suffix).
+pub const MAX_ADDRESS_LEN: usize = 256;
+
+/// The settings of one VVM.
+///
+/// Build it with [`VvmConfig::new`], change fields as needed; it is validated
+/// by [`VvmConfig::validate`], which [`crate::Vvm::provide`] calls.
+///
+/// ```
+/// use std::time::Duration;
+/// use vvm_orch::VvmConfig;
+///
+/// let mut config = VvmConfig::new("10.0.0.7");
+/// config.cluster_size = 3;
+/// config.leadership_duration = Duration::from_secs(10);
+/// assert!(config.validate().is_ok());
+///
+/// config.cluster_size = 0;
+/// assert!(config.validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VvmConfig {
+    /// This VVM's address (IP, host name...). The leadership value is this
+    /// address plus a per-process unique suffix.
+    pub address: String,
+    /// Number of VVMs in the cluster: the Launcher tries keys `1..=cluster_size`.
+    pub cluster_size: u32,
+    /// Prefix of the leadership keys (the key of index `n` is `{prefix}{n}`).
+    pub key_prefix: String,
+    /// The leadership duration: the TTL of the leadership record. A whole
+    /// number of seconds, at least 1 s.
+    pub leadership_duration: Duration,
+    /// How long the Launcher keeps trying before it reports
+    /// [`crate::VvmProblem::LeadershipAcquisition`].
+    pub acquisition_duration: Duration,
+    /// Pause between two acquisition rounds.
+    pub acquisition_retry_pause: Duration,
+}
+
+/// Why a [`VvmConfig`] is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The address is empty.
+    #[error("the address is empty")]
+    EmptyAddress,
+    /// The address is longer than [`MAX_ADDRESS_LEN`] bytes.
+    #[error("the address is {len} bytes long; the limit is {max}")]
+    AddressTooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The address contains a control character.
+    #[error("the address contains a control character")]
+    AddressControlChar,
+    /// The cluster size is 0 or above [`MAX_CLUSTER_SIZE`].
+    #[error("cluster size {size} is out of range 1..={max}")]
+    ClusterSize {
+        /// The rejected size.
+        size: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// A leadership key built from the prefix is not a valid storage key.
+    #[error("key prefix {prefix:?} makes invalid keys: {source}")]
+    KeyPrefix {
+        /// The rejected prefix.
+        prefix: String,
+        /// Why the key is invalid.
+        #[source]
+        source: ValidationError,
+    },
+    /// The key prefix lies in the namespace elections reserve for fencing counters.
+    #[error("key prefix {0:?} lies in the namespace reserved for fencing counters")]
+    ReservedKeyPrefix(String),
+    /// The leadership duration is not a whole number of seconds of at least 1 s.
+    #[error("leadership duration {duration:?} is invalid: {source}")]
+    LeadershipDuration {
+        /// The rejected duration.
+        duration: Duration,
+        /// Why.
+        #[source]
+        source: ValidationError,
+    },
+    /// The acquisition duration is zero.
+    #[error("the acquisition duration must be longer than zero")]
+    AcquisitionDuration,
+    /// The retry pause is zero or longer than the acquisition duration.
+    #[error(
+        "acquisition retry pause {pause:?} must be longer than zero and at most the acquisition duration {acquisition:?}"
+    )]
+    RetryPause {
+        /// The rejected pause.
+        pause: Duration,
+        /// The acquisition duration.
+        acquisition: Duration,
+    },
+}
+
+impl VvmConfig {
+    /// A configuration with the given address and every other setting at its default.
+    pub fn new(address: impl Into<String>) -> Self {
+        VvmConfig {
+            address: address.into(),
+            cluster_size: DEFAULT_CLUSTER_SIZE,
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            leadership_duration: DEFAULT_LEADERSHIP_DURATION,
+            acquisition_duration: DEFAULT_ACQUISITION_DURATION,
+            acquisition_retry_pause: DEFAULT_ACQUISITION_RETRY_PAUSE,
+        }
+    }
+
+    /// Checks every setting.
+    ///
+    /// # Errors
+    ///
+    /// The first invalid setting found, as a [`ConfigError`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.address.is_empty() {
+            return Err(ConfigError::EmptyAddress);
+        }
+        if self.address.len() > MAX_ADDRESS_LEN {
+            return Err(ConfigError::AddressTooLong {
+                len: self.address.len(),
+                max: MAX_ADDRESS_LEN,
+            });
+        }
+        if self.address.chars().any(char::is_control) {
+            return Err(ConfigError::AddressControlChar);
+        }
+        if !(1..=MAX_CLUSTER_SIZE).contains(&self.cluster_size) {
+            return Err(ConfigError::ClusterSize {
+                size: self.cluster_size,
+                max: MAX_CLUSTER_SIZE,
+            });
+        }
+        // The longest key is the one with the largest index; its fencing
+        // counter key is longer still.
+        self.key(self.cluster_size)
+            .and_then(|key| elections::fencing::counter_key(&key))
+            .map_err(|source| ConfigError::KeyPrefix {
+                prefix: self.key_prefix.clone(),
+                source,
+            })?;
+        if self
+            .key_prefix
+            .starts_with(elections::fencing::FENCING_PREFIX)
+        {
+            return Err(ConfigError::ReservedKeyPrefix(self.key_prefix.clone()));
+        }
+        Ttl::expiring(self.leadership_duration).map_err(|source| {
+            ConfigError::LeadershipDuration {
+                duration: self.leadership_duration,
+                source,
+            }
+        })?;
+        if self.acquisition_duration.is_zero() {
+            return Err(ConfigError::AcquisitionDuration);
+        }
+        if self.acquisition_retry_pause.is_zero()
+            || self.acquisition_retry_pause > self.acquisition_duration
+        {
+            return Err(ConfigError::RetryPause {
+                pause: self.acquisition_retry_pause,
+                acquisition: self.acquisition_duration,
+            });
+        }
+        Ok(())
+    }
+
+    /// The leadership key of index `index` (1-based): `{key_prefix}{index}`.
+    ///
+    /// # Errors
+    ///
+    /// When the prefix makes an invalid [`Key`].
+    pub fn key(&self, index: u32) -> Result<Key, ValidationError> {
+        Key::new(format!("{}{index}", self.key_prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_designs() {
+        let config = VvmConfig::new("10.0.0.1");
+        assert_eq!(config.leadership_duration, Duration::from_secs(20));
+        assert_eq!(config.acquisition_duration, Duration::from_secs(120));
+        assert_eq!(config.cluster_size, 1);
+        assert_eq!(config.validate(), Ok(()));
+        assert_eq!(config.key(2).unwrap().as_str(), "vvm/leader/2");
+    }
+
+    #[test]
+    fn rejects_bad_settings() {
+        let base = VvmConfig::new("host");
+        let check = |f: &dyn Fn(&mut VvmConfig)| {
+            let mut c = base.clone();
+            f(&mut c);
+            c.validate()
+        };
+        assert_eq!(
+            check(&|c| c.address.clear()),
+            Err(ConfigError::EmptyAddress)
+        );
+        assert_eq!(
+            check(&|c| c.address = "a\nb".into()),
+            Err(ConfigError::AddressControlChar)
+        );
+        assert!(matches!(
+            check(&|c| c.address = "x".repeat(MAX_ADDRESS_LEN + 1)),
+            Err(ConfigError::AddressTooLong { .. })
+        ));
+        assert_eq!(
+            check(&|c| c.cluster_size = 0),
+            Err(ConfigError::ClusterSize {
+                size: 0,
+                max: MAX_CLUSTER_SIZE
+            })
+        );
+        assert!(matches!(
+            check(&|c| c.cluster_size = MAX_CLUSTER_SIZE + 1),
+            Err(ConfigError::ClusterSize { .. })
+        ));
+        assert!(matches!(
+            check(&|c| c.key_prefix = "bad\u{7}".into()),
+            Err(ConfigError::KeyPrefix { .. })
+        ));
+        assert!(matches!(
+            check(&|c| c.key_prefix = "__fencing__/x".into()),
+            Err(ConfigError::ReservedKeyPrefix(_))
+        ));
+        assert!(matches!(
+            check(&|c| c.leadership_duration = Duration::from_millis(1500)),
+            Err(ConfigError::LeadershipDuration {
+                source: ValidationError::TtlFractional(_),
+                ..
+            })
+        ));
+        assert!(matches!(
+            check(&|c| c.leadership_duration = Duration::ZERO),
+            Err(ConfigError::LeadershipDuration {
+                source: ValidationError::TtlMustExpire,
+                ..
+            })
+        ));
+        assert_eq!(
+            check(&|c| c.acquisition_duration = Duration::ZERO),
+            Err(ConfigError::AcquisitionDuration)
+        );
+        assert!(matches!(
+            check(&|c| c.acquisition_retry_pause = Duration::ZERO),
+            Err(ConfigError::RetryPause { .. })
+        ));
+        assert!(matches!(
+            check(&|c| c.acquisition_retry_pause = Duration::from_secs(121)),
+            Err(ConfigError::RetryPause { .. })
+        ));
+    }
+}

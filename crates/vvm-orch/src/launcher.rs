@@ -1,0 +1,215 @@
+//! The Launcher, the LeadershipMonitor and the task that runs the
+//! ServicePipeline.
+
+use std::{any::Any, panic::AssertUnwindSafe, sync::Arc, time::Duration};
+
+use elections::{ElectionsError, EndReason, Leadership};
+use futures::FutureExt;
+use tokio::time::Instant;
+use tracing::Instrument;
+use ttl_storage::{ErrorKind, Key};
+
+use crate::{LeaderInfo, ServiceContext, ServicePipeline, VvmProblem, VvmStatus, shared::Shared};
+
+/// Longest time an interrupted acquisition spends withdrawing its record.
+const WITHDRAW_LIMIT: Duration = Duration::from_secs(1);
+
+/// Tries keys `1..=cluster_size` in rounds until one is acquired, the
+/// acquisition duration runs out, or shutdown begins.
+pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
+    let config = &shared.config;
+    let deadline = Instant::now() + config.acquisition_duration;
+    let mut last_error: Option<String> = None;
+    let mut round: u64 = 0;
+    loop {
+        round += 1;
+        for index in 1..=config.cluster_size {
+            let key = match config.key(index) {
+                Ok(key) => key,
+                Err(err) => {
+                    // Unreachable after validation; reported rather than panicking.
+                    shared.fail(VvmProblem::Elections(ElectionsError::Invalid(err)));
+                    return;
+                }
+            };
+            let attempt = shared.elections.acquire_leadership(
+                &key,
+                shared.value.as_bytes(),
+                config.leadership_duration,
+            );
+            let result = tokio::select! {
+                biased;
+                () = shared.vvm_shut.cancelled() => {
+                    withdraw(&shared, &key).await;
+                    tracing::info!("shutdown during acquisition; launcher stops");
+                    return;
+                }
+                result = attempt => result,
+            };
+            match result {
+                Ok(Some(leadership)) => {
+                    start(&shared, pipeline, index, leadership);
+                    return;
+                }
+                Ok(None) => tracing::debug!(%key, round, "key held by another VVM"),
+                // cleanup() ran: shutdown is under way.
+                Err(ElectionsError::Finalized) => return,
+                Err(ElectionsError::Storage(err)) if err.kind() == ErrorKind::Permanent => {
+                    // Retrying will not help until someone fixes the storage.
+                    shared.fail(VvmProblem::Elections(ElectionsError::Storage(err)));
+                    return;
+                }
+                Err(ElectionsError::Storage(err)) => {
+                    tracing::warn!(%key, round, error = %err, "acquisition attempt failed");
+                    last_error = Some(err.to_string());
+                }
+                Err(err) => {
+                    shared.fail(VvmProblem::Elections(err));
+                    return;
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            shared.status.send_replace(VvmStatus::AcquisitionFailed);
+            shared.problems.update(VvmProblem::LeadershipAcquisition {
+                cluster_size: config.cluster_size,
+                duration: config.acquisition_duration,
+                last_error,
+            });
+            return;
+        }
+        if round == 1 {
+            tracing::info!(
+                cluster_size = config.cluster_size,
+                "no key acquired in the first round; retrying until the acquisition duration runs out"
+            );
+        }
+        let pause_end = (now + config.acquisition_retry_pause).min(deadline);
+        tokio::select! {
+            biased;
+            () = shared.vvm_shut.cancelled() => return,
+            () = tokio::time::sleep_until(pause_end) => {}
+        }
+    }
+}
+
+/// An acquisition interrupted by shutdown may have written our record
+/// without anyone renewing it. Our value is unique to this VVM, so deleting
+/// a record that holds it cannot hurt anyone else; bounded, best effort (the
+/// record expires by itself anyway).
+async fn withdraw(shared: &Shared, key: &Key) {
+    if shared.elections.held_keys().contains(key) {
+        // The attempt completed: elections cleanup releases it.
+        return;
+    }
+    let attempt = async {
+        let Some(record) = shared.storage.get(key).await? else {
+            return Ok(false);
+        };
+        if elections::record::leader_value(&record) != shared.value.as_bytes() {
+            return Ok(false);
+        }
+        shared.storage.compare_and_delete(key, &record).await
+    };
+    match tokio::time::timeout(WITHDRAW_LIMIT, attempt).await {
+        Ok(Ok(true)) => {
+            tracing::info!(%key, "withdrew a record left by the interrupted acquisition");
+        }
+        Ok(Ok(false)) => {}
+        Ok(Err(err)) => {
+            tracing::warn!(%key, error = %err, "could not withdraw; the record will expire");
+        }
+        Err(_) => tracing::warn!(%key, "withdrawal timed out; the record will expire"),
+    }
+}
+
+/// Starts the monitor and the services, unless shutdown has begun.
+fn start<P: ServicePipeline>(
+    shared: &Arc<Shared>,
+    pipeline: P,
+    index: u32,
+    leadership: Leadership,
+) {
+    let info = LeaderInfo {
+        key: leadership.key().clone(),
+        key_index: index,
+        fencing_token: leadership.fencing_token(),
+    };
+    // Under the gate, shutdown either has not begun (and will wait for the
+    // tasks spawned here) or has (and nothing is spawned; elections cleanup
+    // releases the leadership).
+    let _gate = shared.lock_gate();
+    if shared.vvm_shut.is_cancelled() {
+        tracing::info!(key = %info.key, "leadership acquired as shutdown began; not starting services");
+        return;
+    }
+    tracing::info!(key = %info.key, fencing_token = info.fencing_token, "leading; starting the monitor and the services");
+    let span = tracing::info_span!("leader", key = %info.key, fencing_token = info.fencing_token);
+    let ctx = ServiceContext {
+        shutdown: shared.services_shut.clone(),
+        key: info.key.clone(),
+        key_index: index,
+        fencing_token: info.fencing_token,
+        value: shared.value.as_str().into(),
+        record: leadership.record_value().into(),
+    };
+    shared
+        .monitor_tasks
+        .spawn(monitor(shared.clone(), leadership, info.clone()).instrument(span.clone()));
+    shared
+        .service_tasks
+        .spawn(services(shared.clone(), pipeline, ctx).instrument(span));
+    shared.status.send_replace(VvmStatus::Leading(info));
+}
+
+/// The LeadershipMonitor: waits for leadership loss or its own shutdown.
+async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: LeaderInfo) {
+    tokio::select! {
+        biased;
+        // Biased: a loss that happened just before the monitor was stopped
+        // is still reported.
+        () = leadership.ended() => {}
+        () = shared.monitor_shut.cancelled() => return,
+    }
+    // Only loss ends a leadership while the monitor runs: release happens
+    // in elections cleanup, after the monitor has stopped.
+    let reason = leadership
+        .end_reason()
+        .unwrap_or(EndReason::Lost(elections::LossCause::Taken));
+    // Stop the services now rather than when the host reacts; the killer
+    // (armed by elections) covers services that do not stop in time.
+    shared.services_shut.cancel();
+    shared
+        .status
+        .send_replace(VvmStatus::LeadershipLost(info.clone()));
+    shared.problems.update(VvmProblem::LeadershipLost {
+        key: info.key,
+        reason,
+    });
+}
+
+/// Runs the pipeline once; its outcome becomes a problem unless it stopped
+/// because it was asked to.
+async fn services<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P, ctx: ServiceContext) {
+    let token = ctx.shutdown.clone();
+    let outcome = AssertUnwindSafe(pipeline.run(ctx)).catch_unwind().await;
+    match outcome {
+        Ok(Ok(())) if token.is_cancelled() => tracing::info!("services stopped"),
+        Ok(Ok(())) => shared.problems.update(VvmProblem::ServicesFinished),
+        Ok(Err(err)) => shared.problems.update(VvmProblem::Service(err.into())),
+        Err(panic) => shared
+            .problems
+            .update(VvmProblem::ServicePanicked(panic_message(&*panic))),
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

@@ -1,0 +1,315 @@
+//! End to end: the real `vvm-host` binary, its exit statuses, signals, and
+//! the command it runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    io::{BufRead, BufReader, Read},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use nix::{
+    errno::Errno,
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use storage_redb::RedbStorage;
+use ttl_storage::{Key, TtlStorage};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vvm-host");
+/// Generous: CI machines are slow; nothing here waits this long when it works.
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn vvm_host(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(["--address", "e2e", "--log", "info"])
+        .args(args)
+        // Through the environment, so a test's --storage flag overrides it.
+        .env("VVM_HOST_STORAGE", "mem")
+        .stdin(Stdio::null());
+    command
+}
+
+/// The record of key 1 in a redb file vvm-host has exited from.
+fn stored_key1(path: &std::path::Path) -> Option<Vec<u8>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let storage = RedbStorage::open(path).await.unwrap();
+        let record = storage
+            .get(&Key::new("vvm/leader/1").unwrap())
+            .await
+            .unwrap();
+        storage.close().await.unwrap();
+        record
+    })
+}
+
+fn wait_with_limit(child: &mut Child) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("vvm-host did not exit within {LIMIT:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Forwards every line of `reader` to a channel, and collects them all.
+fn lines(
+    reader: impl Read + Send + 'static,
+) -> (mpsc::Receiver<String>, thread::JoinHandle<String>) {
+    let (tx, rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(reader).lines() {
+            let line = line.unwrap();
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    (rx, handle)
+}
+
+fn wait_for_line(rx: &mpsc::Receiver<String>, what: &str) -> String {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("no line containing {what:?}: {e}"));
+        if line.contains(what) {
+            return line;
+        }
+    }
+}
+
+fn assert_gone(pid: i32) {
+    // vvm-host reaped its child; if anything still ran it would answer.
+    assert_eq!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH));
+}
+
+#[test]
+fn exit_status_of_a_short_command_is_propagated() {
+    let output = vvm_host(&["--", "sh", "-c", "echo key=$VVM_HOST_KEY; exit 7"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(7));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "key=vvm/leader/1\n"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("leadership released"), "{stderr}");
+
+    let output = vvm_host(&["--", "true"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+
+    let output = vvm_host(&["--", "/nonexistent/command"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(127));
+}
+
+/// Starts a long-running shell command under vvm-host, sends SIGTERM to
+/// vvm-host once the command runs; returns vvm-host's status, the
+/// command's pid, its stdout and vvm-host's log.
+fn run_and_terminate(extra: &[&str], script: &str) -> (ExitStatus, i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leases.redb");
+    let url = format!("redb://{}", file.display());
+    let mut args = vec!["--storage", &url];
+    args.extend(extra);
+    args.extend(["--", "sh", "-c", script]);
+    let mut child = vvm_host(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (out_rx, out) = lines(child.stdout.take().unwrap());
+    let (_err_rx, err) = lines(child.stderr.take().unwrap());
+    let pid_line = wait_for_line(&out_rx, "pid=");
+    let pid: i32 = pid_line.trim_start_matches("pid=").parse().unwrap();
+    wait_for_line(&out_rx, "ready");
+    kill(
+        Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_with_limit(&mut child);
+    (status, pid, out.join().unwrap(), err.join().unwrap())
+}
+
+#[test]
+fn sigterm_stops_the_command_then_releases_leadership() {
+    let (status, pid, stdout, log) = run_and_terminate(
+        &["--grace-period", "30s"],
+        "echo pid=$$; trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+    );
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(stdout.contains("got-term"), "{stdout}");
+    assert_gone(pid);
+    // The order: the command stopped, then leadership was released.
+    let stopped = log.find("command stopped").expect(&log);
+    let released = log.find("leadership released").expect(&log);
+    assert!(stopped < released, "{log}");
+    assert!(!log.contains("SIGKILL"), "{log}");
+}
+
+#[test]
+fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
+    let (status, pid, _stdout, log) = run_and_terminate(
+        &["--grace-period", "500ms"],
+        "echo pid=$$; trap '' TERM; echo ready; while :; do sleep 0.1; done",
+    );
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("SIGKILL"), "{log}");
+    assert_gone(pid);
+    let killed = log.find("SIGKILL").expect(&log);
+    let released = log.find("leadership released").expect(&log);
+    assert!(killed < released, "{log}");
+}
+
+#[test]
+fn demo_service_leads_and_stops_on_sigint() {
+    // The default storage: a redb file under $XDG_DATA_HOME/vvm-host/.
+    let data = tempfile::tempdir().unwrap();
+    let mut child = vvm_host(&[])
+        .env_remove("VVM_HOST_STORAGE")
+        .env("XDG_DATA_HOME", data.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (err_rx, err) = lines(child.stderr.take().unwrap());
+    let line = wait_for_line(&err_rx, "demo service: leading");
+    assert!(line.contains("vvm/leader/1"), "{line}");
+    kill(
+        Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        Signal::SIGINT,
+    )
+    .unwrap();
+    let status = wait_with_limit(&mut child);
+    let log = err.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("demo service stopped"), "{log}");
+    assert!(log.contains("leadership released"), "{log}");
+    let file = data.path().join("vvm-host").join("vvm-host.redb");
+    assert_eq!(stored_key1(&file), None, "{log}");
+}
+
+#[test]
+fn bad_options_are_refused_clearly() {
+    let output = vvm_host(&["--cluster-size", "0"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--cluster-size"));
+
+    let output = vvm_host(&["--leadership-duration", "1500ms"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("leadership duration"), "{stderr}");
+
+    let output = vvm_host(&["--storage", "nope://x"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown storage"), "{stderr}");
+}
+
+#[test]
+fn storage_that_cannot_be_opened_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-database.redb");
+    std::fs::write(&file, b"this is not a redb file").unwrap();
+    let url = format!("redb://{}", file.display());
+    let output = vvm_host(&["--storage", &url]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot open storage"), "{stderr}");
+    assert!(stderr.contains("not a redb database"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"this is not a redb file",
+        "left untouched"
+    );
+}
+
+/// A redb file belongs to one process: a second vvm-host on it is refused.
+#[test]
+fn a_redb_file_held_by_another_vvm_host_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redb://{}", dir.path().join("leases.redb").display());
+    let mut first = vvm_host(&["--storage", &url])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (err_rx, err) = lines(first.stderr.take().unwrap());
+    wait_for_line(&err_rx, "demo service: leading");
+
+    let second = vvm_host(&["--storage", &url]).output().unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("already open"), "{stderr}");
+
+    kill(
+        Pid::from_raw(i32::try_from(first.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_with_limit(&mut first);
+    let log = err.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+}
+
+/// A crashed vvm-host's record survives in the redb file: the next one on
+/// the same file finds the key held and leads only once the lease expired.
+#[test]
+fn after_a_crash_the_next_vvm_host_waits_for_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leases.redb");
+    let url = format!("redb://{}", file.display());
+    let args = ["--storage", &url, "--leadership-duration", "4s"];
+
+    let mut crashed = vvm_host(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (err_rx, _err) = lines(crashed.stderr.take().unwrap());
+    wait_for_line(&err_rx, "demo service: leading");
+    crashed.kill().unwrap(); // SIGKILL: no release
+    crashed.wait().unwrap();
+    assert!(
+        stored_key1(&file).is_some(),
+        "the record outlives the crash"
+    );
+
+    let mut next = vvm_host(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (err_rx, err) = lines(next.stderr.take().unwrap());
+    wait_for_line(&err_rx, "no key acquired in the first round");
+    wait_for_line(&err_rx, "demo service: leading");
+    kill(
+        Pid::from_raw(i32::try_from(next.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_with_limit(&mut next);
+    let log = err.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert_eq!(stored_key1(&file), None, "{log}");
+}

@@ -1,0 +1,152 @@
+//! The `pg-pod` binary: a resource pod serving tenants from PostgreSQL.
+//!
+//! | route | does |
+//! |---|---|
+//! | `GET/PUT/DELETE /destinations/{tenant}/kv/{key}` | read / upsert (body = value) / delete a key |
+//! | `POST /destinations/{tenant}/transactions` | `BEGIN` on a pinned connection; answers `{"lock": ...}` |
+//! | `GET/PUT/DELETE /locks/{lock}/kv/{key}` | the same, inside the transaction |
+//! | `POST /locks/{lock}/commit`, `/locks/{lock}/rollback` | end it, release the connection and the lock |
+//! | `GET /destinations/{tenant}/sleep/{secs}` | `SELECT pg_sleep(secs)` (cancellable) |
+//! | `POST /_coordinator/cancel/{request_id}` | the coordinator's cancel message |
+//!
+//! Every response carries the header `x-pod-id`; JSON bodies carry `pod`.
+
+mod config;
+mod pools;
+mod routes;
+mod tx;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use coordinator::{Member, MemberAddress, MemberConfig, MemberId, SaturationConfig};
+
+pub use config::{ConfigError, PodArgs};
+use pools::Pools;
+use tx::Transactions;
+
+/// Shared state of a running pod. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Pod {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: String,
+    member: Member,
+    pools: Arc<Pools>,
+    txs: Transactions,
+}
+
+impl Pod {
+    pub(crate) fn id(&self) -> &str {
+        &self.inner.id
+    }
+    pub(crate) fn member(&self) -> &Member {
+        &self.inner.member
+    }
+    pub(crate) fn pools(&self) -> &Pools {
+        &self.inner.pools
+    }
+    pub(crate) fn txs(&self) -> &Transactions {
+        &self.inner.txs
+    }
+
+    /// Rolls back transactions past their idle timeout or max lifetime.
+    async fn reap(&self) {
+        for (lock, tx) in self.txs().take_expired() {
+            let ended = tx.finish(false).await;
+            let released = self.member().unregister_lock(&lock).await;
+            tracing::info!(%lock, tenant = %tx.tenant, ?ended, ?released, "rolled back a forgotten transaction");
+        }
+    }
+
+    /// Rolls back every open transaction (shutdown).
+    async fn rollback_all(&self) {
+        for (lock, tx) in self.txs().take_all() {
+            let _ = tx.finish(false).await;
+            let _ = self.member().unregister_lock(&lock).await;
+        }
+    }
+}
+
+/// Runs a pod until Ctrl-C / SIGTERM: binds, registers with heartbeat,
+/// serves, then rolls back open transactions and deregisters.
+pub async fn run(args: PodArgs) -> anyhow::Result<()> {
+    args.validate()?;
+    let pg: tokio_postgres::Config = args.pg_url.parse().map_err(ConfigError::PgUrl)?;
+    let id = MemberId::new(args.pod_id.as_str()).map_err(ConfigError::Coordinator)?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let bound = listener.local_addr()?;
+    let advertise = args
+        .advertise
+        .clone()
+        .unwrap_or_else(|| format!("http://{bound}"));
+    let address = MemberAddress::parse(&advertise).map_err(ConfigError::Coordinator)?;
+
+    let mut config = MemberConfig::new(id, address);
+    config.prefix = args.prefix.clone();
+    config.ttl = Duration::from_millis(args.member_ttl_ms);
+    config.heartbeat_interval = args.heartbeat();
+    config.lock_ttl = Duration::from_millis(args.lock_ttl_ms);
+    config.saturation = SaturationConfig {
+        max_concurrent: args.pool_size,
+        queue_threshold: Duration::from_millis(args.queue_threshold_ms),
+    };
+    config.validate().map_err(ConfigError::Coordinator)?;
+
+    let pools = Arc::new(Pools::new(
+        pg,
+        args.pod_id.clone(),
+        args.pool_size,
+        Duration::from_millis(args.pool_timeout_ms),
+    ));
+    let valkey = coordinator::connect(&args.valkey_url, Duration::from_secs(5))
+        .await
+        .context("cannot connect to Valkey")?;
+    let load = pools.clone();
+    let member =
+        Member::with_load_source(valkey, config, Arc::new(move || load.open_connections()))?;
+    let pod = Pod {
+        inner: Arc::new(Inner {
+            id: args.pod_id.clone(),
+            member: member.clone(),
+            pools,
+            txs: Transactions::new(
+                Duration::from_millis(args.tx_idle_timeout_ms),
+                Duration::from_millis(args.tx_max_lifetime_ms),
+            ),
+        }),
+    };
+    member
+        .register()
+        .await
+        .context("cannot register in Valkey")?;
+    let heartbeat = member.start_heartbeat();
+    let reaper = tokio::spawn({
+        let pod = pod.clone();
+        async move {
+            let period = pod.txs().reap_period();
+            loop {
+                tokio::time::sleep(period).await;
+                pod.reap().await;
+            }
+        }
+    });
+    tracing::info!(pod = %args.pod_id, %bound, %advertise, "pod serving");
+    let served = axum::serve(listener, routes::router(pod.clone()))
+        .with_graceful_shutdown(crate::shutdown_signal())
+        .await;
+    tracing::info!("shutting down");
+    reaper.abort();
+    heartbeat.stop().await;
+    pod.rollback_all().await;
+    if let Err(err) = member.deregister().await {
+        tracing::warn!(%err, "deregister failed");
+    }
+    pod.pools().close_all();
+    served.context("server failed")
+}
