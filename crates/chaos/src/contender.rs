@@ -1,16 +1,26 @@
-//! One contender process: loops acquiring leadership of one key with the
-//! production [`elections::ProcessKiller`]; while leading, writes to the
-//! guarded resource every [`WRITE_EVERY`] with its fencing token, stops as
-//! soon as the handle fires, then releases. Every step is an
-//! [`Event`](crate::event::Event) line on stdout.
+//! One contender process: a [`vvm_orch::Vvm`] (cluster size 1, lease `d`)
+//! whose service pipeline writes to the guarded resource every
+//! [`WRITE_EVERY`] with the leadership's fencing token. The elections killer
+//! is the production [`elections::ProcessKiller`] (wrapped to report its
+//! deadlines). On a problem (a loss, or no leadership within `15 d`) the
+//! process shuts the VVM down (services stop, then leadership is released)
+//! and launches a new one. Every step is an [`Event`](crate::event::Event)
+//! line on stdout.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
-use elections::{ArmEvent, ArmReason, Elections, Killer, ProcessKiller};
+use elections::{ArmEvent, ArmReason, Killer, ProcessKiller};
 use storage_dynamo::{DynamoConfig, DynamoStorage};
 use storage_scylla::{ScyllaConfig, ScyllaStorage};
-use tokio::time::Instant;
+use tokio::{sync::Mutex, time::Instant};
 use ttl_storage::{Key, TtlStorage};
+use vvm_orch::{ServiceContext, Vvm, VvmConfig, service_fn};
 
 use crate::{
     event::{Event, WriteOutcome, emit, now_ms},
@@ -80,15 +90,6 @@ impl Killer for ReportingKiller {
     }
 }
 
-/// Reports why `leadership` ended.
-fn report_end(leadership: &elections::Leadership) {
-    if let Some(reason) = leadership.end_reason() {
-        emit(&Event::Lost {
-            reason: reason.to_string(),
-        });
-    }
-}
-
 /// A contender error (only setup can fail; the loop itself never ends).
 #[derive(Debug, thiserror::Error)]
 pub enum ContenderError {
@@ -101,6 +102,9 @@ pub enum ContenderError {
     /// The `dynamodb://` URL is invalid.
     #[error("bad dynamodb:// URL: {0}")]
     DynamoUrl(#[from] storage_dynamo::ConfigError),
+    /// The VVM configuration is invalid.
+    #[error("bad VVM configuration: {0}")]
+    Vvm(#[from] vvm_orch::ConfigError),
 }
 
 /// Runs the contender forever (the harness kills it).
@@ -142,14 +146,16 @@ pub async fn run(config: ContenderConfig) -> Result<(), ContenderError> {
     }
 }
 
-/// The acquire / write / release loop over `storage`.
+/// The VVM loop over `storage`: provide, launch, wait for a problem (a
+/// loss, or no leadership within the acquisition duration), shut down
+/// (services stop, then leadership is released), and again.
 async fn contend(
     storage: impl TtlStorage + 'static,
     key: &Key,
     config: &ContenderConfig,
 ) -> Result<(), ContenderError> {
     let retry = config.lease / 20;
-    let mut guarded = loop {
+    let guarded = loop {
         match Guarded::connect(&config.url, &config.resource, !config.unfenced).await {
             Ok(guarded) => break guarded,
             Err(err) => {
@@ -158,77 +164,102 @@ async fn contend(
             }
         }
     };
+    let guarded = Arc::new(Mutex::new(guarded));
     let killer: Arc<dyn Killer> = Arc::new(ReportingKiller {
         zombie: config.zombie,
     });
-    let elections = Elections::with_killer(storage, killer);
+    let storage: Arc<dyn TtlStorage> = Arc::new(storage);
+    let mut vvm_config = VvmConfig::new(config.name.clone());
+    vvm_config.cluster_size = 1;
+    vvm_config.key_prefix = format!("{key}/");
+    vvm_config.leadership_duration = config.lease;
+    vvm_config.acquisition_duration = config.lease * 15;
+    vvm_config.acquisition_retry_pause = retry;
     loop {
-        let leadership = match elections
-            .acquire_leadership(key, &config.name, config.lease)
-            .await
-        {
-            Ok(Some(leadership)) => leadership,
-            Ok(None) => {
-                tokio::time::sleep(retry).await;
-                continue;
-            }
-            Err(err) => {
-                tracing::warn!(%err, "acquisition failed");
-                tokio::time::sleep(retry).await;
-                continue;
-            }
-        };
-        let token = leadership.fencing_token();
-        emit(&Event::Acquired { token });
-        let mut tick = tokio::time::interval(WRITE_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut reported = false;
-        let mut zombie_until = None;
-        loop {
-            if !leadership.is_active() && !reported {
-                reported = true;
-                report_end(&leadership);
-                if !config.zombie {
-                    break;
+        let led = Arc::new(AtomicBool::new(false));
+        let pipeline = {
+            let guarded = guarded.clone();
+            let led = led.clone();
+            let config = config.clone();
+            service_fn(move |ctx: ServiceContext| {
+                let guarded = guarded.clone();
+                let led = led.clone();
+                let config = config.clone();
+                async move {
+                    led.store(true, Ordering::SeqCst);
+                    let mut guarded = guarded.lock().await;
+                    guarded_writer(&ctx, &mut guarded, &config).await;
+                    Ok::<_, std::convert::Infallible>(())
                 }
-                zombie_until = Some(Instant::now() + config.lease * 2);
-            }
-            if zombie_until.is_some_and(|until| Instant::now() >= until) {
+            })
+        };
+        let vvm = Vvm::provide(vvm_config.clone(), storage.clone(), pipeline)?
+            .with_killer(killer.clone());
+        let (vvm, problem) = vvm.launch();
+        problem.raised().await;
+        if let Err(problem) = vvm.shutdown().await {
+            tracing::info!(%problem, "VVM stopped");
+        }
+        if led.load(Ordering::SeqCst) {
+            emit(&Event::Released);
+        }
+        tokio::time::sleep(retry).await;
+    }
+}
+
+/// The service pipeline: writes to the guarded resource every
+/// [`WRITE_EVERY`] with the leadership's fencing token until the VVM asks
+/// it to stop (a zombie goes on for another `2 d`).
+async fn guarded_writer(ctx: &ServiceContext, guarded: &mut Guarded, config: &ContenderConfig) {
+    let token = ctx.fencing_token();
+    emit(&Event::Acquired { token });
+    let mut tick = tokio::time::interval(WRITE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reported = false;
+    let mut zombie_until = None;
+    loop {
+        if ctx.is_shutdown_requested() && !reported {
+            reported = true;
+            emit(&Event::Lost {
+                reason: "the VVM asked its services to stop".into(),
+            });
+            if !config.zombie {
                 break;
             }
-            tokio::select! {
-                biased;
-                _ = leadership.ended(), if !reported => continue,
-                _ = tick.tick() => {}
-            }
-            // The write is cancelled as soon as the handle fires (a zombie
-            // lets it finish); if it was already sent, the fencing token is
-            // what protects the resource.
-            let start_ms = now_ms();
-            let outcome = tokio::select! {
-                biased;
-                _ = leadership.ended(), if !reported && !config.zombie => continue,
-                verdict = tokio::time::timeout(config.lease, guarded.write(token, &config.name)) => match verdict {
-                    Ok(Ok(Verdict::Accepted(seq))) => WriteOutcome::Accepted { seq },
-                    Ok(Ok(Verdict::Rejected(seen))) => WriteOutcome::Rejected { seen },
-                    Ok(Err(err)) => {
-                        tracing::warn!(%err, "guarded write failed");
-                        WriteOutcome::Failed
-                    }
-                    Err(_) => {
-                        tracing::warn!("guarded write timed out");
-                        WriteOutcome::Failed
-                    }
-                },
-            };
-            emit(&Event::Write {
-                start_ms,
-                token,
-                outcome,
-            });
+            zombie_until = Some(Instant::now() + config.lease * 2);
         }
-        elections.release_leadership(key).await;
-        emit(&Event::Released);
-        tokio::time::sleep(retry).await;
+        if zombie_until.is_some_and(|until| Instant::now() >= until) {
+            break;
+        }
+        tokio::select! {
+            biased;
+            _ = ctx.shutdown_requested(), if !reported => continue,
+            _ = tick.tick() => {}
+        }
+        // The write is cancelled as soon as the VVM asks the service to
+        // stop (a zombie lets it finish); if it was already sent, the
+        // fencing token is what protects the resource.
+        let start_ms = now_ms();
+        let outcome = tokio::select! {
+            biased;
+            _ = ctx.shutdown_requested(), if !reported && !config.zombie => continue,
+            verdict = tokio::time::timeout(config.lease, guarded.write(token, &config.name)) => match verdict {
+                Ok(Ok(Verdict::Accepted(seq))) => WriteOutcome::Accepted { seq },
+                Ok(Ok(Verdict::Rejected(seen))) => WriteOutcome::Rejected { seen },
+                Ok(Err(err)) => {
+                    tracing::warn!(%err, "guarded write failed");
+                    WriteOutcome::Failed
+                }
+                Err(_) => {
+                    tracing::warn!("guarded write timed out");
+                    WriteOutcome::Failed
+                }
+            },
+        };
+        emit(&Event::Write {
+            start_ms,
+            token,
+            outcome,
+        });
     }
 }

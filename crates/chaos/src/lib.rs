@@ -2,8 +2,9 @@
 //!
 //! Real processes against real engines (Apache Cassandra / ScyllaDB through
 //! `storage-scylla`, DynamoDB through `storage-dynamo`): a harness that runs
-//! several contender processes (each using [`elections::Elections`] directly,
-//! with the production killer) against a real database, and while they
+//! several contender processes (each a [`vvm_orch::Vvm`] whose service
+//! pipeline is the guarded writer, with the production elections killer)
+//! against a real database, and while they
 //! contend SIGKILLs the leader, SIGSTOPs it for `1.5 d`, and cuts its path
 //! to the database for `1.5 d` through a TCP [`proxy::FaultProxy`] (one per
 //! contender). Each leader writes to a [`guarded`] resource in the same
