@@ -5,7 +5,10 @@
 //!   endpoints given in the environment), run each network driver's whole
 //!   `elections-testsuite` against it, print a per-engine summary, tear down.
 //! - `cargo xtask sim --seeds 10000`: the deterministic elections simulation.
+//! - `cargo xtask chaos --engine cassandra --duration 120s`: contender processes
+//!   killed, paused and cut off from a real engine, fencing checked.
 
+mod chaos;
 mod engines;
 mod sim;
 mod test_drivers;
@@ -25,11 +28,14 @@ enum Task {
     TestDrivers(test_drivers::Args),
     /// Run the deterministic elections simulation over many seeds (release build).
     Sim(sim::Args),
+    /// Run contender processes under kills, pauses and partitions against a real engine.
+    Chaos(chaos::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::TestDrivers(args) => test_drivers::run(args),
         Task::Sim(args) => sim::run(args),
+        Task::Chaos(args) => chaos::run(args),
     }
 }

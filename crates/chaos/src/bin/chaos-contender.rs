@@ -1,0 +1,55 @@
+//! A chaos contender process: see [`chaos::contender`].
+
+use std::time::Duration;
+
+use chaos::contender::{ContenderConfig, run};
+use clap::Parser;
+
+/// Contends for one key and writes to the guarded resource while leading.
+#[derive(Parser)]
+struct Args {
+    /// Store URL (`scylla://...`).
+    #[arg(long)]
+    url: String,
+    /// Election key.
+    #[arg(long)]
+    key: String,
+    /// Guarded resource id.
+    #[arg(long)]
+    resource: String,
+    /// This contender's name.
+    #[arg(long)]
+    name: String,
+    /// Lease in whole seconds.
+    #[arg(long, default_value_t = 4)]
+    lease_secs: u64,
+    /// Break the rules on purpose: no killer, keep writing after a loss.
+    #[arg(long)]
+    zombie: bool,
+    /// Negative control: write to the resource without fencing.
+    #[arg(long)]
+    unfenced: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,scylla=warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    run(ContenderConfig {
+        url: args.url,
+        key: args.key,
+        resource: args.resource,
+        name: args.name,
+        lease: Duration::from_secs(args.lease_secs),
+        zombie: args.zombie,
+        unfenced: args.unfenced,
+    })
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! The chaos harness: see [`chaos::harness`]. Exits non-zero on any violation.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::Context;
+use chaos::harness::{HarnessConfig, run};
+use clap::Parser;
+
+/// Runs contenders under faults against a real engine and checks the history.
+#[derive(Parser)]
+struct Args {
+    /// Engine URL, direct (`scylla://host:port/keyspace?...`).
+    #[arg(long, env = "SCYLLA_URI")]
+    url: String,
+    /// Engine name for the summary.
+    #[arg(long, default_value = "cassandra")]
+    engine: String,
+    /// Seconds of fault injection.
+    #[arg(long, default_value_t = 120)]
+    duration_secs: u64,
+    /// Lease in whole seconds.
+    #[arg(long, default_value_t = 4)]
+    lease_secs: u64,
+    /// Contender processes.
+    #[arg(long, default_value_t = 3)]
+    contenders: usize,
+    /// Run no zombie (by default the last slot's contenders are zombies:
+    /// no killer, they keep writing after a loss, to exercise fencing).
+    #[arg(long)]
+    no_zombie: bool,
+    /// Negative control: the guarded resource accepts any token. With
+    /// zombies the run must then report stale writes accepted (and fail).
+    #[arg(long)]
+    unfenced: bool,
+    /// Directory for logs (default: a temporary one).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    anyhow::ensure!(args.lease_secs >= 1, "the lease is at least 1 s");
+    let exe = std::env::current_exe()?;
+    let contender = exe
+        .parent()
+        .context("no directory for the harness executable")?
+        .join("chaos-contender");
+    let work_dir = args
+        .work_dir
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("chaos-{}", std::process::id())));
+    let lease = Duration::from_secs(args.lease_secs);
+    println!(
+        "chaos on {}: {} contenders, lease {}s, {}s of faults, logs in {}",
+        args.engine,
+        args.contenders,
+        args.lease_secs,
+        args.duration_secs,
+        work_dir.display()
+    );
+    let report = run(HarnessConfig {
+        url: args.url,
+        contender,
+        contenders: args.contenders,
+        lease,
+        duration: Duration::from_secs(args.duration_secs),
+        work_dir,
+        zombie: !args.no_zombie,
+        unfenced: args.unfenced,
+    })
+    .await?;
+    println!();
+    println!("== chaos summary: {} ==", args.engine);
+    println!("{report}");
+    anyhow::ensure!(report.ok(), "chaos run on {} found violations", args.engine);
+    Ok(())
+}

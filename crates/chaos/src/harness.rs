@@ -1,0 +1,461 @@
+//! The harness: starts contender processes, each behind its own
+//! [`FaultProxy`], runs fault scenarios on whoever leads, then checks the
+//! history (see [`crate::check`]).
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::Stdio,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use anyhow::Context;
+use storage_dynamo::{DynamoConfig, DynamoStorage};
+use storage_scylla::{ScyllaConfig, ScyllaStorage};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+use crate::{
+    check::{self, Bounds, Report},
+    event::{Event, Record, WriteOutcome, format_line, now_ms, parse_line},
+    guarded,
+    proxy::FaultProxy,
+};
+
+/// How a run is set up.
+#[derive(Debug, Clone)]
+pub struct HarnessConfig {
+    /// The engine's URL (direct, not proxied), e.g.
+    /// `scylla://127.0.0.1:9042/ks?replication=simple:1&create_schema=true`.
+    pub url: String,
+    /// The contender executable.
+    pub contender: PathBuf,
+    /// Contender processes kept running.
+    pub contenders: usize,
+    /// The lease `d`.
+    pub lease: Duration,
+    /// How long faults are injected.
+    pub duration: Duration,
+    /// Where contender logs (stderr) and the event log go.
+    pub work_dir: PathBuf,
+    /// Make the last slot's contenders zombies (see
+    /// [`crate::contender::ContenderConfig::zombie`]); needs 2 slots or more.
+    pub zombie: bool,
+    /// Negative control: contenders write without fencing, so a run with
+    /// zombies must report stale writes accepted.
+    pub unfenced: bool,
+}
+
+type Shared = Arc<Mutex<Vec<Record>>>;
+
+fn push(records: &Shared, proc: &str, event: Event) {
+    let t_ms = now_ms();
+    println!("[{proc}] {}", format_line(t_ms, &event));
+    records
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(Record {
+            t_ms,
+            proc: proc.to_string(),
+            event,
+        });
+}
+
+/// One contender slot: its proxy and its current process.
+struct Slot {
+    index: usize,
+    generation: u32,
+    proxy: FaultProxy,
+    url: String,
+    child: Option<(String, Child)>,
+}
+
+/// The URL with its database address replaced by `addr`: the host list of
+/// a `scylla://` URL, the `endpoint` of a `dynamodb://` URL.
+fn proxied_url(url: &str, addr: SocketAddr) -> anyhow::Result<String> {
+    if let Some(rest) = url.strip_prefix("scylla://") {
+        let slash = rest.find('/').context("the URL names no keyspace")?;
+        return Ok(format!("scylla://{addr}{}", &rest[slash..]));
+    }
+    if url.starts_with("dynamodb://") {
+        let (before, endpoint, after) = dynamo_endpoint(url)?;
+        let scheme_end = endpoint.find("://").map_or(0, |i| i + 3);
+        return Ok(format!("{before}{}{addr}{after}", &endpoint[..scheme_end]));
+    }
+    anyhow::bail!("unsupported URL {url:?}: use scylla:// or dynamodb://")
+}
+
+/// Splits a `dynamodb://` URL around the value of its `endpoint` parameter.
+fn dynamo_endpoint(url: &str) -> anyhow::Result<(&str, &str, &str)> {
+    let start = url
+        .find("endpoint=")
+        .map(|i| i + "endpoint=".len())
+        .context("a dynamodb:// URL needs an endpoint=http://host:port parameter here")?;
+    let end = url[start..].find('&').map_or(url.len(), |i| start + i);
+    Ok((&url[..start], &url[start..end], &url[end..]))
+}
+
+/// The database's address, from the URL.
+async fn upstream(url: &str) -> anyhow::Result<SocketAddr> {
+    let host = if url.starts_with("dynamodb://") {
+        let (_, endpoint, _) = dynamo_endpoint(url)?;
+        let rest = endpoint
+            .split_once("://")
+            .map_or(endpoint, |(_, rest)| rest);
+        rest.trim_end_matches('/').to_string()
+    } else {
+        let parsed = ScyllaConfig::from_url(url)?;
+        anyhow::ensure!(
+            parsed.contact_points().len() == 1,
+            "use one contact point: each contender reaches it through its own proxy"
+        );
+        parsed
+            .contact_points()
+            .first()
+            .context("the URL names no host")?
+            .clone()
+    };
+    tokio::net::lookup_host(&host)
+        .await?
+        .next()
+        .with_context(|| format!("cannot resolve {host}"))
+}
+
+/// Creates the elections table (and keyspace) by connecting once.
+async fn create_store(url: &str) -> anyhow::Result<()> {
+    if url.starts_with("dynamodb://") {
+        DynamoStorage::connect(DynamoConfig::from_url(url)?)
+            .await
+            .context("connecting to DynamoDB")?;
+    } else {
+        ScyllaStorage::from_url(url)
+            .await
+            .context("connecting to the engine")?;
+    }
+    Ok(())
+}
+
+/// Runs the whole thing and returns the checked report.
+///
+/// # Errors
+///
+/// Setup failures (engine unreachable, contender not found). Violations
+/// are in the report, not errors.
+pub async fn run(config: HarnessConfig) -> anyhow::Result<Report> {
+    let upstream = upstream(&config.url).await?;
+    std::fs::create_dir_all(&config.work_dir)?;
+    create_store(&config.url).await?;
+    let run_id = now_ms();
+    let resource = format!("chaos-{run_id}");
+    let key = format!("chaos/{run_id}");
+    guarded::setup(&config.url, &resource).await?;
+
+    let records: Shared = Arc::default();
+    let mut slots = Vec::new();
+    for index in 0..config.contenders {
+        let proxy = FaultProxy::start(upstream).await?;
+        let url = proxied_url(&config.url, proxy.local_addr())?;
+        slots.push(Slot {
+            index,
+            generation: 0,
+            proxy,
+            url,
+            child: None,
+        });
+    }
+    let ctx = Ctx {
+        config: &config,
+        key,
+        resource: resource.clone(),
+        records: records.clone(),
+    };
+    for slot in &mut slots {
+        ctx.spawn(slot)?;
+    }
+    let outcome = ctx.scenarios(&mut slots).await;
+    let end_ms = now_ms();
+    for slot in &mut slots {
+        if let Some((_, mut child)) = slot.child.take() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+    outcome?;
+    let mut history: Vec<Record> = records
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|r| r.t_ms <= end_ms)
+        .cloned()
+        .collect();
+    history.sort_by_key(|r| r.t_ms);
+    let lines: Vec<String> = history
+        .iter()
+        .map(|r| format!("{} {}", r.proc, format_line(r.t_ms, &r.event)))
+        .collect();
+    std::fs::write(config.work_dir.join("events.log"), lines.join("\n"))?;
+    let log = guarded::read_log(&config.url, &resource).await?;
+    let d = config.lease;
+    let bounds = Bounds {
+        // The killer fires at 0.8 d; the lease ends at d.
+        stop_slack: d / 5,
+        // The record lives d (+1 s: storage-scylla writes TTL t + 1 and
+        // Cassandra expires in whole seconds), then one retry interval, and
+        // 1 s for the four LWTs of an acquisition on a loaded machine.
+        takeover_bound: d + Duration::from_secs(1) + d / 20 + Duration::from_secs(1),
+    };
+    Ok(check::check(&history, &log, bounds, end_ms))
+}
+
+struct Ctx<'a> {
+    config: &'a HarnessConfig,
+    key: String,
+    resource: String,
+    records: Shared,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Scenario {
+    Kill,
+    Pause,
+    Partition,
+}
+
+impl Ctx<'_> {
+    fn spawn(&self, slot: &mut Slot) -> anyhow::Result<()> {
+        slot.generation += 1;
+        let zombie = self.config.zombie
+            && self.config.contenders > 1
+            && slot.index + 1 == self.config.contenders;
+        let prefix = if zombie { "z" } else { "c" };
+        let name = format!("{prefix}{}.{}", slot.index, slot.generation);
+        let stderr = std::fs::File::create(self.config.work_dir.join(format!("{name}.log")))?;
+        let mut child = Command::new(&self.config.contender)
+            .args(["--url", &slot.url, "--key", &self.key])
+            .args(["--resource", &self.resource, "--name", &name])
+            .args(["--lease-secs", &self.config.lease.as_secs().to_string()])
+            .args(zombie.then_some("--zombie"))
+            .args(self.config.unfenced.then_some("--unfenced"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.config.contender.display()))?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let records = self.records.clone();
+        let proc = name.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                match parse_line(&line) {
+                    Ok((t_ms, event)) => {
+                        if !matches!(
+                            event,
+                            Event::Write {
+                                outcome: WriteOutcome::Accepted { .. },
+                                ..
+                            } | Event::Armed { .. }
+                        ) {
+                            println!("[{proc}] {line}");
+                        }
+                        records
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(Record {
+                                t_ms,
+                                proc: proc.clone(),
+                                event,
+                            });
+                    }
+                    Err(err) => tracing::warn!(%err, "ignoring a contender line"),
+                }
+            }
+        });
+        slot.child = Some((name, child));
+        Ok(())
+    }
+
+    /// Restarts every contender that has exited.
+    fn reap(&self, slots: &mut [Slot]) -> anyhow::Result<()> {
+        for slot in slots.iter_mut() {
+            let exited = match slot.child.as_mut() {
+                Some((name, child)) => child
+                    .try_wait()?
+                    .map(|status| (name.clone(), status.code())),
+                None => None,
+            };
+            if let Some((name, code)) = exited {
+                push(&self.records, &name, Event::Exited { code });
+                slot.child = None;
+                self.spawn(slot)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The process leading now: its latest acquisition is not yet ended and
+    /// it has had a write accepted since.
+    fn leader(&self) -> Option<String> {
+        let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut leader: Option<(String, bool)> = None;
+        for r in records.iter() {
+            match &r.event {
+                Event::Acquired { .. } => leader = Some((r.proc.clone(), false)),
+                Event::Write {
+                    outcome: WriteOutcome::Accepted { .. },
+                    ..
+                } => {
+                    if let Some((p, wrote)) = leader.as_mut()
+                        && *p == r.proc
+                    {
+                        *wrote = true;
+                    }
+                }
+                Event::Lost { .. }
+                | Event::Released
+                | Event::KillerFired
+                | Event::Exited { .. }
+                | Event::SigKill
+                | Event::SigStop
+                | Event::Cut
+                    if leader.as_ref().is_some_and(|(p, _)| *p == r.proc) =>
+                {
+                    leader = None;
+                }
+                _ => {}
+            }
+        }
+        leader.and_then(|(p, wrote)| wrote.then_some(p))
+    }
+
+    /// Waits (restarting exited contenders) until someone leads, up to `limit`.
+    async fn wait_leader(
+        &self,
+        slots: &mut [Slot],
+        limit: Duration,
+    ) -> anyhow::Result<Option<String>> {
+        let until = tokio::time::Instant::now() + limit;
+        loop {
+            self.reap(slots)?;
+            if let Some(leader) = self.leader() {
+                return Ok(Some(leader));
+            }
+            if tokio::time::Instant::now() > until {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sleeps `time`, restarting exited contenders meanwhile.
+    async fn pass(&self, slots: &mut [Slot], time: Duration) -> anyhow::Result<()> {
+        let until = tokio::time::Instant::now() + time;
+        while tokio::time::Instant::now() < until {
+            self.reap(slots)?;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    async fn scenarios(&self, slots: &mut [Slot]) -> anyhow::Result<()> {
+        let d = self.config.lease;
+        let end = tokio::time::Instant::now() + self.config.duration;
+        let plan = [Scenario::Kill, Scenario::Pause, Scenario::Partition];
+        let mut round = 0usize;
+        // The first leader may need a while: every contender connects first.
+        let mut patience = d * 10;
+        while tokio::time::Instant::now() < end {
+            let Some(leader) = self.wait_leader(slots, patience).await? else {
+                anyhow::bail!("no leader within {patience:?}: liveness lost");
+            };
+            patience = d * 3;
+            // Let it work a little first.
+            self.pass(slots, d / 2).await?;
+            let Some(idx) = slots
+                .iter()
+                .position(|s| s.child.as_ref().is_some_and(|(n, _)| *n == leader))
+            else {
+                continue;
+            };
+            let Some(pid) = slots[idx].child.as_ref().and_then(|(_, c)| c.id()) else {
+                continue;
+            };
+            let scenario = plan[round % plan.len()];
+            round += 1;
+            match scenario {
+                Scenario::Kill => {
+                    push(&self.records, &leader, Event::SigKill);
+                    if let Some((_, child)) = slots[idx].child.as_mut() {
+                        let _ = child.start_kill();
+                        let _ = child.wait().await;
+                    }
+                }
+                Scenario::Pause => {
+                    push(&self.records, &leader, Event::SigStop);
+                    signal(pid, "STOP").await?;
+                    self.pass(slots, d * 3 / 2).await?;
+                    push(&self.records, &leader, Event::SigCont);
+                    signal(pid, "CONT").await?;
+                }
+                Scenario::Partition => {
+                    push(&self.records, &leader, Event::Cut);
+                    slots[idx].proxy.cut();
+                    self.pass(slots, d * 3 / 2).await?;
+                    // The slot may hold a fresh process by now (the killer
+                    // ended the old one): the path is restored either way.
+                    slots[idx].proxy.restore();
+                    push(&self.records, &leader, Event::Restored);
+                }
+            }
+            self.pass(slots, d / 2).await?;
+        }
+        // Let the last takeover happen before the run ends.
+        let _ = self.wait_leader(slots, d * 3).await?;
+        self.pass(slots, d / 2).await?;
+        Ok(())
+    }
+}
+
+/// Sends `kill -s <sig> <pid>`.
+async fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+    let status = Command::new("kill")
+        .args(["-s", sig, &pid.to_string()])
+        .status()
+        .await
+        .context("running kill")?;
+    anyhow::ensure!(status.success(), "kill -s {sig} {pid} failed");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxied_url_keeps_keyspace_and_options() {
+        let addr: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        assert_eq!(
+            proxied_url("scylla://10.0.0.1:9042/ks?create_schema=true", addr).unwrap(),
+            "scylla://127.0.0.1:7000/ks?create_schema=true"
+        );
+        assert_eq!(
+            proxied_url(
+                "dynamodb://t?region=r&endpoint=http://127.0.0.1:8000&create_table=true",
+                addr
+            )
+            .unwrap(),
+            "dynamodb://t?region=r&endpoint=http://127.0.0.1:7000&create_table=true"
+        );
+        assert_eq!(
+            proxied_url("dynamodb://t?endpoint=http://localhost:8000", addr).unwrap(),
+            "dynamodb://t?endpoint=http://127.0.0.1:7000"
+        );
+        assert!(proxied_url("dynamodb://t?region=r", addr).is_err());
+        assert!(proxied_url("redis://x", addr).is_err());
+        assert!(proxied_url("scylla://host", addr).is_err());
+    }
+}

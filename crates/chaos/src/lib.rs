@@ -1,0 +1,67 @@
+//! # chaos
+//!
+//! Real processes against real engines (Apache Cassandra / ScyllaDB through
+//! `storage-scylla`, DynamoDB through `storage-dynamo`): a harness that runs
+//! several contender processes (each a [`vvm_orch::Vvm`] whose service
+//! pipeline is the guarded writer, with the production elections killer)
+//! against a real database, and while they
+//! contend SIGKILLs the leader, SIGSTOPs it for `1.5 d`, and cuts its path
+//! to the database for `1.5 d` through a TCP [`proxy::FaultProxy`] (one per
+//! contender). Each leader writes to a [`guarded`] resource in the same
+//! database every 100 ms with its fencing token; the resource accepts a
+//! write only with a token at least as high as any it has seen.
+//!
+//! One contender slot runs **zombies** on purpose (no killer, and they keep
+//! writing with their old token for `2 d` after a loss): the deposed leader
+//! fencing exists for. Their late writes must all be refused once a newer
+//! token reached the resource. `--unfenced` turns the resource's check off
+//! as a negative control: the run must then fail.
+//!
+//! ## What the run checks ([`check`])
+//!
+//! - no stale write accepted (the resource's log never shows a token lower
+//!   than an earlier one);
+//! - acquisitions carry strictly increasing tokens;
+//! - no write is accepted that started past the writer's killer deadline,
+//!   no write starts after a reported loss, and a lost leadership ends
+//!   (released, or the killer fired) by its deadline plus `0.2 d`;
+//! - after each kill, another process acquires within `d + 1 s + d/20 + 1 s`
+//!   of the victim's last successful write start.
+//!
+//! ## Assumptions
+//!
+//! The engine is a single node reached through one contact point (each
+//! contender connects to its own proxy; the `scylla` driver addresses the
+//! node it connected to by that address, so it never bypasses the proxy;
+//! DynamoDB is one HTTP endpoint); processes run on one machine, so their
+//! wall clocks agree and event timestamps (ms since the epoch) compare.
+//!
+//! Run it with `cargo xtask chaos`, which starts the engine. The checker
+//! runs on any history:
+//!
+//! ```
+//! use std::time::Duration;
+//! use chaos::{check::{check, Bounds}, event::{Event, Record, WriteOutcome}, guarded::LogEntry};
+//!
+//! let rec = |t_ms, proc: &str, event| Record { t_ms, proc: proc.into(), event };
+//! let history = vec![
+//!     rec(1_000, "a", Event::Acquired { token: 2 }),
+//!     rec(1_100, "a", Event::Write { start_ms: 1_050, token: 2, outcome: WriteOutcome::Accepted { seq: 1 } }),
+//! ];
+//! // The log shows a later write with a lower token: a stale write was accepted.
+//! let log = vec![
+//!     LogEntry { seq: 1, token: 2, writer: "a".into() },
+//!     LogEntry { seq: 2, token: 1, writer: "b".into() },
+//! ];
+//! let bounds = Bounds { stop_slack: Duration::from_millis(800), takeover_bound: Duration::from_secs(6) };
+//! let report = check(&history, &log, bounds, 2_000);
+//! assert_eq!(report.stale_accepted, 1);
+//! assert!(!report.ok());
+//! ```
+
+pub mod check;
+pub mod contender;
+pub mod event;
+pub mod guarded;
+pub mod harness;
+pub mod proxy;

@@ -1,0 +1,151 @@
+//! `cargo xtask chaos`: contender processes under faults against a real
+//! engine (crate `chaos`): kills, pauses and partitions of the leader, with
+//! fencing checked at a guarded resource. Exits non-zero on any violation.
+
+use std::process::Command;
+
+use anyhow::Context;
+
+use crate::engines::{self, Started};
+
+/// Options of `chaos`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Engines to run against (default: every one the harness supports).
+    #[arg(long = "engine", value_name = "NAME")]
+    engines: Vec<String>,
+    /// How long faults are injected per engine, e.g. `120s` or `3m`.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    duration: u64,
+    /// Lease in whole seconds.
+    #[arg(long, default_value_t = 4)]
+    lease: u64,
+    /// Contender processes.
+    #[arg(long, default_value_t = 3)]
+    contenders: usize,
+    /// Negative control: the guarded resource accepts any token, so the run
+    /// must report stale writes accepted and fail.
+    #[arg(long)]
+    unfenced: bool,
+}
+
+/// `(chaos engine name, engines::all() entry, variable the engine sets)`.
+const SUPPORTED: &[(&str, &str, &str)] = &[
+    ("cassandra", "cassandra", "SCYLLA_URI"),
+    ("dynamodb", "dynamodb", "DYNAMODB_ENDPOINT"),
+];
+
+/// The store URL for the harness from the variable the engine set.
+fn store_url(engine: &str, value: &str) -> String {
+    match engine {
+        // DYNAMODB_ENDPOINT is an endpoint, not a URL.
+        "dynamodb" => {
+            format!("dynamodb://chaos_leases?region=us-east-1&endpoint={value}&create_table=true")
+        }
+        _ => value.to_string(),
+    }
+}
+
+/// Seconds from `90`, `90s` or `3m`.
+fn parse_duration(text: &str) -> Result<u64, String> {
+    let (number, unit) = match text.strip_suffix('m') {
+        Some(n) => (n, 60),
+        None => (text.strip_suffix('s').unwrap_or(text), 1),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .map(|n| n * unit)
+        .ok_or_else(|| format!("{text:?} is not a duration like 120s or 3m"))
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    let wanted: Vec<String> = if args.engines.is_empty() {
+        SUPPORTED.iter().map(|(n, _, _)| n.to_string()).collect()
+    } else {
+        args.engines.clone()
+    };
+    for name in &wanted {
+        if !SUPPORTED.iter().any(|(n, _, _)| n == name) {
+            anyhow::bail!("unknown engine {name:?}; supported: cassandra, dynamodb");
+        }
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(&cargo)
+        .args(["build", "-q", "-p", "chaos", "--bins"])
+        .status()
+        .context("building the chaos harness")?;
+    anyhow::ensure!(status.success(), "building the chaos harness failed");
+
+    let work_dir = engines::work_dir();
+    let mut failed = Vec::new();
+    for name in &wanted {
+        let Some((_, entry, var)) = SUPPORTED.iter().find(|(n, _, _)| n == name) else {
+            continue;
+        };
+        let all = engines::all();
+        let engine = all
+            .iter()
+            .find(|e| e.name == *entry)
+            .with_context(|| format!("no engine {entry}"))?;
+        println!("== chaos {name}: starting the engine ==");
+        let running: Started = match std::env::var(engine.endpoint_var) {
+            Ok(endpoint) if !endpoint.is_empty() => {
+                Started::external(vec![(engine.endpoint_var.to_string(), endpoint)])
+            }
+            _ => (engine.start)(&work_dir.join(engine.name))?,
+        };
+        let url = running
+            .env
+            .iter()
+            .find(|(k, _)| k == var)
+            .map(|(_, v)| store_url(name, v))
+            .with_context(|| format!("the engine did not set {var}"))?;
+        let status = Command::new(&cargo)
+            .args(["run", "-q", "-p", "chaos", "--bin", "chaos", "--"])
+            .args(["--url", &url, "--engine", name])
+            .args(["--duration-secs", &args.duration.to_string()])
+            .args(["--lease-secs", &args.lease.to_string()])
+            .args(["--contenders", &args.contenders.to_string()])
+            .args(args.unfenced.then_some("--unfenced"))
+            .arg("--work-dir")
+            .arg(work_dir.join(format!("chaos-{name}")))
+            .envs(local_aws_credentials(name))
+            .status()
+            .context("running the chaos harness")?;
+        drop(running);
+        println!("== chaos {name}: engine stopped ==");
+        if !status.success() {
+            failed.push(name.clone());
+        }
+    }
+    anyhow::ensure!(failed.is_empty(), "chaos failed on {failed:?}");
+    Ok(())
+}
+
+/// DynamoDB Local accepts any credentials, but the AWS SDK wants some:
+/// dummy ones unless the environment has real ones.
+fn local_aws_credentials(engine: &str) -> Vec<(&'static str, &'static str)> {
+    if engine != "dynamodb" || std::env::var_os("AWS_ACCESS_KEY_ID").is_some() {
+        return Vec::new();
+    }
+    vec![
+        ("AWS_ACCESS_KEY_ID", "chaos"),
+        ("AWS_SECRET_ACCESS_KEY", "chaos"),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("120s"), Ok(120));
+        assert_eq!(parse_duration("90"), Ok(90));
+        assert_eq!(parse_duration("3m"), Ok(180));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+}
