@@ -1,11 +1,11 @@
 //! Election cases: the original suite's seven, plus renewal, takeover,
 //! faults, killer deadlines, fencing and task hygiene.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use elections::{
-    ArmEvent, ArmReason, Elections, ElectionsError, EndReason, Leadership, LossCause, fencing,
-    record,
+    ArmEvent, ArmReason, Elections, ElectionsError, EndReason, Leadership, LossCause,
+    RecordingKiller, fencing, record,
 };
 use tokio::time::{Instant, timeout};
 use ttl_storage::{Key, Ttl};
@@ -463,8 +463,9 @@ pub async fn elections_killer_fires_when_storage_hangs(ctx: Ctx) {
     e.cleanup().await;
 }
 
-/// After a loss, the owner's timely release disarms the killer: no kill.
-pub async fn elections_release_after_loss_disarms_killer(ctx: Ctx) {
+/// Acquires a key, then has someone else delete the record and waits until
+/// the leader has noticed the loss.
+async fn lose_to_a_delete(ctx: &Ctx) -> (Elections, Arc<RecordingKiller>, Key) {
     let d = ctx.lease();
     let (e, killer) = ctx.elections();
     let k = ctx.key("leader");
@@ -476,26 +477,22 @@ pub async fn elections_release_after_loss_disarms_killer(ctx: Ctx) {
             .unwrap()
     );
     ended_within(&l, d / 2 + ctx.margin()).await;
+    (e, killer, k)
+}
+
+/// After a loss, the owner's timely release disarms the killer: no kill.
+pub async fn elections_release_after_loss_disarms_killer(ctx: Ctx) {
+    let (e, killer, k) = lose_to_a_delete(&ctx).await;
     e.release_leadership(&k).await;
-    sleep(d * 2).await;
+    sleep(ctx.lease() * 2).await;
     assert!(killer.kills().is_empty());
     e.cleanup().await;
 }
 
 /// After a loss that the owner never releases, the killer fires.
 pub async fn elections_unreleased_loss_is_killed(ctx: Ctx) {
-    let d = ctx.lease();
-    let (e, killer) = ctx.elections();
-    let k = ctx.key("leader");
-    let l = acquire(&e, &k, "me", d).await;
-    assert!(
-        ctx.storage
-            .compare_and_delete(&k, l.record_value())
-            .await
-            .unwrap()
-    );
-    ended_within(&l, d / 2 + ctx.margin()).await;
-    sleep(d).await;
+    let (e, killer, _k) = lose_to_a_delete(&ctx).await;
+    sleep(ctx.lease()).await;
     assert_eq!(killer.kills().len(), 1);
     e.cleanup().await;
 }

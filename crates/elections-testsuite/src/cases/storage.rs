@@ -309,29 +309,56 @@ async fn resolve(
     }
 }
 
+/// One racing round: `CONTENDERS` tasks released together by a barrier,
+/// contender `c` writing value `name(c)` with `write`; returns the values
+/// whose write won (outcome-unknown answers resolved by reading back).
+async fn race_round<F, Fut>(
+    ctx: &Ctx,
+    k: &Arc<Key>,
+    name: impl Fn(usize) -> Vec<u8>,
+    write: F,
+) -> Vec<Vec<u8>>
+where
+    F: Fn(DynTtlStorage, Arc<Key>, Vec<u8>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<bool, StorageError>> + Send + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(CONTENDERS));
+    let mut tasks = Vec::new();
+    for c in 0..CONTENDERS {
+        let (s, k, barrier, write, me) = (
+            ctx.storage.clone(),
+            k.clone(),
+            barrier.clone(),
+            write.clone(),
+            name(c),
+        );
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let result = write(s.clone(), k.clone(), me.clone()).await;
+            resolve(&s, &k, &me, result).await.then_some(me)
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        if let Some(me) = task.await.unwrap() {
+            winners.push(me);
+        }
+    }
+    winners
+}
+
 /// 16 contenders x 50 rounds of concurrent inserts: exactly one wins each round.
 pub async fn storage_race_insert(ctx: Ctx) {
+    let ttl = Ttl::from_secs(60).unwrap();
     for round in 0..ROUNDS {
         let k = Arc::new(ctx.key(&format!("r{round}")));
-        let barrier = Arc::new(tokio::sync::Barrier::new(CONTENDERS));
-        let mut tasks = Vec::new();
-        for c in 0..CONTENDERS {
-            let (s, k, barrier) = (ctx.storage.clone(), k.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                let me = format!("contender-{c}").into_bytes();
-                barrier.wait().await;
-                let result = s
-                    .insert_if_not_exists(&k, &me, Ttl::from_secs(60).unwrap())
-                    .await;
-                resolve(&s, &k, &me, result).await.then_some(me)
-            }));
-        }
-        let mut winners = Vec::new();
-        for task in tasks {
-            if let Some(me) = task.await.unwrap() {
-                winners.push(me);
-            }
-        }
+        let winners = race_round(
+            &ctx,
+            &k,
+            |c| format!("contender-{c}").into_bytes(),
+            move |s, k, me| async move { s.insert_if_not_exists(&k, &me, ttl).await },
+        )
+        .await;
         assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
         assert_eq!(
             ctx.storage.get(&k).await.unwrap().as_ref(),
@@ -357,25 +384,17 @@ pub async fn storage_race_cas(ctx: Ctx) {
             .unwrap()
     );
     for round in 0..ROUNDS {
-        let barrier = Arc::new(tokio::sync::Barrier::new(CONTENDERS));
         let old = Arc::new(current.clone());
-        let mut tasks = Vec::new();
-        for c in 0..CONTENDERS {
-            let (s, k, barrier, old) =
-                (ctx.storage.clone(), k.clone(), barrier.clone(), old.clone());
-            tasks.push(tokio::spawn(async move {
-                let me = format!("round-{round}-contender-{c}").into_bytes();
-                barrier.wait().await;
-                let result = s.compare_and_swap(&k, &old, &me, ttl).await;
-                resolve(&s, &k, &me, result).await.then_some(me)
-            }));
-        }
-        let mut winners = Vec::new();
-        for task in tasks {
-            if let Some(me) = task.await.unwrap() {
-                winners.push(me);
-            }
-        }
+        let mut winners = race_round(
+            &ctx,
+            &k,
+            |c| format!("round-{round}-contender-{c}").into_bytes(),
+            move |s, k, me| {
+                let old = old.clone();
+                async move { s.compare_and_swap(&k, &old, &me, ttl).await }
+            },
+        )
+        .await;
         assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
         current = winners.remove(0);
         assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(current.clone()));
