@@ -242,16 +242,9 @@ impl Coordinator {
         request_id: RequestId,
     ) -> Response {
         let opts = self.config.lookup;
-        let member = match self.registry.route(dest, opts).await {
-            Ok(Resolution::Routed(r)) => r.member,
-            Ok(Resolution::Unbound) => return status(StatusCode::NOT_FOUND, "unknown destination"),
-            Ok(Resolution::NoLiveMember) => {
-                return status(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "no live member for destination",
-                );
-            }
-            Err(e) => return store_error(&e),
+        let member = match self.routed_member(dest, opts).await {
+            Ok(member) => member,
+            Err(response) => return response,
         };
         let call = Call::new(req, request_id);
         match self
@@ -317,16 +310,9 @@ impl Coordinator {
             claim_on_miss: false,
             reassign_orphans: false,
         };
-        let member = match self.registry.route(dest, opts).await {
-            Ok(Resolution::Routed(r)) => r.member,
-            Ok(Resolution::Unbound) => return status(StatusCode::NOT_FOUND, "unknown destination"),
-            Ok(Resolution::NoLiveMember) => {
-                return status(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "no live member for destination",
-                );
-            }
-            Err(e) => return store_error(&e),
+        let member = match self.routed_member(dest, opts).await {
+            Ok(member) => member,
+            Err(response) => return response,
         };
         let call = Call::new(req, RequestId::generate());
         let resp = match self
@@ -430,5 +416,26 @@ async fn cancel_handler(State(c): State<Coordinator>, Path(p): Params) -> Respon
         Some(id) if c.cancel(&id).await => StatusCode::NO_CONTENT.into_response(),
         Some(_) => StatusCode::NOT_FOUND.into_response(),
         None => malformed(),
+    }
+}
+
+impl Coordinator {
+    /// The member serving `dest`, or the response that says why there is
+    /// none: 404 for an unbound destination, 503 when no member is live or
+    /// the store fails.
+    async fn routed_member(
+        &self,
+        dest: &DestinationId,
+        opts: ResolveOptions,
+    ) -> Result<MemberRecord, Response> {
+        match self.registry.route(dest, opts).await {
+            Ok(Resolution::Routed(r)) => Ok(r.member),
+            Ok(Resolution::Unbound) => Err(status(StatusCode::NOT_FOUND, "unknown destination")),
+            Ok(Resolution::NoLiveMember) => Err(status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no live member for destination",
+            )),
+            Err(e) => Err(store_error(&e)),
+        }
     }
 }
