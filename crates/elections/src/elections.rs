@@ -31,6 +31,16 @@ use crate::{
 /// One instance per process is typical; it may hold leadership of many keys
 /// at once. Cheap to clone: clones share state.
 ///
+/// Ending: call [`Leadership::release`] (or [`release_leadership`](Self::release_leadership))
+/// once the work done as leader has stopped, and [`cleanup`](Self::cleanup)
+/// before the process exits. Dropping is safe and has one outcome: every
+/// [`Leadership`] handle keeps its elections alive, so nothing changes while
+/// a handle exists; once the last clone and the last handle are gone, each
+/// leadership still held ends as lost ([`LossCause::ElectionsDropped`]):
+/// renewal stops, the killer is disarmed (nothing is left that could release
+/// the key, so the work is taken to have stopped), and the record is left to
+/// expire rather than deleted.
+///
 /// See the [crate documentation](crate) for the protocol and its guarantees.
 #[derive(Clone)]
 pub struct Elections {
@@ -136,8 +146,8 @@ impl Elections {
         let Some((fencing_token, lease_start)) = acquired else {
             return Ok(None);
         };
-        let _entered = span.enter();
         self.install(reservation, value, timing, fencing_token, lease_start)
+            .instrument(span)
             .await
     }
 
@@ -257,6 +267,7 @@ impl Elections {
                     fencing_token,
                     duration: timing.duration(),
                     end,
+                    owner: self.clone(),
                 }));
             }
         }
@@ -275,10 +286,19 @@ impl Elections {
     /// instance does not hold is a no-op. Works after a loss too (that is
     /// how the owner disarms the killer).
     pub async fn release_leadership(&self, key: &Key) {
+        self.release_matching(key, None).await;
+    }
+
+    /// Releases `key` if this instance holds it, and, when `record` is
+    /// given, only if the held leadership is that one (so a stale handle
+    /// never releases a later leadership of the same key).
+    pub(crate) async fn release_matching(&self, key: &Key, record: Option<&[u8]>) {
         let entry = {
             let mut state = self.inner.lock();
-            if !matches!(state.slots.get(key), Some(Slot::Held(_))) {
-                return;
+            match state.slots.get(key) {
+                Some(Slot::Held(entry)) if record.is_none_or(|record| *entry.record == *record) => {
+                }
+                _ => return,
             }
             match state.slots.remove(key) {
                 Some(Slot::Held(entry)) => entry,
@@ -296,8 +316,11 @@ impl Elections {
                 tracing::error!(error = %err, "renewal task panicked");
             }
             entry.end.end(EndReason::Released);
-            self.delete_record(key, &entry.record, entry.timing).await;
+            // The owner says its work has stopped: nothing is left for the
+            // killer to stop, so disarm it *before* the delete, which may
+            // take up to two call timeouts on a failing store.
             entry.killer.disarm();
+            self.delete_record(key, &entry.record, entry.timing).await;
             tracing::info!("leadership released");
         }
         .instrument(span)
@@ -306,7 +329,8 @@ impl Elections {
 
     /// Best-effort compare-and-delete; if it fails the record expires by itself.
     async fn delete_record(&self, key: &Key, value: &[u8], timing: Timing) {
-        for attempt in 1..=2 {
+        const ATTEMPTS: u32 = 2;
+        for attempt in 1..=ATTEMPTS {
             match timed(
                 timing.call_timeout(),
                 self.inner.storage.compare_and_delete(key, value),
@@ -318,9 +342,12 @@ impl Elections {
                     tracing::warn!(error = %err, "could not delete the record; it will expire");
                     return;
                 }
-                Err(err) => {
-                    tracing::warn!(attempt, error = %err, "could not delete the record");
+                Err(err) if attempt < ATTEMPTS => {
+                    tracing::warn!(attempt, error = %err, "could not delete the record; retrying");
                     tokio::time::sleep(timing.retry_interval()).await;
+                }
+                Err(err) => {
+                    tracing::warn!(attempt, error = %err, "could not delete the record; it will expire");
                 }
             }
         }
@@ -444,14 +471,21 @@ impl Inner {
     }
 }
 
+/// Runs when the last [`Elections`] clone *and* the last [`Leadership`]
+/// handle are gone (every handle keeps its elections alive). Nothing is left
+/// that could watch the leadership or release it, so the work done under it
+/// is taken to have stopped: renewal stops, cancellation tokens taken from
+/// the handles fire with [`LossCause::ElectionsDropped`], the killer is
+/// disarmed, and the record is *not* deleted: the key frees when it expires.
 impl Drop for Inner {
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
         for (key, slot) in state.slots.drain() {
             if let Slot::Held(entry) = slot {
-                tracing::warn!(%key, "elections dropped without cleanup; renewal stops, the killer stays armed");
+                tracing::warn!(%key, "elections and every leadership handle dropped without release; renewal stops, the record is left to expire");
                 entry.stop.cancel();
                 entry.end.end(EndReason::Lost(LossCause::ElectionsDropped));
+                entry.killer.disarm();
             }
         }
     }

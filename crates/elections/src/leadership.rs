@@ -31,7 +31,9 @@ pub enum LossCause {
         /// The last attempt's error, as text.
         last_error: String,
     },
-    /// The [`crate::Elections`] was dropped without `cleanup`; renewal stopped.
+    /// Every [`crate::Elections`] clone and every [`Leadership`] handle was
+    /// dropped without a release; renewal stopped and the killer was
+    /// disarmed (the record is left to expire).
     ElectionsDropped,
 }
 
@@ -74,9 +76,12 @@ impl EndSignal {
 /// A held leadership: the key, the fencing token, and a signal that fires
 /// when leadership is lost or released.
 ///
-/// Cheap to clone. Dropping it changes nothing: leadership ends only by
-/// loss, [`crate::Elections::release_leadership`] or
-/// [`crate::Elections::cleanup`].
+/// Cheap to clone. Dropping a handle changes nothing: leadership ends only
+/// by loss, [`Leadership::release`], [`crate::Elections::release_leadership`]
+/// or [`crate::Elections::cleanup`]. A handle keeps its [`crate::Elections`]
+/// alive, so dropping the last `Elections` clone while a handle exists
+/// changes nothing either; see [`crate::Elections`] for what happens when
+/// both are gone.
 #[derive(Clone)]
 pub struct Leadership {
     pub(crate) key: Key,
@@ -84,9 +89,42 @@ pub struct Leadership {
     pub(crate) fencing_token: u64,
     pub(crate) duration: Duration,
     pub(crate) end: EndSignal,
+    pub(crate) owner: crate::Elections,
 }
 
 impl Leadership {
+    /// Releases this leadership, consuming the handle: stops renewal, fires
+    /// the end signal ([`EndReason::Released`]), disarms the killer, then
+    /// deletes the record if it still holds this leadership's value
+    /// (best effort; otherwise it expires by itself).
+    ///
+    /// Call it only once the work done as leader has stopped: that is what
+    /// makes it safe to let the next leader in. It works after a loss too
+    /// (that is how the owner disarms the killer), and is a no-op if this
+    /// leadership was already released, even if the same instance has
+    /// since acquired the key again.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use elections::{Elections, RecordingKiller};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), elections::ElectionsError> {
+    /// # let storage = storage_mem::MemStorage::new();
+    /// let elections = Elections::with_killer(storage, RecordingKiller::new());
+    /// let key = ttl_storage::Key::new("nightly-report")?;
+    /// if let Some(leadership) = elections.acquire_leadership(&key, "node-1", Duration::from_secs(20)).await? {
+    ///     // ... the work, stopped when `leadership.ended()` fires ...
+    ///     leadership.release().await;
+    /// }
+    /// assert!(elections.held_keys().is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(self) {
+        self.owner
+            .release_matching(&self.key, Some(&self.record))
+            .await;
+    }
+
     /// The election key.
     pub fn key(&self) -> &Key {
         &self.key

@@ -3,7 +3,7 @@
 //! The VVM lifecycle: run application services only while this process
 //! holds leadership of one of `cluster_size` keys, and stop them cleanly.
 //! The Rust version of the design's VVM orchestration, with the
-//! `vvm-host` program (`src/bin/vvm-host`) built on it.
+//! `vvm-host` program (the `vvm-host` crate) built on it.
 //!
 //! ```
 //! use std::time::Duration;

@@ -2,103 +2,15 @@
 //! the command it runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    io::{BufRead, BufReader, Read},
-    process::{Child, Command, ExitStatus, Stdio},
-    sync::mpsc,
-    thread,
-    time::{Duration, Instant},
-};
+mod common;
 
+use std::process::{ExitStatus, Stdio};
+
+use common::*;
 use nix::{
-    errno::Errno,
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
-use storage_redb::RedbStorage;
-use ttl_storage::{Key, TtlStorage};
-
-const BIN: &str = env!("CARGO_BIN_EXE_vvm-host");
-/// Generous: CI machines are slow; nothing here waits this long when it works.
-const LIMIT: Duration = Duration::from_secs(60);
-
-fn vvm_host(args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .args(["--address", "e2e", "--log", "info"])
-        .args(args)
-        // Through the environment, so a test's --storage flag overrides it.
-        .env("VVM_HOST_STORAGE", "mem")
-        .stdin(Stdio::null());
-    command
-}
-
-/// The record of key 1 in a redb file vvm-host has exited from.
-fn stored_key1(path: &std::path::Path) -> Option<Vec<u8>> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let storage = RedbStorage::open(path).await.unwrap();
-        let record = storage
-            .get(&Key::new("vvm/leader/1").unwrap())
-            .await
-            .unwrap();
-        storage.close().await.unwrap();
-        record
-    })
-}
-
-fn wait_with_limit(child: &mut Child) -> ExitStatus {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if started.elapsed() > LIMIT {
-            let _ = child.kill();
-            panic!("vvm-host did not exit within {LIMIT:?}");
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Forwards every line of `reader` to a channel, and collects them all.
-fn lines(
-    reader: impl Read + Send + 'static,
-) -> (mpsc::Receiver<String>, thread::JoinHandle<String>) {
-    let (tx, rx) = mpsc::channel();
-    let handle = thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(reader).lines() {
-            let line = line.unwrap();
-            all.push_str(&line);
-            all.push('\n');
-            let _ = tx.send(line);
-        }
-        all
-    });
-    (rx, handle)
-}
-
-fn wait_for_line(rx: &mpsc::Receiver<String>, what: &str) -> String {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = rx
-            .recv_timeout(left)
-            .unwrap_or_else(|e| panic!("no line containing {what:?}: {e}"));
-        if line.contains(what) {
-            return line;
-        }
-    }
-}
-
-fn assert_gone(pid: i32) {
-    // vvm-host reaped its child; if anything still ran it would answer.
-    assert_eq!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH));
-}
 
 #[test]
 fn exit_status_of_a_short_command_is_propagated() {
@@ -233,7 +145,7 @@ fn storage_that_cannot_be_opened_is_an_error() {
     std::fs::write(&file, b"this is not a redb file").unwrap();
     let url = format!("redb://{}", file.display());
     let output = vvm_host(&["--storage", &url]).output().unwrap();
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(125));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot open storage"), "{stderr}");
     assert!(stderr.contains("not a redb database"), "{stderr}");
@@ -258,7 +170,7 @@ fn a_redb_file_held_by_another_vvm_host_is_refused() {
     wait_for_line(&err_rx, "demo service: leading");
 
     let second = vvm_host(&["--storage", &url]).output().unwrap();
-    assert_eq!(second.status.code(), Some(1));
+    assert_eq!(second.status.code(), Some(125));
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.contains("already open"), "{stderr}");
 

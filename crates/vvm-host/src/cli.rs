@@ -5,7 +5,10 @@ use std::{ffi::OsString, time::Duration};
 use clap::Parser;
 use vvm_orch::{DEFAULT_KEY_PREFIX, MAX_CLUSTER_SIZE, VvmConfig};
 
-use crate::storage_url::StorageUrl;
+use crate::{
+    exit::{self, ExitCodes},
+    storage_url::StorageUrl,
+};
 
 /// Run a command only while this node leads: one of `--cluster-size` keys
 /// in a shared storage is held for it, renewed, and released after the
@@ -18,17 +21,21 @@ use crate::storage_url::StorageUrl;
 Without COMMAND, a demo service logs the key it leads once a second.
 
 The command starts once leadership is acquired, in its own process group,
-with VVM_HOST_KEY, VVM_HOST_KEY_INDEX and VVM_HOST_FENCING_TOKEN set.
-SIGINT/SIGTERM or a leadership loss stop it: SIGTERM to its process group,
-SIGKILL after the grace period; leadership is released after it exited.
-After a loss the lease may expire before the grace period ends: at 0.8 x the
-leadership duration after the last renewal, the process group is killed and
-vvm-host exits 1, so the command never runs while another node leads.
+under a small guard process, with VVM_HOST_KEY, VVM_HOST_KEY_INDEX and
+VVM_HOST_FENCING_TOKEN set. SIGINT, SIGTERM, SIGHUP, SIGQUIT or a leadership
+loss stop it: SIGTERM to its process group, SIGKILL after the grace period,
+then SIGKILL to every descendant left (even those that called setsid);
+leadership is released only after that. If vvm-host dies in any other way
+(SIGKILL, the OOM killer), the guard kills the whole command at once. If the
+lease may run out first (the store hangs, or the command outlives its grace
+period after a loss), the killer SIGKILLs the whole command at 0.8 x the
+leadership duration after the last renewal, and vvm-host exits 123.
 
 Exit status: the command's own when it exits by itself (128+N if killed by
-signal N); 0 after a clean SIGINT/SIGTERM shutdown; 1 on errors (storage,
-runtime); 2 on bad options; 3 if no leadership was acquired in time; 4 if
-leadership was lost; 126/127 if the command could not be started."
+signal N, 126/127 if it could not be started); 0 after a clean shutdown by
+signal; 2 on bad options; 123 leadership lost (--exit-code-lost); 124 no
+leadership acquired in time (--exit-code-no-leadership); 125 error of
+vvm-host itself, e.g. storage (--exit-code-error)."
 )]
 pub(crate) struct Args {
     /// Storage URL: `mem` (this process only), `redb:///path/file.redb`, and
@@ -59,7 +66,7 @@ pub(crate) struct Args {
     #[arg(long, env = "VVM_HOST_LEADERSHIP_DURATION", default_value = "20s", value_parser = parse_duration)]
     pub(crate) leadership_duration: Duration,
 
-    /// Give up (exit 3) if no key could be acquired within this time.
+    /// Give up (exit 124, see --exit-code-no-leadership) if no key could be acquired within this time.
     #[arg(long, env = "VVM_HOST_ACQUISITION_DURATION", default_value = "120s", value_parser = parse_duration)]
     pub(crate) acquisition_duration: Duration,
 
@@ -75,6 +82,18 @@ pub(crate) struct Args {
     #[arg(long, env = "VVM_HOST_LOG", default_value = "info")]
     pub(crate) log: String,
 
+    /// Exit status when leadership is lost (also after the killer ended the command).
+    #[arg(long, env = "VVM_HOST_EXIT_CODE_LOST", default_value_t = exit::DEFAULT_LOST)]
+    pub(crate) exit_code_lost: u8,
+
+    /// Exit status when no leadership was acquired within --acquisition-duration.
+    #[arg(long, env = "VVM_HOST_EXIT_CODE_NO_LEADERSHIP", default_value_t = exit::DEFAULT_NO_LEADERSHIP)]
+    pub(crate) exit_code_no_leadership: u8,
+
+    /// Exit status on errors of vvm-host itself (storage, runtime).
+    #[arg(long, env = "VVM_HOST_EXIT_CODE_ERROR", default_value_t = exit::DEFAULT_ERROR)]
+    pub(crate) exit_code_error: u8,
+
     /// The command to run while leading, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
@@ -87,9 +106,22 @@ pub(crate) enum ArgsError {
     HostName(String),
     #[error("invalid options: {0}")]
     Config(#[from] vvm_orch::ConfigError),
+    #[error("invalid exit codes: {0}")]
+    ExitCodes(String),
 }
 
 impl Args {
+    /// vvm-host's own exit statuses, validated.
+    pub(crate) fn exit_codes(&self) -> Result<ExitCodes, ArgsError> {
+        ExitCodes {
+            lost: self.exit_code_lost,
+            no_leadership: self.exit_code_no_leadership,
+            error: self.exit_code_error,
+        }
+        .validate()
+        .map_err(ArgsError::ExitCodes)
+    }
+
     /// The VVM configuration these options describe, validated.
     pub(crate) fn vvm_config(&self) -> Result<VvmConfig, ArgsError> {
         let address = match &self.address {

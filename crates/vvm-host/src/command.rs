@@ -1,0 +1,98 @@
+//! The command `vvm-host` runs as its service pipeline, under a guard
+//! process (see [`crate::guard`]).
+
+use std::{ffi::OsString, sync::Arc, sync::Mutex, sync::PoisonError, time::Duration};
+
+use vvm_orch::{ServiceContext, ServicePipeline};
+
+use crate::job::{Job, JobError, Outcome, RunningJob};
+
+/// Why the command failed as a service.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CommandError {
+    #[error(transparent)]
+    Job(#[from] JobError),
+    #[error("command exited by itself with {0}")]
+    Exited(Outcome),
+}
+
+/// Runs `program args...` while leading.
+pub(crate) struct CommandPipeline {
+    program: OsString,
+    args: Vec<OsString>,
+    grace: Duration,
+    outcome: Arc<Mutex<Option<Outcome>>>,
+    running: RunningJob,
+}
+
+impl CommandPipeline {
+    /// The pipeline, and the cell where it records how the command ended.
+    /// `running` holds the job while it runs, for the killer.
+    pub(crate) fn new(
+        command: Vec<OsString>,
+        grace: Duration,
+        running: RunningJob,
+    ) -> Option<(Self, Arc<Mutex<Option<Outcome>>>)> {
+        let mut command = command.into_iter();
+        let program = command.next()?;
+        let outcome = Arc::new(Mutex::new(None));
+        let pipeline = CommandPipeline {
+            program,
+            args: command.collect(),
+            grace,
+            outcome: outcome.clone(),
+            running,
+        };
+        Some((pipeline, outcome))
+    }
+
+    fn record(&self, outcome: Outcome) {
+        *self.outcome.lock().unwrap_or_else(PoisonError::into_inner) = Some(outcome);
+    }
+}
+
+impl ServicePipeline for CommandPipeline {
+    type Error = CommandError;
+
+    async fn run(&self, ctx: ServiceContext) -> Result<(), CommandError> {
+        let env = [
+            ("VVM_HOST_KEY", ctx.key().as_str().to_owned()),
+            ("VVM_HOST_KEY_INDEX", ctx.key_index().to_string()),
+            ("VVM_HOST_FENCING_TOKEN", ctx.fencing_token().to_string()),
+        ];
+        let mut job = match Job::start(&self.program, &self.args, &env, &self.running).await {
+            Ok(job) => job,
+            Err(err) => {
+                if let JobError::Spawn { message, .. } = &err {
+                    let not_found = message.starts_with("not found");
+                    self.record(Outcome::NotStarted { not_found });
+                }
+                return Err(err.into());
+            }
+        };
+        tracing::info!(pid = %job.pid(), program = ?self.program, "command started");
+
+        tokio::select! {
+            ended = job.wait() => {
+                let (outcome, swept) = ended?;
+                self.record(outcome);
+                tracing::info!(%outcome, swept, "command exited by itself");
+                return if outcome.success() { Ok(()) } else { Err(CommandError::Exited(outcome)) };
+            }
+            () = ctx.shutdown_requested() => {}
+        }
+        tracing::info!(grace = ?self.grace, "stopping the command: SIGTERM");
+        job.terminate().map_err(JobError::from)?;
+        let (outcome, swept) = match tokio::time::timeout(self.grace, job.wait()).await {
+            Ok(ended) => ended?,
+            Err(_) => {
+                tracing::warn!(grace = ?self.grace, "the command outlived its grace period: SIGKILL");
+                job.kill().map_err(JobError::from)?;
+                job.wait().await?
+            }
+        };
+        self.record(outcome);
+        tracing::info!(%outcome, swept, "command stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,59 @@
+//! The elections killer of `vvm-host`: SIGKILL to the whole job (the
+//! command's process group and every descendant, through the guard), then
+//! exit with the "leadership lost" status.
+//!
+//! It runs when a lost leadership was not released in time: the store hangs
+//! (the renewal cannot even fail), the command outlived the killer deadline,
+//! or vvm-host itself is stuck. Exiting alone would be enough for the guard
+//! (its lifeline closes), but the killer does not exit before the job is
+//! gone, so the log says so.
+
+use std::time::Duration;
+
+use elections::{ArmEvent, Killer};
+use tokio::time::Instant;
+use ttl_storage::Key;
+
+use crate::job::RunningJob;
+
+/// How long the killer waits for the guard to confirm the job is gone.
+const CONFIRM_LIMIT: Duration = Duration::from_secs(2);
+
+/// Kills the running job, then exits the process with `exit_code`.
+#[derive(Debug)]
+pub(crate) struct HostKiller {
+    pub(crate) running: RunningJob,
+    pub(crate) exit_code: u8,
+}
+
+impl Killer for HostKiller {
+    fn armed(&self, event: &ArmEvent) {
+        // The guard keeps the same deadline, in case vvm-host cannot.
+        self.running
+            .deadline(event.deadline.map(tokio::time::Instant::into_std));
+    }
+
+    fn kill(&self, key: &Key, deadline: Instant) {
+        tracing::error!(
+            %key,
+            late_by = ?Instant::now().saturating_duration_since(deadline),
+            "killer deadline passed while the command may still run (the lease may expire soon)"
+        );
+        match self.running.get() {
+            Some(job) => {
+                if job.kill_now(CONFIRM_LIMIT) {
+                    tracing::error!(
+                        "killer: SIGKILL sent to the command's process group and its descendants; the job is gone"
+                    );
+                } else {
+                    tracing::error!(
+                        "killer: SIGKILL sent; the guard did not confirm within {CONFIRM_LIMIT:?} and finishes when vvm-host exits"
+                    );
+                }
+            }
+            None => tracing::error!("killer: no command running"),
+        }
+        tracing::error!(exit_code = self.exit_code, "killer: exiting");
+        std::process::exit(i32::from(self.exit_code));
+    }
+}

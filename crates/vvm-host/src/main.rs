@@ -1,0 +1,186 @@
+//! `vvm-host`: run a command only while this node leads, in the spirit of
+//! `consul lock` / `etcdctl lock`, so a cron job or a daemon runs on exactly
+//! one node of a cluster (or on `--cluster-size` nodes at most).
+//!
+//! ```text
+//! vvm-host [OPTIONS] -- COMMAND [ARGS...]
+//! ```
+//!
+//! It provides and launches a [`vvm_orch::Vvm`] whose service pipeline is
+//! COMMAND (or a demo service), waits for a shutdown signal or a VVM
+//! problem, then shuts the VVM down: the command is stopped (SIGTERM, then
+//! SIGKILL after the grace period, then every descendant left) before
+//! leadership is released. The command runs under a guard process
+//! ([`guard`]) that kills it whenever vvm-host ends, however it ends. See
+//! `--help` for the options and exit statuses.
+
+mod cli;
+mod command;
+mod demo;
+mod exit;
+mod fault;
+mod guard;
+mod job;
+mod killer;
+mod signals;
+mod storage_url;
+
+use std::{
+    io::IsTerminal,
+    process::ExitCode,
+    sync::{Arc, Mutex, PoisonError},
+    time::Instant,
+};
+
+use anyhow::Context;
+use clap::Parser;
+use elections::Killer;
+use tracing_subscriber::EnvFilter;
+use ttl_storage::DynTtlStorage;
+use vvm_orch::{ServicePipeline, Vvm, VvmConfig, VvmProblem};
+
+use crate::{
+    cli::Args,
+    command::CommandPipeline,
+    demo::DemoPipeline,
+    exit::ExitCodes,
+    fault::FaultyStorage,
+    job::{Outcome, RunningJob},
+    killer::HostKiller,
+    signals::ShutdownSignals,
+    storage_url::StorageUrl,
+};
+
+fn main() -> ExitCode {
+    let mut raw = std::env::args_os();
+    if raw.nth(1).is_some_and(|first| first == guard::GUARD_ARG) {
+        return guard::main(raw.collect());
+    }
+    let args = Args::parse();
+    let filter = match EnvFilter::try_new(&args.log) {
+        Ok(filter) => filter,
+        Err(err) => {
+            eprintln!("vvm-host: invalid --log filter {:?}: {err}", args.log);
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let (config, codes) = match args.vvm_config().and_then(|c| Ok((c, args.exit_codes()?))) {
+        Ok(valid) => valid,
+        Err(err) => {
+            eprintln!("vvm-host: {err}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("vvm-host: cannot start the async runtime: {err}");
+            return ExitCode::from(codes.error);
+        }
+    };
+    match runtime.block_on(run(args, config, codes)) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("vvm-host: error: {err:#}");
+            ExitCode::from(codes.error)
+        }
+    }
+}
+
+async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<u8> {
+    let url = match &args.storage {
+        Some(url) => url.clone(),
+        None => StorageUrl::default_url()?,
+    };
+    let storage = url
+        .open()
+        .await
+        .with_context(|| format!("cannot open storage {url}"))?;
+    let storage = FaultyStorage::wrap_if_requested(storage);
+    tracing::info!(storage = %url, address = %config.address, cluster_size = config.cluster_size, "vvm-host starting");
+    let running = RunningJob::default();
+    let killer = Arc::new(HostKiller {
+        running: running.clone(),
+        exit_code: codes.lost,
+    });
+    match CommandPipeline::new(args.command, args.grace_period, running) {
+        Some((pipeline, outcome)) => {
+            host(config, storage, pipeline, killer, codes, Some(outcome)).await
+        }
+        None => host(config, storage, DemoPipeline, killer, codes, None).await,
+    }
+}
+
+/// Launches the VVM, waits for a signal or a problem, shuts down, and maps
+/// the outcome to an exit status.
+async fn host<P: ServicePipeline>(
+    config: VvmConfig,
+    storage: DynTtlStorage,
+    pipeline: P,
+    killer: Arc<dyn Killer>,
+    codes: ExitCodes,
+    child: Option<Arc<Mutex<Option<Outcome>>>>,
+) -> anyhow::Result<u8> {
+    let mut signals = ShutdownSignals::new().context("cannot watch the shutdown signals")?;
+    let vvm = Vvm::provide(config, storage, pipeline)?.with_killer(killer);
+    tracing::info!(value = vvm.value(), "acquiring leadership");
+    let (vvm, problem) = vvm.launch();
+
+    let requested_by = tokio::select! {
+        () = problem.raised() => None,
+        signal = signals.recv() => Some(signal),
+    };
+    if let Some(signal) = requested_by {
+        tracing::info!(signal, "signal received; shutting down");
+    }
+    // Further signals during shutdown are only logged: the command still
+    // gets its grace period, and leadership is released after it stopped.
+    let watcher = tokio::spawn(async move {
+        loop {
+            let signal = signals.recv().await;
+            tracing::warn!(
+                signal,
+                "signal received while shutting down; the command still gets its grace period"
+            );
+        }
+    });
+    let started = Instant::now();
+    let result = vvm.shutdown().await;
+    watcher.abort();
+    tracing::info!(elapsed = ?started.elapsed(), "shut down; leadership released");
+
+    let child_outcome = child.and_then(|cell| *cell.lock().unwrap_or_else(PoisonError::into_inner));
+    Ok(match result {
+        Ok(()) => 0,
+        Err(VvmProblem::ServicesFinished | VvmProblem::Service(_)) if child_outcome.is_some() => {
+            let code = child_outcome.map_or(codes.error, Outcome::exit_code);
+            if let Some(meaning) = codes.collides_with(code) {
+                tracing::warn!(
+                    code,
+                    "the command exited with {code}, which is also vvm-host's status for \"{meaning}\"; the command's status is passed on"
+                );
+            }
+            code
+        }
+        Err(problem @ VvmProblem::LeadershipAcquisition { .. }) => {
+            tracing::error!(%problem, "giving up");
+            codes.no_leadership
+        }
+        Err(problem @ VvmProblem::LeadershipLost { .. }) => {
+            tracing::error!(%problem, "leadership lost; the command was stopped");
+            codes.lost
+        }
+        Err(problem) => {
+            tracing::error!(%problem, "failed");
+            codes.error
+        }
+    })
+}

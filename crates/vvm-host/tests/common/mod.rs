@@ -1,0 +1,150 @@
+//! Helpers shared by the end-to-end tests of the real `vvm-host` binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unreachable_pub)]
+
+use std::{
+    io::{BufRead, BufReader, Read},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use nix::{
+    errno::Errno,
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use storage_redb::RedbStorage;
+use ttl_storage::{Key, TtlStorage};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_vvm-host");
+/// Generous: CI machines are slow; nothing here waits this long when it works.
+pub const LIMIT: Duration = Duration::from_secs(60);
+
+pub fn vvm_host(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(["--address", "e2e", "--log", "info"])
+        .args(args)
+        // Through the environment, so a test's --storage flag overrides it.
+        .env("VVM_HOST_STORAGE", "mem")
+        .stdin(Stdio::null());
+    command
+}
+
+/// The record of key 1 in a redb file vvm-host has exited from.
+pub fn stored_key1(path: &std::path::Path) -> Option<Vec<u8>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let storage = RedbStorage::open(path).await.unwrap();
+        let record = storage
+            .get(&Key::new("vvm/leader/1").unwrap())
+            .await
+            .unwrap();
+        storage.close().await.unwrap();
+        record
+    })
+}
+
+pub fn wait_with_limit(child: &mut Child) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("vvm-host did not exit within {LIMIT:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Forwards every line of `reader` to a channel, and collects them all.
+pub fn lines(
+    reader: impl Read + Send + 'static,
+) -> (mpsc::Receiver<String>, thread::JoinHandle<String>) {
+    let (tx, rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(reader).lines() {
+            let line = line.unwrap();
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    (rx, handle)
+}
+
+pub fn wait_for_line(rx: &mpsc::Receiver<String>, what: &str) -> String {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("no line containing {what:?}: {e}"));
+        if line.contains(what) {
+            return line;
+        }
+    }
+}
+
+pub fn assert_gone(pid: i32) {
+    // vvm-host reaped its child; if anything still ran it would answer.
+    assert_eq!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH));
+}
+
+/// True while a process with this pid exists (a zombie counts).
+pub fn exists(pid: i32) -> bool {
+    kill(Pid::from_raw(pid), None).is_ok()
+}
+
+/// Waits until `pid` is gone; returns the wall-clock time it was first seen
+/// gone (polled every 5 ms). Panics after [`LIMIT`].
+pub fn wait_gone(pid: i32) -> std::time::SystemTime {
+    let started = Instant::now();
+    while exists(pid) {
+        assert!(started.elapsed() < LIMIT, "process {pid} still runs");
+        thread::sleep(Duration::from_millis(5));
+    }
+    std::time::SystemTime::now()
+}
+
+/// The number after `prefix` on the next line that starts with it.
+pub fn read_number(rx: &mpsc::Receiver<String>, prefix: &str) -> i32 {
+    let line = wait_for_line(rx, prefix);
+    line.trim()
+        .trim_start_matches(prefix)
+        .parse()
+        .unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+/// A job for `bash -c`: prints `pid=` (the command), starts a grandchild
+/// that leaves the process group and session with `setsid` and prints
+/// `gc=`, then prints `ready` and runs `rest`.
+pub fn job_with_escaping_grandchild(rest: &str) -> String {
+    format!("echo pid=$$; setsid sleep 1000 & echo gc=$!; echo ready; {rest}")
+}
+
+/// Sends `signal` to the child process.
+pub fn signal(child: &Child, signal: Signal) {
+    kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), signal).unwrap();
+}
+
+/// The wall-clock start of the last successful write that vvm-host's
+/// fault-injection hook saw (see `VVM_HOST_FAULT_FILE`).
+pub fn last_write(fault_file: &std::path::Path) -> std::time::SystemTime {
+    let mut path = fault_file.as_os_str().to_owned();
+    path.push(".last-write");
+    let nanos: u64 = std::fs::read_to_string(&path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::time::UNIX_EPOCH + Duration::from_nanos(nanos)
+}
