@@ -4,7 +4,7 @@
 //! is the production [`elections::ProcessKiller`] (wrapped to report its
 //! deadlines). On a problem (a loss, or no leadership within `15 d`) the
 //! process shuts the VVM down (services stop, then leadership is released)
-//! and launches a new one. Every step is an [`Event`](crate::event::Event)
+//! and launches a new one. Every step is an `Event` (`crate::event::Event`)
 //! line on stdout.
 
 use std::{
@@ -16,8 +16,7 @@ use std::{
 };
 
 use elections::{ArmEvent, ArmReason, Killer, ProcessKiller};
-use storage_dynamo::{DynamoConfig, DynamoStorage};
-use storage_scylla::{ScyllaConfig, ScyllaStorage};
+use storage_url::StorageUrl;
 use tokio::{sync::Mutex, time::Instant};
 use ttl_storage::{Key, TtlStorage};
 use vvm_orch::{ServiceContext, Vvm, VvmConfig, service_fn};
@@ -96,12 +95,9 @@ pub enum ContenderError {
     /// The election key is invalid.
     #[error(transparent)]
     Key(#[from] ttl_storage::ValidationError),
-    /// The `scylla://` URL is invalid.
-    #[error("bad scylla:// URL: {0}")]
-    ScyllaUrl(#[from] storage_scylla::ConfigError),
-    /// The `dynamodb://` URL is invalid.
-    #[error("bad dynamodb:// URL: {0}")]
-    DynamoUrl(#[from] storage_dynamo::ConfigError),
+    /// The storage URL is invalid.
+    #[error(transparent)]
+    Url(#[from] storage_url::UrlError),
     /// The VVM configuration is invalid.
     #[error("bad VVM configuration: {0}")]
     Vvm(#[from] vvm_orch::ConfigError),
@@ -119,31 +115,17 @@ pub async fn run(config: ContenderConfig) -> Result<(), ContenderError> {
     });
     let key = Key::new(config.key.clone())?;
     let retry = config.lease / 20;
-    if config.url.starts_with("dynamodb://") {
-        let dynamo = DynamoConfig::from_url(&config.url)?;
-        let storage = loop {
-            match DynamoStorage::connect(dynamo.clone()).await {
-                Ok(storage) => break storage,
-                Err(err) => {
-                    tracing::warn!(%err, "connecting the store failed; retrying");
-                    tokio::time::sleep(retry).await;
-                }
+    let url: StorageUrl = config.url.parse()?;
+    let storage = loop {
+        match url.open().await {
+            Ok(storage) => break storage,
+            Err(err) => {
+                tracing::warn!(%err, "connecting the store failed; retrying");
+                tokio::time::sleep(retry).await;
             }
-        };
-        contend(storage, &key, &config).await
-    } else {
-        let scylla = ScyllaConfig::from_url(&config.url)?;
-        let storage = loop {
-            match ScyllaStorage::connect(scylla.clone()).await {
-                Ok(storage) => break storage,
-                Err(err) => {
-                    tracing::warn!(%err, "connecting the store failed; retrying");
-                    tokio::time::sleep(retry).await;
-                }
-            }
-        };
-        contend(storage, &key, &config).await
-    }
+        }
+    };
+    contend(storage, &key, &config).await
 }
 
 /// The VVM loop over `storage`: provide, launch, wait for a problem (a

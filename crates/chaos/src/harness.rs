@@ -11,8 +11,7 @@ use std::{
 };
 
 use anyhow::Context;
-use storage_dynamo::{DynamoConfig, DynamoStorage};
-use storage_scylla::{ScyllaConfig, ScyllaStorage};
+use storage_url::StorageUrl;
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
     process::{Child, Command},
@@ -73,51 +72,20 @@ struct Slot {
     child: Option<(String, Child)>,
 }
 
-/// The URL with its database address replaced by `addr`: the host list of
-/// a `scylla://` URL, the `endpoint` of a `dynamodb://` URL.
+/// The URL with its database address replaced by `addr`: the contact
+/// point of a `scylla://` URL, the `endpoint` of a `dynamodb://` URL.
 fn proxied_url(url: &str, addr: SocketAddr) -> anyhow::Result<String> {
-    if let Some(rest) = url.strip_prefix("scylla://") {
-        let slash = rest.find('/').context("the URL names no keyspace")?;
-        return Ok(format!("scylla://{addr}{}", &rest[slash..]));
-    }
-    if url.starts_with("dynamodb://") {
-        let (before, endpoint, after) = dynamo_endpoint(url)?;
-        let scheme_end = endpoint.find("://").map_or(0, |i| i + 3);
-        return Ok(format!("{before}{}{addr}{after}", &endpoint[..scheme_end]));
-    }
-    anyhow::bail!("unsupported URL {url:?}: use scylla:// or dynamodb://")
-}
-
-/// Splits a `dynamodb://` URL around the value of its `endpoint` parameter.
-fn dynamo_endpoint(url: &str) -> anyhow::Result<(&str, &str, &str)> {
-    let start = url
-        .find("endpoint=")
-        .map(|i| i + "endpoint=".len())
-        .context("a dynamodb:// URL needs an endpoint=http://host:port parameter here")?;
-    let end = url[start..].find('&').map_or(url.len(), |i| start + i);
-    Ok((&url[..start], &url[start..end], &url[end..]))
+    let url: StorageUrl = url.parse()?;
+    // The password stays in: the contender connects with it.
+    Ok(url.with_endpoint(&addr.to_string())?.as_str().to_owned())
 }
 
 /// The database's address, from the URL.
 async fn upstream(url: &str) -> anyhow::Result<SocketAddr> {
-    let host = if url.starts_with("dynamodb://") {
-        let (_, endpoint, _) = dynamo_endpoint(url)?;
-        let rest = endpoint
-            .split_once("://")
-            .map_or(endpoint, |(_, rest)| rest);
-        rest.trim_end_matches('/').to_string()
-    } else {
-        let parsed = ScyllaConfig::from_url(url)?;
-        anyhow::ensure!(
-            parsed.contact_points().len() == 1,
-            "use one contact point: each contender reaches it through its own proxy"
-        );
-        parsed
-            .contact_points()
-            .first()
-            .context("the URL names no host")?
-            .clone()
-    };
+    let url: StorageUrl = url.parse()?;
+    let host = url.endpoint().with_context(|| {
+        format!("{url} must name one network address: each contender reaches it through its own proxy (and a dynamodb:// URL needs endpoint=http://host:port)")
+    })?;
     tokio::net::lookup_host(&host)
         .await?
         .next()
@@ -126,15 +94,7 @@ async fn upstream(url: &str) -> anyhow::Result<SocketAddr> {
 
 /// Creates the elections table (and keyspace) by connecting once.
 async fn create_store(url: &str) -> anyhow::Result<()> {
-    if url.starts_with("dynamodb://") {
-        DynamoStorage::connect(DynamoConfig::from_url(url)?)
-            .await
-            .context("connecting to DynamoDB")?;
-    } else {
-        ScyllaStorage::from_url(url)
-            .await
-            .context("connecting to the engine")?;
-    }
+    storage_url::open(url).await?;
     Ok(())
 }
 
@@ -439,22 +399,24 @@ mod tests {
     fn proxied_url_keeps_keyspace_and_options() {
         let addr: SocketAddr = "127.0.0.1:7000".parse().unwrap();
         assert_eq!(
-            proxied_url("scylla://10.0.0.1:9042/ks?create_schema=true", addr).unwrap(),
-            "scylla://127.0.0.1:7000/ks?create_schema=true"
-        );
-        assert_eq!(
             proxied_url(
-                "dynamodb://t?region=r&endpoint=http://127.0.0.1:8000&create_table=true",
+                "scylla://10.0.0.1:9042/ks?replication=simple:1&create_schema=true",
                 addr
             )
             .unwrap(),
-            "dynamodb://t?region=r&endpoint=http://127.0.0.1:7000&create_table=true"
+            "scylla://127.0.0.1:7000/ks?replication=simple:1&create_schema=true"
         );
-        assert_eq!(
-            proxied_url("dynamodb://t?endpoint=http://localhost:8000", addr).unwrap(),
-            "dynamodb://t?endpoint=http://127.0.0.1:7000"
-        );
-        assert!(proxied_url("dynamodb://t?region=r", addr).is_err());
+        for original in [
+            "dynamodb://tbl?region=r&endpoint=http://127.0.0.1:8000&create_table=true",
+            "dynamodb://tbl?region=r&endpoint=http://localhost:8000",
+        ] {
+            let proxied: StorageUrl = proxied_url(original, addr).unwrap().parse().unwrap();
+            assert_eq!(proxied.endpoint().as_deref(), Some("127.0.0.1:7000"));
+            let keeps =
+                original.contains("create_table") == proxied.as_str().contains("create_table=true");
+            assert!(keeps, "{proxied}");
+        }
+        assert!(proxied_url("dynamodb://tbl?region=r", addr).is_err());
         assert!(proxied_url("redis://x", addr).is_err());
         assert!(proxied_url("scylla://host", addr).is_err());
     }

@@ -3,45 +3,23 @@
 use std::{ffi::OsString, time::Duration};
 
 use clap::Parser;
+use storage_url::StorageUrl;
 use vvm_orch::{DEFAULT_KEY_PREFIX, MAX_CLUSTER_SIZE, VvmConfig};
 
-use crate::{
-    exit::{self, ExitCodes},
-    storage_url::StorageUrl,
-};
+use crate::exit::{self, ExitCodes};
 
 /// Run a command only while this node leads: one of `--cluster-size` keys
 /// in a shared storage is held for it, renewed, and released after the
 /// command has stopped.
 #[derive(Debug, Parser)]
 #[command(
+    after_help = after_help(),
     name = "vvm-host",
     version,
-    after_help = "\
-Without COMMAND, a demo service logs the key it leads once a second.
-
-The command starts once leadership is acquired, in its own process group,
-under a small guard process, with VVM_HOST_KEY, VVM_HOST_KEY_INDEX and
-VVM_HOST_FENCING_TOKEN set. SIGINT, SIGTERM, SIGHUP, SIGQUIT or a leadership
-loss stop it: SIGTERM to its process group, SIGKILL after the grace period,
-then SIGKILL to every descendant left (even those that called setsid);
-leadership is released only after that. If vvm-host dies in any other way
-(SIGKILL, the OOM killer), the guard kills the whole command at once. If the
-lease may run out first (the store hangs, or the command outlives its grace
-period after a loss), the killer SIGKILLs the whole command at 0.8 x the
-leadership duration after the last renewal, and vvm-host exits 123.
-
-Exit status: the command's own when it exits by itself (128+N if killed by
-signal N, 126/127 if it could not be started); 0 after a clean shutdown by
-signal; 2 on bad options; 123 leadership lost (--exit-code-lost); 124 no
-leadership acquired in time (--exit-code-no-leadership); 125 error of
-vvm-host itself, e.g. storage (--exit-code-error)."
 )]
 pub(crate) struct Args {
-    /// Storage URL: `mem` (this process only), `redb:///path/file.redb`, and
-    /// when built with the feature: `scylla://[user:pw@]host[,host]/keyspace`
-    /// (`--features scylla`), `dynamodb://TABLE?region=R` (`--features dynamodb`).
-    /// Default: a redb file under $XDG_DATA_HOME/vvm-host/ (~/.local/share).
+    /// Storage URL (see "Storage URLs" below). Default: a redb file under
+    /// $XDG_DATA_HOME/vvm-host/ (~/.local/share).
     #[arg(long, env = "VVM_HOST_STORAGE", value_name = "URL")]
     pub(crate) storage: Option<StorageUrl>,
 
@@ -97,6 +75,39 @@ pub(crate) struct Args {
     /// The command to run while leading, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
+}
+
+/// The text after the options in `--help`.
+fn after_help() -> String {
+    format!(
+        "\
+Without COMMAND, a demo service logs the key it leads once a second.
+
+Storage URLs built into this vvm-host (others need a cargo feature):
+{}
+
+The command starts once leadership is acquired, in its own process group,
+under a small guard process, with VVM_HOST_KEY, VVM_HOST_KEY_INDEX and
+VVM_HOST_FENCING_TOKEN set. SIGINT, SIGTERM, SIGHUP, SIGQUIT or a leadership
+loss stop it: SIGTERM to its process group, SIGKILL after the grace period,
+then SIGKILL to every descendant left (even those that called setsid);
+leadership is released only after that. If vvm-host dies in any other way
+(SIGKILL, the OOM killer), the guard kills the whole command at once. If the
+lease may run out first (the store hangs, or the command outlives its grace
+period after a loss), the killer SIGKILLs the whole command at 0.8 x the
+leadership duration after the last renewal, and vvm-host exits 123.
+
+Exit status: the command's own when it exits by itself (128+N if killed by
+signal N, 126/127 if it could not be started); 0 after a clean shutdown by
+signal; 2 on bad options; 123 leadership lost (--exit-code-lost); 124 no
+leadership acquired in time (--exit-code-no-leadership); 125 error of
+vvm-host itself, e.g. storage (--exit-code-error).",
+        storage_url::schemes_help()
+            .lines()
+            .map(|line| format!("  {line}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
 }
 
 /// Why the options do not make a VVM configuration.

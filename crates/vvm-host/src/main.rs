@@ -16,6 +16,7 @@
 
 mod cli;
 mod command;
+mod default_storage;
 mod demo;
 mod exit;
 mod fault;
@@ -23,7 +24,6 @@ mod guard;
 mod job;
 mod killer;
 mod signals;
-mod storage_url;
 
 use std::{
     io::IsTerminal,
@@ -48,7 +48,6 @@ use crate::{
     job::{Outcome, RunningJob},
     killer::HostKiller,
     signals::ShutdownSignals,
-    storage_url::StorageUrl,
 };
 
 fn main() -> ExitCode {
@@ -98,12 +97,9 @@ fn main() -> ExitCode {
 async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<u8> {
     let url = match &args.storage {
         Some(url) => url.clone(),
-        None => StorageUrl::default_url()?,
+        None => default_storage::default_url()?,
     };
-    let storage = url
-        .open()
-        .await
-        .with_context(|| format!("cannot open storage {url}"))?;
+    let storage = url.open().await?;
     let storage = FaultyStorage::wrap_if_requested(storage);
     tracing::info!(storage = %url, address = %config.address, cluster_size = config.cluster_size, "vvm-host starting");
     let running = RunningJob::default();

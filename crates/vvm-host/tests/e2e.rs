@@ -135,7 +135,7 @@ fn bad_options_are_refused_clearly() {
     let output = vvm_host(&["--storage", "nope://x"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("unknown storage"), "{stderr}");
+    assert!(stderr.contains("unknown storage scheme"), "{stderr}");
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! keeps an append-only log of the writes it accepted, in accept order, so
 //! a run can be checked independently of what the writers reported.
 //!
-//! - Cassandra / ScyllaDB ([`cassandra`]): a lightweight transaction.
-//! - DynamoDB ([`dynamo`]): a conditional `UpdateItem`.
+//! - Cassandra / ScyllaDB (`cassandra.rs`): a lightweight transaction.
+//! - DynamoDB (`dynamo.rs`): a conditional `UpdateItem`.
 
 mod cassandra;
 mod dynamo;

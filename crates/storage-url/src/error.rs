@@ -1,0 +1,67 @@
+//! The two errors: a URL that does not parse, a storage that does not open.
+
+/// A storage URL that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UrlError {
+    /// Nothing was given.
+    #[error("empty storage URL")]
+    Empty,
+    /// The scheme is not one of any driver.
+    #[error(
+        "unknown storage scheme in {url:?}; known: mem, redb://, scylla://, cassandra://, dynamodb://"
+    )]
+    Unknown {
+        /// The URL, password redacted.
+        url: String,
+    },
+    /// The scheme's driver is not compiled into this build.
+    #[error("storage {scheme}:// is not built in: enable the cargo feature `{feature}`")]
+    NotBuiltIn {
+        /// The scheme.
+        scheme: String,
+        /// The cargo feature that adds it.
+        feature: &'static str,
+    },
+    /// The driver refused the URL.
+    #[error("bad {scheme}:// URL {url}: {source}")]
+    Invalid {
+        /// The scheme.
+        scheme: String,
+        /// The URL, password redacted.
+        url: String,
+        /// The driver's reason.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The URL names no single network address to replace.
+    #[error("{url} names no single network address")]
+    NoEndpoint {
+        /// The URL, password redacted.
+        url: String,
+    },
+}
+
+/// A storage that cannot be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The URL itself is unusable.
+    #[error("{source}")]
+    Url {
+        /// The URL, password redacted.
+        url: String,
+        /// Why.
+        #[source]
+        source: UrlError,
+    },
+    /// The driver could not open or connect.
+    #[error("cannot open storage {url}: {source}")]
+    Connect {
+        /// The URL, password redacted.
+        url: String,
+        /// The driver's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}

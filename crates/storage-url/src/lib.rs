@@ -1,0 +1,216 @@
+//! # storage-url
+//!
+//! Open any [`ttl_storage::TtlStorage`] driver from a URL, like
+//! `object_store::parse_url` or sqlx's `Any` driver: programs (`vvm-host`,
+//! the chaos harness, examples) take one `--storage URL` and never match on
+//! schemes themselves.
+//!
+//! | scheme | driver | cargo feature |
+//! |---|---|---|
+//! | `mem` | `storage-mem`: this process only | always |
+//! | `redb:///path/file.redb` | `storage-redb`: an embedded file | `redb` (default) |
+//! | `scylla://[user:pw@]host[:port][,host...]/keyspace[?...]`, `cassandra://` | `storage-scylla` | `scylla` |
+//! | `dynamodb://TABLE?region=R[&endpoint=URL...]` | `storage-dynamo` | `dynamodb` |
+//!
+//! A URL is checked when parsed ([`StorageUrl::from_str`](std::str::FromStr)),
+//! so a bad one is a usage error before anything connects; a scheme whose
+//! driver is not compiled in says which feature to enable. Shown URLs
+//! ([`Display`](std::fmt::Display), errors) never include a password.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use ttl_storage::{Key, Ttl};
+//!
+//! let storage = storage_url::open("mem").await?;
+//! let key = Key::new("leader")?;
+//! assert!(storage.insert_if_not_exists(&key, b"node-1", Ttl::from_secs(20)?).await?);
+//!
+//! let err = "nope://x".parse::<storage_url::StorageUrl>().unwrap_err();
+//! assert!(err.to_string().contains("unknown storage scheme"));
+//! println!("{}", storage_url::schemes_help());
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod parse;
+mod redact;
+
+use std::{fmt, path::PathBuf, sync::Arc};
+
+use ttl_storage::DynTtlStorage;
+
+pub use error::{OpenError, UrlError};
+
+/// A parsed, validated storage URL. Two URLs are equal when they select
+/// the same storage (`redb:///a%20b` and `redb:///a b` are).
+#[derive(Clone, Eq)]
+pub struct StorageUrl {
+    kind: Kind,
+    /// The URL as given (may hold a password: never shown).
+    raw: String,
+}
+
+/// The driver a URL selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    Mem,
+    #[cfg(feature = "redb")]
+    Redb(PathBuf),
+    #[cfg(feature = "scylla")]
+    Scylla,
+    #[cfg(feature = "dynamodb")]
+    Dynamo,
+}
+
+/// Opens the storage `url` names: parses, validates, connects.
+///
+/// # Errors
+///
+/// [`OpenError`], naming the URL (password redacted) and why.
+pub async fn open(url: &str) -> Result<DynTtlStorage, OpenError> {
+    let parsed: StorageUrl = url.parse().map_err(|source| OpenError::Url {
+        url: redact::redact(url),
+        source,
+    })?;
+    parsed.open().await
+}
+
+/// One line per scheme compiled into this build, for `--help` texts.
+pub fn schemes_help() -> String {
+    let mut lines = vec!["mem (this process only)".to_owned()];
+    #[cfg(feature = "redb")]
+    lines.push("redb:///path/file.redb (an embedded file)".to_owned());
+    #[cfg(feature = "scylla")]
+    lines.push(
+        "scylla://[user:password@]host[:port][,host...]/keyspace[?options] (Cassandra, ScyllaDB; also cassandra://)"
+            .to_owned(),
+    );
+    #[cfg(feature = "dynamodb")]
+    lines.push("dynamodb://TABLE?region=R[&endpoint=URL] (DynamoDB)".to_owned());
+    lines.join("\n")
+}
+
+impl StorageUrl {
+    /// The `mem` URL.
+    pub fn mem() -> StorageUrl {
+        StorageUrl {
+            kind: Kind::Mem,
+            raw: "mem".to_owned(),
+        }
+    }
+
+    /// A `redb://` URL for a file path.
+    #[cfg(feature = "redb")]
+    pub fn redb(path: impl Into<PathBuf>) -> StorageUrl {
+        let path = path.into();
+        StorageUrl {
+            raw: format!("redb://{}", path.display()),
+            kind: Kind::Redb(path),
+        }
+    }
+
+    /// The URL as given, password included: pass it on, never log it (its
+    /// [`Display`](fmt::Display) form hides the password).
+    pub fn as_str(&self) -> &str {
+        &self.raw
+    }
+
+    /// The scheme (`mem`, `redb`, `scylla`, `cassandra`, `dynamodb`).
+    pub fn scheme(&self) -> &str {
+        self.raw
+            .split_once("://")
+            .map_or("mem", |(scheme, _)| scheme)
+    }
+
+    /// The network address (`host:port`) of the engine, for a URL that
+    /// names exactly one (a proxy or a firewall rule can then sit in front).
+    /// `None` for embedded drivers and for several contact points.
+    pub fn endpoint(&self) -> Option<String> {
+        parse::endpoint(&self.kind, &self.raw)
+    }
+
+    /// The same URL with its one network address replaced by `addr`
+    /// (`host:port`): the chaos harness routes each contender through its
+    /// own fault proxy this way.
+    ///
+    /// # Errors
+    ///
+    /// [`UrlError::NoEndpoint`] for embedded drivers or several contact
+    /// points; a driver's own error if the result does not validate.
+    pub fn with_endpoint(&self, addr: &str) -> Result<StorageUrl, UrlError> {
+        parse::with_endpoint(&self.kind, &self.raw, addr)?.parse()
+    }
+
+    /// Connects to (or opens) the storage.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::Connect`] naming the URL (password redacted) and why.
+    pub async fn open(&self) -> Result<DynTtlStorage, OpenError> {
+        let connect = |source: Box<dyn std::error::Error + Send + Sync>| OpenError::Connect {
+            url: self.to_string(),
+            source,
+        };
+        match &self.kind {
+            Kind::Mem => Ok(Arc::new(storage_mem::MemStorage::new())),
+            #[cfg(feature = "redb")]
+            Kind::Redb(path) => match storage_redb::RedbStorage::open(path).await {
+                Ok(storage) => Ok(Arc::new(storage)),
+                Err(err) => Err(connect(Box::new(err))),
+            },
+            #[cfg(feature = "scylla")]
+            Kind::Scylla => match storage_scylla::ScyllaStorage::from_url(&self.raw).await {
+                Ok(storage) => Ok(Arc::new(storage)),
+                Err(err) => Err(connect(Box::new(err))),
+            },
+            #[cfg(feature = "dynamodb")]
+            Kind::Dynamo => {
+                let config = storage_dynamo::DynamoConfig::from_url(&self.raw)
+                    .map_err(|err| connect(Box::new(err)))?;
+                match storage_dynamo::DynamoStorage::connect(config).await {
+                    Ok(storage) => Ok(Arc::new(storage)),
+                    Err(err) => Err(connect(Box::new(err))),
+                }
+            }
+        }
+    }
+}
+
+impl PartialEq for StorageUrl {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.kind, &other.kind) {
+            (Kind::Mem, Kind::Mem) => true,
+            #[cfg(feature = "redb")]
+            (Kind::Redb(a), Kind::Redb(b)) => a == b,
+            (a, b) => a == b && self.raw == other.raw,
+        }
+    }
+}
+
+impl std::str::FromStr for StorageUrl {
+    type Err = UrlError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let raw = s.trim();
+        let kind = parse::kind(raw)?;
+        Ok(StorageUrl {
+            kind,
+            raw: raw.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for StorageUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact::redact(&self.raw))
+    }
+}
+
+impl fmt::Debug for StorageUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("StorageUrl")
+            .field(&self.to_string())
+            .finish()
+    }
+}

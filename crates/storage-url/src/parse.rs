@@ -1,0 +1,228 @@
+//! The one place that matches on storage URL schemes.
+
+#[cfg(feature = "redb")]
+use std::path::PathBuf;
+
+use crate::{Kind, UrlError, redact::redact};
+
+/// The driver `raw` selects, after the driver has validated it.
+pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
+    if raw.is_empty() {
+        return Err(UrlError::Empty);
+    }
+    if raw == "mem" || raw == "mem://" {
+        return Ok(Kind::Mem);
+    }
+    let Some((scheme, _)) = raw.split_once("://") else {
+        return Err(UrlError::Unknown { url: redact(raw) });
+    };
+    let invalid = |source: Box<dyn std::error::Error + Send + Sync>| UrlError::Invalid {
+        scheme: scheme.to_owned(),
+        url: redact(raw),
+        source,
+    };
+    match scheme {
+        #[cfg(feature = "redb")]
+        "redb" => redb_path(raw)
+            .map(Kind::Redb)
+            .map_err(|e| invalid(e.into())),
+        #[cfg(feature = "scylla")]
+        "scylla" | "cassandra" => match storage_scylla::ScyllaConfig::from_url(raw) {
+            Ok(_) => Ok(Kind::Scylla),
+            Err(err) => Err(invalid(Box::new(err))),
+        },
+        #[cfg(feature = "dynamodb")]
+        "dynamodb" => match storage_dynamo::DynamoConfig::from_url(raw) {
+            Ok(_) => Ok(Kind::Dynamo),
+            Err(err) => Err(invalid(Box::new(err))),
+        },
+        #[cfg(not(feature = "redb"))]
+        "redb" => not_built_in(scheme, "redb"),
+        #[cfg(not(feature = "scylla"))]
+        "scylla" | "cassandra" => not_built_in(scheme, "scylla"),
+        #[cfg(not(feature = "dynamodb"))]
+        "dynamodb" => not_built_in(scheme, "dynamodb"),
+        _ => Err(UrlError::Unknown { url: redact(raw) }),
+    }
+}
+
+#[allow(dead_code)] // unused when every driver is compiled in
+fn not_built_in(scheme: &str, feature: &'static str) -> Result<Kind, UrlError> {
+    Err(UrlError::NotBuiltIn {
+        scheme: scheme.to_owned(),
+        feature,
+    })
+}
+
+/// `redb:///absolute/path` or `redb://relative/path`, percent-decoded.
+#[cfg(feature = "redb")]
+fn redb_path(raw: &str) -> Result<PathBuf, String> {
+    let rest = raw.strip_prefix("redb://").unwrap_or(raw);
+    if rest.is_empty() {
+        return Err("no file path (expected redb:///path/to/file.redb)".to_owned());
+    }
+    if rest.contains(['?', '#']) {
+        return Err("a redb:// URL takes no query or fragment".to_owned());
+    }
+    let decoded = percent_encoding::percent_decode_str(rest)
+        .decode_utf8()
+        .map_err(|err| format!("the path is not UTF-8 once decoded: {err}"))?;
+    Ok(PathBuf::from(decoded.into_owned()))
+}
+
+/// The one network address of a URL, if it names exactly one.
+pub(crate) fn endpoint(kind: &Kind, raw: &str) -> Option<String> {
+    match kind {
+        #[cfg(feature = "scylla")]
+        Kind::Scylla => {
+            let config = storage_scylla::ScyllaConfig::from_url(raw).ok()?;
+            match config.contact_points() {
+                [one] => Some(one.clone()),
+                _ => None,
+            }
+        }
+        #[cfg(feature = "dynamodb")]
+        Kind::Dynamo => {
+            let url = url::Url::parse(raw).ok()?;
+            let endpoint = url
+                .query_pairs()
+                .find(|(name, _)| name == "endpoint")
+                .map(|(_, value)| value.into_owned())?;
+            let endpoint = url::Url::parse(&endpoint).ok()?;
+            Some(format!(
+                "{}:{}",
+                endpoint.host_str()?,
+                endpoint.port_or_known_default()?
+            ))
+        }
+        _ => {
+            let _ = raw;
+            None
+        }
+    }
+}
+
+/// `raw` with its one network address replaced by `addr`.
+pub(crate) fn with_endpoint(kind: &Kind, raw: &str, addr: &str) -> Result<String, UrlError> {
+    let no_endpoint = || UrlError::NoEndpoint { url: redact(raw) };
+    if endpoint(kind, raw).is_none() {
+        return Err(no_endpoint());
+    }
+    match kind {
+        #[cfg(feature = "scylla")]
+        Kind::Scylla => {
+            // scheme://[userinfo@]host[:port]/keyspace?...: replace the host.
+            let (scheme, rest) = raw.split_once("://").ok_or_else(no_endpoint)?;
+            let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+            let (authority, tail) = rest.split_at(authority_end);
+            let userinfo = authority
+                .rsplit_once('@')
+                .map(|(userinfo, _)| format!("{userinfo}@"))
+                .unwrap_or_default();
+            Ok(format!("{scheme}://{userinfo}{addr}{tail}"))
+        }
+        #[cfg(feature = "dynamodb")]
+        Kind::Dynamo => {
+            let mut url = url::Url::parse(raw).map_err(|_| no_endpoint())?;
+            let pairs: Vec<(String, String)> = url
+                .query_pairs()
+                .map(|(name, value)| {
+                    if name == "endpoint" {
+                        let scheme = value.split_once("://").map_or("http", |(s, _)| s);
+                        (name.into_owned(), format!("{scheme}://{addr}"))
+                    } else {
+                        (name.into_owned(), value.into_owned())
+                    }
+                })
+                .collect();
+            url.query_pairs_mut().clear().extend_pairs(pairs);
+            Ok(url.to_string())
+        }
+        _ => {
+            let _ = addr;
+            Err(no_endpoint())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use crate::{StorageUrl, UrlError};
+
+    #[test]
+    fn embedded_urls() {
+        assert_eq!("mem".parse::<StorageUrl>().unwrap(), StorageUrl::mem());
+        assert!(matches!("".parse::<StorageUrl>(), Err(UrlError::Empty)));
+        assert!(matches!(
+            "postgres://x/y".parse::<StorageUrl>(),
+            Err(UrlError::Unknown { .. })
+        ));
+        assert!(matches!(
+            "just-words".parse::<StorageUrl>(),
+            Err(UrlError::Unknown { .. })
+        ));
+        assert_eq!("mem".parse::<StorageUrl>().unwrap().endpoint(), None);
+    }
+
+    #[cfg(feature = "redb")]
+    #[test]
+    fn redb_urls() {
+        let url: StorageUrl = "redb:///var/lib/x%20y.redb".parse().unwrap();
+        assert_eq!(url, StorageUrl::redb("/var/lib/x y.redb"));
+        assert_eq!(url.scheme(), "redb");
+        let relative: StorageUrl = "redb://data/x.redb".parse().unwrap();
+        assert_eq!(relative, StorageUrl::redb("data/x.redb"));
+        assert!(matches!(
+            "redb://".parse::<StorageUrl>(),
+            Err(UrlError::Invalid { .. })
+        ));
+        assert!(matches!(
+            url.with_endpoint("127.0.0.1:1"),
+            Err(UrlError::NoEndpoint { .. })
+        ));
+        let shown = StorageUrl::redb("/a/b.redb");
+        assert_eq!(shown.to_string().parse::<StorageUrl>().unwrap(), shown);
+    }
+
+    #[cfg(not(feature = "scylla"))]
+    #[test]
+    fn drivers_not_built_in_say_which_feature() {
+        let err = "scylla://10.0.0.1/ks".parse::<StorageUrl>().unwrap_err();
+        assert!(err.to_string().contains("`scylla`"), "{err}");
+    }
+
+    #[cfg(feature = "scylla")]
+    #[test]
+    fn scylla_urls() {
+        let url: StorageUrl = "scylla://app:pw@10.0.0.1:9042/leases".parse().unwrap();
+        assert_eq!(url.to_string(), "scylla://app:***@10.0.0.1:9042/leases");
+        assert_eq!(url.endpoint().as_deref(), Some("10.0.0.1:9042"));
+        let proxied = url.with_endpoint("127.0.0.1:7000").unwrap();
+        assert_eq!(proxied.endpoint().as_deref(), Some("127.0.0.1:7000"));
+        assert_eq!(
+            proxied.to_string(),
+            "scylla://app:***@127.0.0.1:7000/leases"
+        );
+        let two: StorageUrl = "cassandra://a:9042,b:9042/k".parse().unwrap();
+        assert_eq!(two.endpoint(), None);
+        let err = "scylla://10.0.0.1/k?bogus=1"
+            .parse::<StorageUrl>()
+            .unwrap_err();
+        assert!(matches!(err, UrlError::Invalid { .. }), "{err}");
+    }
+
+    #[cfg(feature = "dynamodb")]
+    #[test]
+    fn dynamodb_urls() {
+        let url: StorageUrl = "dynamodb://leases?region=eu-west-1&endpoint=http://127.0.0.1:8000"
+            .parse()
+            .unwrap();
+        assert_eq!(url.endpoint().as_deref(), Some("127.0.0.1:8000"));
+        let proxied = url.with_endpoint("127.0.0.1:9").unwrap();
+        assert_eq!(proxied.endpoint().as_deref(), Some("127.0.0.1:9"));
+        let no_endpoint: StorageUrl = "dynamodb://leases?region=eu-west-1".parse().unwrap();
+        assert!(no_endpoint.with_endpoint("127.0.0.1:9").is_err());
+    }
+}
