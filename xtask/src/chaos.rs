@@ -46,18 +46,18 @@ fn store_url(engine: &str, value: &str) -> String {
     }
 }
 
-/// Seconds from `90`, `90s` or `3m`.
+/// Whole seconds from `90`, `90s`, `3m` or `1m 30s` (`humantime`).
 fn parse_duration(text: &str) -> Result<u64, String> {
-    let (number, unit) = match text.strip_suffix('m') {
-        Some(n) => (n, 60),
-        None => (text.strip_suffix('s').unwrap_or(text), 1),
+    let seconds = match text.trim().parse::<u64>() {
+        Ok(seconds) => seconds,
+        Err(_) => humantime::parse_duration(text)
+            .map_err(|err| format!("{text:?} is not a duration like 120s or 3m: {err}"))?
+            .as_secs(),
     };
-    number
-        .parse::<u64>()
-        .ok()
-        .filter(|n| *n > 0)
-        .map(|n| n * unit)
-        .ok_or_else(|| format!("{text:?} is not a duration like 120s or 3m"))
+    if seconds == 0 {
+        return Err(format!("{text:?}: the duration must be at least 1 s"));
+    }
+    Ok(seconds)
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {

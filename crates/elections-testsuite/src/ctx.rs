@@ -1,10 +1,6 @@
 //! The context every case receives.
 
-use std::{
-    hash::{BuildHasher, Hasher},
-    sync::Arc,
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use elections::{Elections, RecordingKiller};
 use ttl_storage::{DynTtlStorage, Key, Ttl};
@@ -33,9 +29,7 @@ impl Ctx {
     /// A context for one case; keys get a random prefix so cases and
     /// repeated runs against one server never collide.
     pub fn new(mode: Mode, storage: DynTtlStorage, case: &str) -> Self {
-        let random = std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish();
+        let random: u64 = rand::random();
         Ctx {
             mode,
             storage,

@@ -3,7 +3,6 @@
 use std::{
     collections::HashMap,
     fmt,
-    hash::{BuildHasher, Hasher},
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicU32, Ordering},
@@ -443,15 +442,9 @@ impl ElectionsBuilder {
     }
 }
 
-/// 64 random bits from the standard library's per-process random keys,
-/// mixed with the process id and the time.
+/// 64 bits from the operating system's random source (through `rand`).
 fn random_instance_id() -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        hasher.write_u128(now.as_nanos());
-    }
-    hasher.finish()
+    rand::random()
 }
 
 impl fmt::Debug for Elections {

