@@ -1,8 +1,8 @@
 //! Configuration: from a `dynamodb://` URL or a builder, validated up front.
 
-use std::{fmt, str::FromStr, time::Duration};
+use std::{fmt, time::Duration};
 
-use url::Url;
+use crate::ConfigError;
 
 /// Default connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -10,57 +10,6 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default number of attempts for errors that certainly were not applied.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
-
-/// A configuration that failed validation.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The text is not a URL at all.
-    #[error("not a URL: {0}")]
-    NotAUrl(String),
-    /// The URL's scheme is not `dynamodb`.
-    #[error("URL scheme is {0:?}; expected \"dynamodb\"")]
-    WrongScheme(String),
-    /// The table name breaks DynamoDB's rules (3..=255 of `[A-Za-z0-9_.-]`).
-    #[error("invalid table name {0:?}: use 3 to 255 characters of A-Z a-z 0-9 _ - .")]
-    InvalidTable(String),
-    /// The region is empty or has characters no region has.
-    #[error("invalid region {0:?}")]
-    InvalidRegion(String),
-    /// The endpoint is not an `http://` or `https://` URL with a host.
-    #[error("invalid endpoint {0:?}: expected http(s)://host[:port]")]
-    InvalidEndpoint(String),
-    /// A query parameter the URL form does not know.
-    #[error("unknown URL parameter {0:?}")]
-    UnknownParameter(String),
-    /// A query parameter given twice.
-    #[error("URL parameter {0:?} given more than once")]
-    DuplicateParameter(String),
-    /// A query parameter whose value does not parse.
-    #[error("URL parameter {name:?} has invalid value {value:?}: {expected}")]
-    InvalidParameter {
-        /// Parameter name.
-        name: String,
-        /// The rejected value.
-        value: String,
-        /// What was expected.
-        expected: &'static str,
-    },
-    /// A timeout of zero or over ten minutes.
-    #[error("{name} must be between 1 ms and 10 min, got {value:?}")]
-    InvalidTimeout {
-        /// Which timeout.
-        name: &'static str,
-        /// The rejected value.
-        value: Duration,
-    },
-    /// `max_attempts` of zero or over ten.
-    #[error("max_attempts must be 1..=10, got {0}")]
-    InvalidMaxAttempts(u32),
-    /// Explicit credentials with an empty access key id or secret.
-    #[error("explicit credentials need a non-empty access key id and secret access key")]
-    InvalidCredentials,
-}
 
 /// Explicit static credentials (instead of the default AWS chain).
 #[derive(Clone, PartialEq, Eq)]
@@ -162,55 +111,6 @@ impl DynamoConfig {
         }
     }
 
-    /// Parses `dynamodb://TABLE?region=R&endpoint=URL&create_table=BOOL&connect_timeout_ms=N&request_timeout_ms=N&max_attempts=N&expiry=wall_clock|observed_lease`.
-    ///
-    /// Every parameter is optional. Credentials cannot be given in the URL
-    /// (URLs end up in logs); they come from the AWS chain or the builder.
-    pub fn from_url(text: &str) -> Result<Self, ConfigError> {
-        let url = Url::parse(text).map_err(|e| ConfigError::NotAUrl(e.to_string()))?;
-        if url.scheme() != "dynamodb" {
-            return Err(ConfigError::WrongScheme(url.scheme().to_string()));
-        }
-        let table = url.host_str().unwrap_or_default();
-        let mut builder = DynamoConfig::builder(table);
-        let mut seen: Vec<String> = Vec::new();
-        for (name, value) in url.query_pairs() {
-            if seen.iter().any(|s| *s == name) {
-                return Err(ConfigError::DuplicateParameter(name.into_owned()));
-            }
-            seen.push(name.to_string());
-            let value = value.into_owned();
-            builder = match &*name {
-                "region" => builder.region(value),
-                "endpoint" => builder.endpoint(value),
-                "create_table" => builder.create_table(parse_bool(&name, &value)?),
-                "connect_timeout_ms" => {
-                    builder.connect_timeout(Duration::from_millis(parse_u64(&name, &value)?))
-                }
-                "request_timeout_ms" => {
-                    builder.request_timeout(Duration::from_millis(parse_u64(&name, &value)?))
-                }
-                "expiry" => builder.expiry_mode(match value.as_str() {
-                    "wall_clock" => ExpiryMode::WallClock,
-                    "observed_lease" => ExpiryMode::ObservedLease,
-                    _ => {
-                        return Err(ConfigError::InvalidParameter {
-                            name: name.into_owned(),
-                            value,
-                            expected: "wall_clock or observed_lease",
-                        });
-                    }
-                }),
-                "max_attempts" => {
-                    let n = parse_u64(&name, &value)?;
-                    builder.max_attempts(u32::try_from(n).unwrap_or(u32::MAX))
-                }
-                other => return Err(ConfigError::UnknownParameter(other.to_string())),
-            };
-        }
-        builder.build()
-    }
-
     /// The table name.
     pub fn table(&self) -> &str {
         &self.table
@@ -271,7 +171,7 @@ impl DynamoConfig {
             }
         }
         if let Some(endpoint) = &self.endpoint {
-            let ok = Url::parse(endpoint).is_ok_and(|u| {
+            let ok = url::Url::parse(endpoint).is_ok_and(|u| {
                 matches!(u.scheme(), "http" | "https")
                     && u.host_str().is_some_and(|h| !h.is_empty())
                     && u.query().is_none()
@@ -299,33 +199,6 @@ impl DynamoConfig {
         }
         Ok(())
     }
-}
-
-impl FromStr for DynamoConfig {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        DynamoConfig::from_url(s)
-    }
-}
-
-fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
-    match value {
-        "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        _ => Err(ConfigError::InvalidParameter {
-            name: name.to_string(),
-            value: value.to_string(),
-            expected: "true or false",
-        }),
-    }
-}
-
-fn parse_u64(name: &str, value: &str) -> Result<u64, ConfigError> {
-    value.parse().map_err(|_| ConfigError::InvalidParameter {
-        name: name.to_string(),
-        value: value.to_string(),
-        expected: "a non-negative integer",
-    })
 }
 
 /// Builds a [`DynamoConfig`]; [`DynamoConfigBuilder::build`] validates it.

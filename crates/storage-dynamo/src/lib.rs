@@ -119,17 +119,20 @@
 //! the `sso` feature). DynamoDB Local accepts any credentials, but its access
 //! key id must be alphanumeric.
 
+mod classify;
 mod config;
-mod errors;
+mod error;
 mod item;
 mod observed;
 mod storage;
 mod table;
+mod url;
 mod wall_clock;
 
 pub use config::{
-    ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_REQUEST_TIMEOUT,
-    DynamoConfig, DynamoConfigBuilder, ExpiryMode, StaticCredentials,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_REQUEST_TIMEOUT, DynamoConfig,
+    DynamoConfigBuilder, ExpiryMode, StaticCredentials,
 };
+pub use error::ConfigError;
 pub use storage::DynamoStorage;
 pub use table::ConnectError;

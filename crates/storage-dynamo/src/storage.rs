@@ -10,7 +10,7 @@ use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage, check_value};
 
 use crate::{
     ConnectError, DynamoConfig, ExpiryMode,
-    errors::{Op, to_storage},
+    classify::{Op, to_storage},
     item::KEY,
     observed::Observations,
     table,

@@ -13,7 +13,7 @@ use ttl_storage::StorageError;
 
 use crate::{
     ConfigError,
-    errors::{Op, to_storage},
+    classify::{Op, to_storage},
     item::{KEY, REAPER_TTL},
 };
 

@@ -102,14 +102,17 @@
 
 mod classify;
 mod config;
+mod consistency;
+mod error;
 mod schema;
 mod storage;
 mod tls;
 mod url;
 
 pub use config::{
-    ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TABLE,
-    Replication, ScyllaConfig, ScyllaConfigBuilder, SerialConsistency, TlsSettings,
-    WriteConsistency,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TABLE, ScyllaConfig,
+    ScyllaConfigBuilder, TlsSettings,
 };
+pub use consistency::{Replication, SerialConsistency, WriteConsistency};
+pub use error::ConfigError;
 pub use storage::ScyllaStorage;

@@ -2,7 +2,7 @@
 
 use std::{collections::HashSet, time::Duration};
 
-use crate::config::{ConfigError, ScyllaConfig};
+use crate::{ConfigError, config::ScyllaConfig};
 
 impl ScyllaConfig {
     /// Parses a URL:
@@ -152,7 +152,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{Replication, SerialConsistency, WriteConsistency};
+    use crate::{Replication, SerialConsistency, WriteConsistency};
 
     #[test]
     fn full_url() {
