@@ -100,7 +100,7 @@ async fn try_advance(
     }
 }
 
-fn parse(counter: &Key, bytes: &[u8]) -> Result<u64, StorageError> {
+pub(crate) fn parse(counter: &Key, bytes: &[u8]) -> Result<u64, StorageError> {
     std::str::from_utf8(bytes)
         .ok()
         .and_then(|s| s.parse::<u64>().ok())

@@ -78,6 +78,7 @@
 mod elections;
 mod error;
 pub mod fencing;
+mod inspect;
 pub mod killer;
 mod leadership;
 pub mod record;
@@ -86,6 +87,7 @@ mod timing;
 
 pub use crate::elections::{Elections, ElectionsBuilder};
 pub use error::ElectionsError;
+pub use inspect::{KeyStatus, inspect};
 pub use killer::{ArmEvent, ArmReason, Kill, Killer, ProcessKiller, RecordingKiller};
 pub use leadership::{EndReason, Leadership, LossCause};
 pub use timing::{RENEWAL_ATTEMPTS, Timing};

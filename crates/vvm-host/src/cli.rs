@@ -18,27 +18,13 @@ use crate::exit::{self, ExitCodes};
     version,
 )]
 pub(crate) struct Args {
-    /// Storage URL (see "Storage URLs" below). Default: a redb file under
-    /// $XDG_DATA_HOME/vvm-host/ (~/.local/share).
-    #[arg(long, env = "VVM_HOST_STORAGE", value_name = "URL")]
-    pub(crate) storage: Option<StorageUrl>,
-
-    /// Number of nodes that may lead at once (keys 1..=N are tried in turn).
-    #[arg(
-        long,
-        env = "VVM_HOST_CLUSTER_SIZE",
-        default_value_t = 1,
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CLUSTER_SIZE)),
-    )]
-    pub(crate) cluster_size: u32,
+    /// Where the leadership records live, and which keys.
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
 
     /// This node's address, written to the leadership record (default: the host name).
     #[arg(long, env = "VVM_HOST_ADDRESS")]
     pub(crate) address: Option<String>,
-
-    /// Prefix of the leadership keys; use one per job sharing a storage.
-    #[arg(long, env = "VVM_HOST_KEY_PREFIX", default_value = DEFAULT_KEY_PREFIX)]
-    pub(crate) key_prefix: String,
 
     /// Lease length (whole seconds): a crashed leader is replaced after at most this.
     #[arg(long, env = "VVM_HOST_LEADERSHIP_DURATION", default_value = "20s", value_parser = parse_duration)]
@@ -77,11 +63,44 @@ pub(crate) struct Args {
     pub(crate) command: Vec<OsString>,
 }
 
+/// The options `vvm-host` and `vvm-host status` share: the storage and the keys.
+#[derive(Debug, clap::Args)]
+pub(crate) struct StoreArgs {
+    /// Storage URL (see "Storage URLs" below). Default: a redb file under
+    /// $XDG_DATA_HOME/vvm-host/ (~/.local/share).
+    #[arg(long, env = "VVM_HOST_STORAGE", value_name = "URL")]
+    pub(crate) storage: Option<StorageUrl>,
+
+    /// Number of nodes that may lead at once (keys 1..=N are tried in turn).
+    #[arg(
+        long,
+        env = "VVM_HOST_CLUSTER_SIZE",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CLUSTER_SIZE)),
+    )]
+    pub(crate) cluster_size: u32,
+
+    /// Prefix of the leadership keys; use one per job sharing a storage.
+    #[arg(long, env = "VVM_HOST_KEY_PREFIX", default_value = DEFAULT_KEY_PREFIX)]
+    pub(crate) key_prefix: String,
+}
+
+impl StoreArgs {
+    /// A configuration naming these keys (for `address`).
+    pub(crate) fn config(&self, address: String) -> VvmConfig {
+        let mut config = VvmConfig::new(address);
+        config.cluster_size = self.cluster_size;
+        config.key_prefix = self.key_prefix.clone();
+        config
+    }
+}
+
 /// The text after the options in `--help`.
 fn after_help() -> String {
     format!(
         "\
 Without COMMAND, a demo service logs the key it leads once a second.
+`vvm-host status [--storage URL] [--json]` shows who leads (read only).
 
 Storage URLs built into this vvm-host (others need a cargo feature):
 {}
@@ -139,9 +158,7 @@ impl Args {
             Some(address) => address.clone(),
             None => host_name()?,
         };
-        let mut config = VvmConfig::new(address);
-        config.cluster_size = self.cluster_size;
-        config.key_prefix = self.key_prefix.clone();
+        let mut config = self.store.config(address);
         config.leadership_duration = self.leadership_duration;
         config.acquisition_duration = self.acquisition_duration;
         config.acquisition_retry_pause = self.retry_pause;

@@ -24,6 +24,7 @@ mod guard;
 mod job;
 mod killer;
 mod signals;
+mod status;
 
 use std::{
     io::IsTerminal,
@@ -52,8 +53,10 @@ use crate::{
 
 fn main() -> ExitCode {
     let mut raw = std::env::args_os();
-    if raw.nth(1).is_some_and(|first| first == guard::GUARD_ARG) {
-        return guard::main(raw.collect());
+    match raw.nth(1) {
+        Some(first) if first == guard::GUARD_ARG => return guard::main(raw.collect()),
+        Some(first) if first == status::STATUS_ARG => return status::main(raw.collect()),
+        _ => {}
     }
     let args = Args::parse();
     let filter = match EnvFilter::try_new(&args.log) {
@@ -95,7 +98,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<u8> {
-    let url = match &args.storage {
+    let url = match &args.store.storage {
         Some(url) => url.clone(),
         None => default_storage::default_url()?,
     };

@@ -225,3 +225,60 @@ fn after_a_crash_the_next_vvm_host_waits_for_the_lease() {
     assert_eq!(status.code(), Some(0), "{log}");
     assert_eq!(stored_key1(&file), None, "{log}");
 }
+
+/// `vvm-host status` names the leader a crashed vvm-host left in the file,
+/// with its fencing token, and exits 3 once no key has a leader.
+#[test]
+fn status_names_the_leader_and_reads_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leases.redb");
+    let url = format!("redb://{}", file.display());
+    let status = |extra: &[&str]| {
+        let mut command = std::process::Command::new(BIN);
+        command.args(["status", "--storage", &url]).args(extra);
+        command.output().unwrap()
+    };
+
+    let empty = status(&[]);
+    assert_eq!(empty.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&empty.stdout).contains("(none)"));
+
+    let mut crashed = vvm_host(&["--storage", &url, "--leadership-duration", "60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (err_rx, _err) = lines(crashed.stderr.take().unwrap());
+    wait_for_line(&err_rx, "demo service: leading");
+    crashed.kill().unwrap();
+    crashed.wait().unwrap();
+
+    let table = status(&["--cluster-size", "2"]);
+    assert_eq!(table.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("vvm/leader/1"))
+        .expect(&text);
+    assert!(
+        row.contains("e2e") && row.trim_end().ends_with(" 1"),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("vvm/leader/2"))
+        .expect(&text);
+    assert!(row.contains("(none)"), "{text}");
+
+    let json = status(&["--json"]);
+    assert_eq!(json.status.code(), Some(0));
+    let body: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(body["leaders"], 1);
+    // The VVM's value: the address, then this process's id.
+    let leader = body["keys"][0]["leader"].as_str().unwrap();
+    assert!(leader.starts_with("e2e#pid"), "{leader}");
+    assert_eq!(body["keys"][0]["fencing_token"], 1);
+
+    // Read only: the record is the crashed leader's, unchanged.
+    assert!(stored_key1(&file).unwrap().starts_with(b"e2e#"));
+}

@@ -1,0 +1,61 @@
+//! Read-only inspection of an election key: who leads, and the latest
+//! fencing token issued. Never takes or extends a lease.
+
+use ttl_storage::{Key, StorageError, TtlStorage};
+
+use crate::{fencing, record};
+
+/// What the storage says about one election key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyStatus {
+    /// The election key.
+    pub key: Key,
+    /// The current leader's value (what it gave to `acquire_leadership`,
+    /// without the record's nonce), if a live record exists.
+    pub leader: Option<Vec<u8>>,
+    /// The highest fencing token issued for the key so far (the current
+    /// leader's token, or higher if a later acquisition attempt failed after
+    /// taking one); `None` if none was ever issued.
+    pub latest_fencing_token: Option<u64>,
+}
+
+/// Reads the status of `key` (two `get`s; nothing is written).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use elections::{Elections, RecordingKiller, inspect};
+/// let storage = storage_mem::MemStorage::new();
+/// let key = ttl_storage::Key::new("nightly")?;
+/// assert_eq!(inspect(&storage, &key).await?.leader, None);
+///
+/// let elections = Elections::with_killer(storage.clone(), RecordingKiller::new());
+/// let leadership = elections.acquire_leadership(&key, "node-1", Duration::from_secs(20)).await?;
+/// let status = inspect(&storage, &key).await?;
+/// assert_eq!(status.leader.as_deref(), Some(&b"node-1"[..]));
+/// assert_eq!(status.latest_fencing_token, leadership.map(|l| l.fencing_token()));
+/// # elections.cleanup().await;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// The storage's errors, and a permanent error for a corrupt counter.
+pub async fn inspect(storage: &dyn TtlStorage, key: &Key) -> Result<KeyStatus, StorageError> {
+    let leader = storage
+        .get(key)
+        .await?
+        .map(|record| record::leader_value(&record).to_vec());
+    let counter = fencing::counter_key(key)
+        .map_err(|err| StorageError::permanent(format!("fencing counter key: {err}")))?;
+    let latest_fencing_token = match storage.get(&counter).await? {
+        Some(bytes) => Some(fencing::parse(&counter, &bytes)?),
+        None => None,
+    };
+    Ok(KeyStatus {
+        key: key.clone(),
+        leader,
+        latest_fencing_token,
+    })
+}
