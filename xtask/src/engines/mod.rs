@@ -103,14 +103,14 @@ pub(crate) fn all() -> Vec<Engine> {
             endpoint_var: "SCYLLA_URI",
             passthrough_vars: &[],
             start: cassandra::start,
-            suites: &[("storage-scylla", "suite")],
+            suites: &[("storage-scylla", "suite"), ("fence", "cassandra")],
         },
         Engine {
             name: "dynamodb",
             endpoint_var: "DYNAMODB_ENDPOINT",
             passthrough_vars: &["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
             start: dynamodb::start,
-            suites: &[("storage-dynamo", "suite")],
+            suites: &[("storage-dynamo", "suite"), ("fence", "dynamodb")],
         },
         Engine {
             name: "valkey",
