@@ -133,11 +133,9 @@ fn read_events(path: &Path) -> (Vec<(String, String, u128)>, Vec<String>) {
         let words: Vec<&str> = line.split(' ').collect();
         match words.as_slice() {
             ["overlap", node] => overlaps.push((*node).to_owned()),
-            [event, node, ns] => events.push((
-                (*node).to_owned(),
-                (*event).to_owned(),
-                ns.parse().unwrap(),
-            )),
+            [event, node, ns] => {
+                events.push(((*node).to_owned(), (*event).to_owned(), ns.parse().unwrap()))
+            }
             _ => panic!("bad event line {line:?}"),
         }
     }
@@ -183,10 +181,7 @@ fn scenario(storage: Option<String>) {
     // restart the stopped node, it waits.
     let mut leader = "A".to_owned();
     for _ in 0..3 {
-        let stopped: &'static str = ["A", "B", "C"]
-            .into_iter()
-            .find(|n| *n == leader)
-            .unwrap();
+        let stopped: &'static str = ["A", "B", "C"].into_iter().find(|n| *n == leader).unwrap();
         assert_eq!(cluster.stop(stopped, Signal::SIGTERM), Some(0));
         let next = cluster.next_leader();
         assert_ne!(next, stopped);
@@ -198,10 +193,7 @@ fn scenario(storage: Option<String>) {
     assert!(cluster.rx.try_recv().is_err(), "a standby started leading");
 
     // A crash: the lease must run out before a standby takes over.
-    let crashed: &'static str = ["A", "B", "C"]
-        .into_iter()
-        .find(|n| *n == leader)
-        .unwrap();
+    let crashed: &'static str = ["A", "B", "C"].into_iter().find(|n| *n == leader).unwrap();
     let killed_at = Instant::now();
     cluster.stop(crashed, Signal::SIGKILL);
     let next = cluster.next_leader();
