@@ -87,14 +87,21 @@
 //! - There is only one clock: the file belongs to one process on one machine.
 
 mod builder;
+mod change_feed;
 mod error;
+mod fs_check;
+mod lock_file;
 mod ops;
 mod record;
 mod schema;
+mod shared_builder;
+mod shared_storage;
 mod storage;
 mod sweep;
 mod writer;
 
 pub use builder::RedbStorageBuilder;
 pub use error::{CloseError, OpenError};
+pub use shared_builder::SharedRedbStorageBuilder;
+pub use shared_storage::SharedRedbStorage;
 pub use storage::RedbStorage;
