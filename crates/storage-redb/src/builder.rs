@@ -173,8 +173,13 @@ impl RedbStorageBuilder {
         check_path(&path)?;
         ensure_parent(&path, self.create_parent_dirs)?;
         check_magic(&path)?;
-        probe(&path)?;
-        let db = create_checked(&path, self.cache_size, self.check_integrity)?;
+        probe(&path, redb::ConcurrencyMode::ExclusiveWriter)?;
+        let db = create_checked(
+            &path,
+            self.cache_size,
+            self.check_integrity,
+            redb::ConcurrencyMode::ExclusiveWriter,
+        )?;
         Ok(Shared::new(db, path, self.max_batch))
     }
 }
@@ -202,11 +207,13 @@ pub(crate) fn create_checked(
     path: &Path,
     cache_size: usize,
     check_integrity: bool,
+    mode: redb::ConcurrencyMode,
 ) -> Result<redb::Database, OpenError> {
     let mut builder = redb::Builder::new();
     builder
         .set_cache_size(cache_size)
-        .set_check_integrity_on_open(check_integrity);
+        .set_check_integrity_on_open(check_integrity)
+        .set_concurrency_mode(mode);
     // redb may panic on a file damaged outside redb; report that, never crash.
     let db = catch_unwind(AssertUnwindSafe(|| builder.create(path)))
         .map_err(|panic| panicked(path, &panic))?
@@ -260,8 +267,10 @@ pub(crate) fn schema_result(
 /// (the read-write open's integrity check commits). A file the read-only open
 /// cannot read (one that needs recovery after a crash, or a corrupt one) is
 /// left to the read-write open, which repairs or reports it; a file held by
-/// another process is reported at once.
-pub(crate) fn probe(path: &Path) -> Result<(), OpenError> {
+/// another process is reported at once. `mode` is the mode the file will be
+/// opened in: a read-only open in another mode than the file's other users
+/// is refused as "already open".
+pub(crate) fn probe(path: &Path, mode: redb::ConcurrencyMode) -> Result<(), OpenError> {
     if fs::metadata(path)
         .map(|meta| meta.len() == 0)
         .unwrap_or(true)
@@ -269,7 +278,9 @@ pub(crate) fn probe(path: &Path) -> Result<(), OpenError> {
         return Ok(());
     }
     let opened = catch_unwind(AssertUnwindSafe(|| {
-        let db = redb::Builder::new().open_read_only(path)?;
+        let db = redb::Builder::new()
+            .set_concurrency_mode(mode)
+            .open_read_only(path)?;
         Ok::<_, redb::Error>(schema::check_read_only(&db))
     }));
     match opened {

@@ -1,12 +1,12 @@
-//! Removal notifications between processes: an inotify watch on the lock
+//! Removal notifications between processes: an inotify watch on the events
 //! file, which every process writes to after committing a delete
-//! (see [`crate::lock_file::Locked::announce_removal`]).
+//! (see [`crate::events_file::EventsFile::announce_removal`]).
 
 use std::path::Path;
 
 use tokio::sync::watch;
 
-/// Counts the modifications of the lock file seen by this process; dropped
+/// Counts the modifications of the events file seen by this process; dropped
 /// with the last handle, which stops the task reading inotify.
 pub(crate) struct ChangeFeed {
     changes: watch::Sender<u64>,
@@ -25,16 +25,16 @@ impl ChangeFeed {
         self.changes.subscribe()
     }
 
-    /// Starts watching the lock file at `lock_path`. Must run in a tokio
+    /// Starts watching the events file at `path`. Must run in a tokio
     /// runtime with I/O enabled. Fails where inotify is unavailable (the
     /// storage then reports watching as unsupported).
     #[cfg(target_os = "linux")]
-    pub(crate) fn start(lock_path: &Path) -> std::io::Result<ChangeFeed> {
+    pub(crate) fn start(path: &Path) -> std::io::Result<ChangeFeed> {
         use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
         use tokio::io::unix::AsyncFd;
 
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
-        inotify.add_watch(lock_path, AddWatchFlags::IN_MODIFY)?;
+        inotify.add_watch(path, AddWatchFlags::IN_MODIFY)?;
         // Deprecated in tokio for types that could hand out another
         // descriptor; `Fd` owns its descriptor and always returns that one,
         // which is the condition tokio's safe constructors will check.
@@ -47,7 +47,7 @@ impl ChangeFeed {
 
     /// Elsewhere watching is unsupported.
     #[cfg(not(target_os = "linux"))]
-    pub(crate) fn start(_lock_path: &Path) -> std::io::Result<ChangeFeed> {
+    pub(crate) fn start(_path: &Path) -> std::io::Result<ChangeFeed> {
         Err(std::io::Error::new(
             std::io::ErrorKind::Unsupported,
             "removal notifications need inotify (Linux)",

@@ -89,8 +89,8 @@
 mod builder;
 mod change_feed;
 mod error;
+mod events_file;
 mod fs_check;
-mod lock_file;
 mod ops;
 mod record;
 mod schema;

@@ -1,13 +1,15 @@
 //! Options and the opening of a storage file shared by several processes.
 
-use std::{path::Path, sync::Arc};
+use std::path::Path;
+
+use redb::ConcurrencyMode;
 
 use crate::{
     OpenError, SharedRedbStorage,
     builder::{check_magic, check_path, create_checked, ensure_parent, probe},
     change_feed::ChangeFeed,
+    events_file::EventsFile,
     fs_check,
-    lock_file::LockFile,
     shared_storage::Inner,
     writer::Writer,
 };
@@ -49,8 +51,8 @@ impl SharedRedbStorageBuilder {
     pub const DEFAULT_SWEEP_LIMIT: usize = 64;
     /// Default most writes of this process committed together.
     pub const DEFAULT_MAX_BATCH: usize = 256;
-    /// Default redb page cache of each short-lived open: 1 MiB.
-    pub const DEFAULT_CACHE_SIZE: usize = 1024 * 1024;
+    /// Default redb page cache: 16 MiB.
+    pub const DEFAULT_CACHE_SIZE: usize = 16 * 1024 * 1024;
 
     /// The defaults: each write batch sweeps up to 64 expired records,
     /// batches of up to 256 writes, parent directories created, file systems
@@ -74,14 +76,15 @@ impl SharedRedbStorageBuilder {
         self
     }
 
-    /// Most concurrent writes of this process committed together under one
-    /// lock, one open and one fsync (1 to 65 536).
+    /// Most concurrent writes of this process committed together in one
+    /// transaction (1 to 65 536).
     pub fn max_batch(&mut self, max: usize) -> &mut Self {
         self.max_batch = max;
         self
     }
 
-    /// redb's page cache size in bytes for each open (at least 64 KiB).
+    /// redb's page cache size in bytes (at least 64 KiB). Processes drop
+    /// their cache whenever another process has committed.
     pub fn cache_size(&mut self, bytes: usize) -> &mut Self {
         self.cache_size = bytes;
         self
@@ -106,7 +109,8 @@ impl SharedRedbStorageBuilder {
 
     /// Whether [`TtlStorage::watch`](ttl_storage::TtlStorage::watch) is
     /// supported (the default, on Linux: one inotify descriptor and one task
-    /// per handle). Off, watching reports unsupported and waiters poll.
+    /// per handle, watching `<path>.events`). Off, watching reports
+    /// unsupported and waiters poll.
     pub fn watch(&mut self, watch: bool) -> &mut Self {
         self.watch = watch;
         self
@@ -133,9 +137,12 @@ impl SharedRedbStorageBuilder {
 
     /// Opens the storage file at `path` for sharing with other processes,
     /// creating it (and, unless disabled, its parent directories) and its
-    /// lock file `<path>.lock` when they do not exist. The file is checked
-    /// as [`RedbStorageBuilder::open`](crate::RedbStorageBuilder::open) does
-    /// (every page checksum, redb magic, this crate's tables), under the lock.
+    /// events file `<path>.events` when they do not exist. The file is
+    /// checked as [`RedbStorageBuilder::open`](crate::RedbStorageBuilder::open)
+    /// does (redb magic, this crate's tables, every page checksum: redb runs
+    /// the check under its writer lock). A file another process holds with
+    /// [`RedbStorage`](crate::RedbStorage) (exclusively) is reported as
+    /// [`OpenError::AlreadyOpen`].
     ///
     /// Must be called within a tokio runtime (with I/O enabled, for watching).
     pub async fn open(&self, path: impl AsRef<Path>) -> Result<SharedRedbStorage, OpenError> {
@@ -146,14 +153,14 @@ impl SharedRedbStorageBuilder {
             let path = path.clone();
             tokio::task::spawn_blocking(move || options.open_blocking(&path))
         };
-        let lock = opening
+        let (db, events) = opening
             .await
             .map_err(|_| OpenError::Interrupted { path: path.clone() })??;
         let feed = if self.watch {
-            match ChangeFeed::start(lock.path()) {
+            match ChangeFeed::start(events.path()) {
                 Ok(feed) => Some(feed),
                 Err(err) => {
-                    tracing::warn!(path = %path.display(), error = %err, "cannot watch the lock file; waiters will poll");
+                    tracing::warn!(path = %path.display(), error = %err, "cannot watch the events file; waiters will poll");
                     None
                 }
             }
@@ -161,20 +168,17 @@ impl SharedRedbStorageBuilder {
             None
         };
         tracing::debug!(path = %path.display(), "opened shared storage file");
-        Ok(SharedRedbStorage {
-            inner: Arc::new(Inner {
-                path,
-                lock,
-                writer: Writer::new(self.max_batch),
-                sweep_limit: self.sweep_limit,
-                cache_size: self.cache_size,
-                feed,
-                generation: Default::default(),
-            }),
-        })
+        Ok(SharedRedbStorage::new(Inner {
+            db,
+            path,
+            events,
+            writer: Writer::new(self.max_batch),
+            sweep_limit: self.sweep_limit,
+            feed,
+        }))
     }
 
-    fn open_blocking(&self, path: &Path) -> Result<LockFile, OpenError> {
+    fn open_blocking(&self, path: &Path) -> Result<(redb::Database, EventsFile), OpenError> {
         check_path(path)?;
         ensure_parent(path, self.create_parent_dirs)?;
         self.check_file_system(path)?;
@@ -182,14 +186,15 @@ impl SharedRedbStorageBuilder {
             path: path.to_path_buf(),
             source,
         };
-        let lock = LockFile::open(LockFile::path_for(path)).map_err(io_error)?;
-        let locked = lock.lock().map_err(io_error)?;
+        let events = EventsFile::open(EventsFile::path_for(path)).map_err(io_error)?;
+        // Processes that open at once must not see each other's half-created
+        // file: the checks and the creation run under a lock of the events file.
+        let opening = events.lock_for_opening().map_err(io_error)?;
         check_magic(path)?;
-        probe(path)?;
-        let db = create_checked(path, self.cache_size, true)?;
-        drop(db);
-        drop(locked);
-        Ok(lock)
+        probe(path, ConcurrencyMode::MultiWriter)?;
+        let db = create_checked(path, self.cache_size, true, ConcurrencyMode::MultiWriter)?;
+        drop(opening);
+        Ok((db, events))
     }
 
     fn check_file_system(&self, path: &Path) -> Result<(), OpenError> {

@@ -1,27 +1,24 @@
 //! [`SharedRedbStorage`]: a storage file several processes of one host use
-//! at once, each operation under an exclusive OS file lock.
+//! at once, through redb's multi-writer mode.
 
 use std::{
-    panic::{AssertUnwindSafe, catch_unwind},
     path::{Path, PathBuf},
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::Arc,
     time::Duration,
 };
 
 use async_trait::async_trait;
+use redb::Database;
 use tokio::sync::oneshot;
 use ttl_storage::{
     Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
 };
 
 use crate::{
-    SharedRedbStorageBuilder,
+    CloseError, SharedRedbStorageBuilder,
     change_feed::ChangeFeed,
     error::not_applied,
-    lock_file::LockFile,
+    events_file::EventsFile,
     ops::{self, Op},
     record::{self, NEVER},
     writer::{self, Failure, Pending, Writer},
@@ -29,29 +26,28 @@ use crate::{
 
 /// The state every clone and every blocking task of one handle shares.
 pub(crate) struct Inner {
+    pub(crate) db: Database,
     pub(crate) path: PathBuf,
-    pub(crate) lock: LockFile,
+    pub(crate) events: EventsFile,
     pub(crate) writer: Writer,
     pub(crate) sweep_limit: usize,
-    pub(crate) cache_size: usize,
     pub(crate) feed: Option<ChangeFeed>,
-    /// Written into the lock file to announce a removal.
-    pub(crate) generation: AtomicU64,
 }
 
 /// A [`TtlStorage`] in a redb file that **several processes on one host**
-/// share: the default embedded storage for a cluster of processes on one
-/// machine. See the [crate docs](crate#shared-mode) for its guarantees and
-/// its cost.
+/// share: the embedded storage for a cluster of processes on one machine.
+/// See the [crate docs](crate#shared-mode) for its guarantees and its cost.
 ///
-/// No process keeps the file open: every batch of this process's writes
-/// takes an exclusive OS file lock (`flock`) on `<path>.lock`, opens the
-/// redb file, applies the writes in one write transaction, commits it
-/// durably (fsync), closes the file and unlocks; every read does the same
-/// with a read transaction. All of it runs on tokio's blocking threads.
+/// Every process opens the file in redb's multi-writer mode
+/// ([`redb::ConcurrencyMode::MultiWriter`]): redb serialises the write
+/// transactions of all processes with OS byte-range locks on the file, and
+/// each commit is durable (fsync, two-phase) before it is visible to the
+/// others. This process's concurrent writes are group-committed, as in
+/// [`RedbStorage`](crate::RedbStorage). All file work runs on tokio's
+/// blocking threads.
 ///
-/// Cheap to clone: clones share one lock-file handle, one write queue and one
-/// watch of the lock file.
+/// Cheap to clone: clones share the open file, the write queue and the
+/// watch of the events file.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -80,6 +76,23 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct SharedRedbStorage {
     pub(crate) inner: Arc<Inner>,
+    _close: Arc<CloseOnBlockingThread>,
+}
+
+/// Owned by the clones of one handle: when the last one is dropped, hands
+/// its reference to the state to a blocking thread, so that closing the file
+/// (redb writes on close) never runs on the async runtime.
+struct CloseOnBlockingThread(Option<Arc<Inner>>);
+
+impl Drop for CloseOnBlockingThread {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(inner))),
+                Err(_) => drop(inner),
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for SharedRedbStorage {
@@ -91,6 +104,14 @@ impl std::fmt::Debug for SharedRedbStorage {
 }
 
 impl SharedRedbStorage {
+    pub(crate) fn new(inner: Inner) -> Self {
+        let inner = Arc::new(inner);
+        SharedRedbStorage {
+            _close: Arc::new(CloseOnBlockingThread(Some(Arc::clone(&inner)))),
+            inner,
+        }
+    }
+
     /// Opens (or creates) the storage file at `path` for sharing, with
     /// default options. See [`SharedRedbStorageBuilder::open`]. Must be
     /// called within a tokio runtime.
@@ -108,11 +129,50 @@ impl SharedRedbStorage {
         &self.inner.path
     }
 
-    /// The lock file beside it (`<path>.lock`). Never delete it while a
-    /// process uses the storage: the processes would stop excluding each
-    /// other.
-    pub fn lock_path(&self) -> &Path {
-        self.inner.lock.path()
+    /// The events file beside it (`<path>.events`), written after every
+    /// delete so that other processes' watches wake. Deleting it while
+    /// processes run only makes their waiters poll.
+    pub fn events_path(&self) -> &Path {
+        self.inner.events.path()
+    }
+
+    /// Closes the file: waits for the blocking work in flight, stops the
+    /// watch of the events file and releases the file's locks, so that a
+    /// [`RedbStorage`](crate::RedbStorage) of this process can open it at
+    /// once. Dropping the last clone closes it too, shortly after, from a
+    /// blocking thread.
+    ///
+    /// Fails with [`CloseError::InUse`] (and closes nothing) while other
+    /// clones of this handle are alive (a pending watch holds one).
+    pub async fn close(self) -> Result<(), CloseError> {
+        let SharedRedbStorage { inner, _close } = self;
+        let path = inner.path.clone();
+        let Ok(mut close) = Arc::try_unwrap(_close) else {
+            return Err(CloseError::InUse { path });
+        };
+        drop(close.0.take());
+        // Blocking tasks of operations that already returned may still hold
+        // the state for a moment (a drain that found the queue empty).
+        let mut inner = inner;
+        let inner = loop {
+            match Arc::try_unwrap(inner) {
+                Ok(inner) => break inner,
+                Err(still) => {
+                    inner = still;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        };
+        let Inner { db, feed, .. } = inner;
+        drop(feed);
+        match tokio::task::spawn_blocking(move || db.close()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(CloseError::Redb {
+                path,
+                source: Box::new(err.into()),
+            }),
+            Err(_) => Err(CloseError::Interrupted { path }),
+        }
     }
 
     /// Queues a conditional write and waits for its committed answer.
@@ -136,7 +196,10 @@ impl SharedRedbStorage {
     async fn read(&self, key: &Key) -> Result<Option<(u64, Vec<u8>)>> {
         let inner = Arc::clone(&self.inner);
         let key = key.as_str().to_owned();
-        let read = tokio::task::spawn_blocking(move || read_record(&inner, &key));
+        let read = tokio::task::spawn_blocking(move || {
+            let now = record::now_millis()?;
+            ops::get_record(&inner.db, &key, now)
+        });
         match read.await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => Err(not_applied("read failed", &Arc::new(err))),
@@ -149,47 +212,17 @@ impl SharedRedbStorage {
     }
 }
 
-/// Opens the storage file for one batch. The caller holds the lock. A panic
-/// of redb (a file damaged outside redb) is an error, not a crash.
-fn open_db(inner: &Inner) -> std::result::Result<redb::Database, redb::Error> {
-    let mut builder = redb::Builder::new();
-    builder.set_cache_size(inner.cache_size);
-    catch_unwind(AssertUnwindSafe(|| builder.open(&inner.path)))
-        .map_err(|_| redb::Error::Corrupted("redb panicked opening the file".to_owned()))?
-        .map_err(redb::Error::from)
-}
-
-/// Lock, open, apply and commit durably, close, tell watchers, unlock. Blocks.
+/// Applies and commits a batch durably (redb takes the cross-process writer
+/// lock in `begin_write`), then tells watchers of a delete. Blocks.
 fn commit_batch(inner: &Inner, batch: &[Pending]) -> std::result::Result<Vec<bool>, Failure> {
-    let not_applied = |what| move |err: redb::Error| Failure::NotApplied(what, Arc::new(err));
-    let locked = inner
-        .lock
-        .lock()
-        .map_err(|err| not_applied("cannot lock the lock file")(redb::Error::Io(err)))?;
-    let db = open_db(inner).map_err(not_applied("cannot open the storage file"))?;
-    let outcome = writer::run(&db, batch, Some(inner.sweep_limit))?;
-    // Closed before unlocking: the next process opens a file nobody holds.
-    drop(db);
-    if outcome.deleted {
-        let generation = inner.generation.fetch_add(1, Ordering::Relaxed);
-        if let Err(err) = locked.announce_removal(generation) {
-            // The delete stands; watchers of other processes poll instead.
-            tracing::warn!(error = %err, "cannot announce a removal in the lock file");
-        }
+    let outcome = writer::run(&inner.db, batch, Some(inner.sweep_limit))?;
+    if outcome.deleted
+        && let Err(err) = inner.events.announce_removal()
+    {
+        // The delete stands; watchers of other processes poll instead.
+        tracing::warn!(error = %err, "cannot announce a removal in the events file");
     }
-    drop(locked);
     Ok(outcome.answers)
-}
-
-/// Lock, open, read, close, unlock. Blocks.
-fn read_record(
-    inner: &Inner,
-    key: &str,
-) -> std::result::Result<Option<(u64, Vec<u8>)>, redb::Error> {
-    let _locked = inner.lock.lock().map_err(redb::Error::Io)?;
-    let db = open_db(inner)?;
-    let now = record::now_millis()?;
-    ops::get_record(&db, key, now)
 }
 
 /// Time from now (wall clock) until the stored expiry `expires_at`, plus a
@@ -237,7 +270,7 @@ impl TtlStorage for SharedRedbStorage {
     }
 
     /// Completes when any process deletes a record of this file (inotify on
-    /// the lock file), at the record's stored expiry (wall clock), at once
+    /// the events file), at the record's stored expiry (wall clock), at once
     /// when the key holds no live record, and on a read error.
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
         let feed = self.inner.feed.as_ref().ok_or(WatchUnsupported)?;

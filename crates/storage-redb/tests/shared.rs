@@ -22,7 +22,7 @@ async fn handles_on_one_file_see_each_other() {
     let path = dir.path().join("s.redb");
     let a = SharedRedbStorage::open(&path).await.unwrap();
     let b = SharedRedbStorage::open(&path).await.unwrap();
-    assert!(b.lock_path().ends_with("s.redb.lock"));
+    assert!(b.events_path().ends_with("s.redb.events"));
     let k = key("k");
     let ttl = Ttl::from_secs(60).unwrap();
     assert!(a.insert_if_not_exists(&k, b"a", ttl).await.unwrap());
@@ -145,7 +145,7 @@ async fn writes_sweep_expired_records() {
             .await
             .unwrap()
     );
-    drop(storage);
+    storage.close().await.unwrap();
     // The single-process driver sees what is left: nothing to sweep.
     let single = RedbStorage::builder()
         .without_sweep()
@@ -167,6 +167,18 @@ async fn a_file_held_by_the_single_process_driver_is_reported() {
     single.close().await.unwrap();
     let shared = Arc::new(SharedRedbStorage::open(&path).await.unwrap());
     assert_eq!(shared.get(&key("k")).await.unwrap(), None);
+    let clone = Arc::unwrap_or_clone(shared);
+    let extra = clone.clone();
+    let still_used = extra.close().await.unwrap_err();
+    assert!(still_used.to_string().contains("held.redb"), "{still_used}");
+    clone.close().await.unwrap();
+    // Closed: the single-process driver can have it again at once.
+    RedbStorage::open(&path)
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,4 +209,25 @@ fn the_unreliable_file_system_error_names_the_file_and_the_way_out() {
     assert!(message.contains("/mnt/nfs/leases.redb"), "{message}");
     assert!(message.contains("NFS"), "{message}");
     assert!(message.contains("allow_unreliable_locks"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_opens_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.redb");
+    for round in 0..3 {
+        let opens: Vec<_> = (0..4)
+            .map(|_| {
+                let path = path.clone();
+                tokio::spawn(async move { SharedRedbStorage::open(&path).await })
+            })
+            .collect();
+        for open in opens {
+            let storage = open
+                .await
+                .unwrap()
+                .unwrap_or_else(|err| panic!("round {round}: {err:?}"));
+            assert_eq!(storage.get(&key("k")).await.unwrap(), None);
+        }
+    }
 }
