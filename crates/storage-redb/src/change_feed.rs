@@ -20,9 +20,11 @@ impl Drop for ChangeFeed {
 }
 
 impl ChangeFeed {
-    /// A receiver that sees every modification from now on.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
+    /// A receiver that sees every modification from now on, or `None` once
+    /// the task reading inotify has stopped (an error, or its runtime shut
+    /// down): waiters must then poll.
+    pub(crate) fn subscribe(&self) -> Option<watch::Receiver<u64>> {
+        (!self.task.is_finished()).then(|| self.changes.subscribe())
     }
 
     /// Starts watching the events file at `path`. Must run in a tokio

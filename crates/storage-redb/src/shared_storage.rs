@@ -273,9 +273,13 @@ impl TtlStorage for SharedRedbStorage {
     /// the events file), at the record's stored expiry (wall clock), at once
     /// when the key holds no live record, and on a read error.
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
-        let feed = self.inner.feed.as_ref().ok_or(WatchUnsupported)?;
         // Subscribed before the record is read: a delete after this is seen.
-        let mut changes = feed.subscribe();
+        let mut changes = self
+            .inner
+            .feed
+            .as_ref()
+            .and_then(ChangeFeed::subscribe)
+            .ok_or(WatchUnsupported)?;
         let storage = self.clone();
         let key = key.clone();
         Ok(Box::pin(async move {
