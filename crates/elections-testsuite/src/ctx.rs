@@ -23,6 +23,7 @@ pub struct Ctx {
     /// The storage under test.
     pub storage: DynTtlStorage,
     prefix: String,
+    watch_required: bool,
 }
 
 impl Ctx {
@@ -34,7 +35,21 @@ impl Ctx {
             mode,
             storage,
             prefix: format!("suite/{case}/{random:016x}"),
+            watch_required: false,
         }
+    }
+
+    /// Declares that the storage supports [`ttl_storage::TtlStorage::watch`]:
+    /// the watch cases then fail if it answers `WatchUnsupported`, instead of
+    /// reporting the capability as absent.
+    pub fn require_watch(mut self, required: bool) -> Self {
+        self.watch_required = required;
+        self
+    }
+
+    /// Whether the watch capability is required (see [`Ctx::require_watch`]).
+    pub fn watch_required(&self) -> bool {
+        self.watch_required
     }
 
     /// A unique key for this case.

@@ -8,7 +8,9 @@ use std::{
 };
 
 use async_trait::async_trait;
-use ttl_storage::{DynTtlStorage, Key, Result, StorageError, Ttl, TtlStorage};
+use ttl_storage::{
+    DynTtlStorage, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported,
+};
 
 /// The four operations of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -182,5 +184,11 @@ impl TtlStorage for FaultyStorage {
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
         self.run(Op::Get, self.inner.get(key)).await
+    }
+
+    /// Watches through to the wrapped storage, without faults: a waiter
+    /// re-checks with the faulty operations anyway.
+    fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
+        self.inner.watch(key)
     }
 }

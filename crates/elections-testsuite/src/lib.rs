@@ -18,7 +18,14 @@
 //! elections_testsuite::testsuite!(real_time, make_storage);
 //! // A suite that needs a server plain `cargo test` lacks is reported as ignored:
 //! // elections_testsuite::testsuite!(real_time, make_storage, ignore = "needs a server");
+//! // A driver that supports `TtlStorage::watch` declares it, so that the watch
+//! // cases fail if it ever answers "unsupported":
+//! // elections_testsuite::testsuite!(real_time, make_storage, watch = required);
 //! ```
+//!
+//! The watch cases (`storage_watch_*`) run for every driver: one without the
+//! capability must answer `WatchUnsupported` consistently, and the cases
+//! then print `capability absent` and check nothing more.
 //!
 //! Each case becomes its own `#[tokio::test]` in a module `elections_suite`,
 //! so `cargo test` lists them by name. `make_storage` is called once per
@@ -51,20 +58,33 @@ pub use faults::{Fault, FaultyStorage, Op};
 #[macro_export]
 macro_rules! testsuite {
     (paused, $make:ident) => {
-        $crate::__suite_module!({ #[tokio::test(start_paused = true)] } $crate::Mode::Paused, $make);
+        $crate::__suite_module!({ #[tokio::test(start_paused = true)] } $crate::Mode::Paused, $make, false);
+    };
+    (paused, $make:ident, watch = required) => {
+        $crate::__suite_module!({ #[tokio::test(start_paused = true)] } $crate::Mode::Paused, $make, true);
     };
     (real_time, $make:ident) => {
         $crate::__suite_module!(
             { #[tokio::test(flavor = "multi_thread", worker_threads = 2)] }
             $crate::Mode::RealTime,
-            $make
+            $make,
+            false
+        );
+    };
+    (real_time, $make:ident, watch = required) => {
+        $crate::__suite_module!(
+            { #[tokio::test(flavor = "multi_thread", worker_threads = 2)] }
+            $crate::Mode::RealTime,
+            $make,
+            true
         );
     };
     (real_time, $make:ident, ignore = $reason:literal) => {
         $crate::__suite_module!(
             { #[tokio::test(flavor = "multi_thread", worker_threads = 2)] #[ignore = $reason] }
             $crate::Mode::RealTime,
-            $make
+            $make,
+            false
         );
     };
 }
@@ -72,10 +92,10 @@ macro_rules! testsuite {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __suite_module {
-    ($attrs:tt $mode:expr, $make:ident) => {
+    ($attrs:tt $mode:expr, $make:ident, $watch:literal) => {
         /// The shared `elections-testsuite` cases.
         mod elections_suite {
-            $crate::__suite_cases!(@each $attrs $mode, $make;
+            $crate::__suite_cases!(@each $attrs $mode, $make, $watch;
                 storage_insert_when_absent,
                 storage_insert_when_present,
                 storage_insert_when_expired,
@@ -98,6 +118,9 @@ macro_rules! __suite_module {
                 storage_independent_keys,
                 storage_race_insert,
                 storage_race_cas,
+                storage_watch_support_is_reported,
+                storage_watch_wakes_on_delete,
+                storage_watch_wakes_on_expiry,
                 elections_basic_usage,
                 elections_acquire_when_already_held,
                 elections_handle_fires_when_key_changed,
@@ -130,16 +153,17 @@ macro_rules! __suite_module {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __suite_cases {
-    (@each $attrs:tt $mode:expr, $make:ident; $case:ident, $($rest:ident,)*) => {
-        $crate::__suite_cases!(@one $attrs $mode, $make, $case);
-        $crate::__suite_cases!(@each $attrs $mode, $make; $($rest,)*);
+    (@each $attrs:tt $mode:expr, $make:ident, $watch:literal; $case:ident, $($rest:ident,)*) => {
+        $crate::__suite_cases!(@one $attrs $mode, $make, $watch, $case);
+        $crate::__suite_cases!(@each $attrs $mode, $make, $watch; $($rest,)*);
     };
-    (@each $attrs:tt $mode:expr, $make:ident;) => {};
-    (@one { $($attr:tt)* } $mode:expr, $make:ident, $case:ident) => {
+    (@each $attrs:tt $mode:expr, $make:ident, $watch:literal;) => {};
+    (@one { $($attr:tt)* } $mode:expr, $make:ident, $watch:literal, $case:ident) => {
         $($attr)*
         async fn $case() {
             let storage = super::$make().await;
-            $crate::cases::$case($crate::Ctx::new($mode, storage, stringify!($case))).await;
+            let ctx = $crate::Ctx::new($mode, storage, stringify!($case)).require_watch($watch);
+            $crate::cases::$case(ctx).await;
         }
     };
 }

@@ -13,6 +13,10 @@
 //! - **Expired records** are invisible to every operation and are reclaimed
 //!   on touch, plus a full sweep once the map has grown by half since the
 //!   last one, so memory stays bounded by the live records.
+//! - **Watch** ([`TtlStorage::watch`]) is supported: the future completes
+//!   when a record is deleted (any delete wakes every waiter: spurious wake-ups
+//!   are allowed), at the record's expiry on tokio's clock, or at once when
+//!   the key holds no live record.
 //! - Nothing survives the process; clones share one map.
 //!
 //! ```
@@ -34,13 +38,29 @@ use std::{
 };
 
 use async_trait::async_trait;
-use tokio::time::Instant;
-use ttl_storage::{Key, Result, Ttl, TtlStorage, check_value};
+use tokio::{sync::watch, time::Instant};
+use ttl_storage::{Key, Result, Ttl, TtlStorage, Watch, WatchUnsupported, check_value};
 
 /// A concurrent in-memory [`TtlStorage`]. Cheap to clone; clones share data.
 #[derive(Clone, Default)]
 pub struct MemStorage {
-    inner: Arc<Mutex<Map>>,
+    inner: Arc<Inner>,
+}
+
+/// The map, and the channel that tells waiters a record was deleted.
+struct Inner {
+    map: Mutex<Map>,
+    /// Counts deletions; every [`TtlStorage::watch`] subscribes to it.
+    deleted: watch::Sender<u64>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Inner {
+            map: Mutex::default(),
+            deleted: watch::Sender::new(0),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -104,7 +124,10 @@ impl MemStorage {
     fn lock(&self) -> MutexGuard<'_, Map> {
         // A panic while holding the lock cannot leave a record half-written
         // (every mutation is a single map call), so poisoning is harmless.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -144,6 +167,8 @@ impl TtlStorage for MemStorage {
         match map.live(key, now) {
             Some(record) if record.value == value => {
                 map.records.remove(key);
+                drop(map);
+                self.inner.deleted.send_modify(|n| *n = n.wrapping_add(1));
                 Ok(true)
             }
             _ => Ok(false),
@@ -154,6 +179,33 @@ impl TtlStorage for MemStorage {
         let now = Instant::now();
         let mut map = self.lock();
         Ok(map.live(key, now).map(|r| r.value.clone()))
+    }
+
+    /// Completes on any delete, at the record's expiry (tokio's clock), or at
+    /// once when the key holds no live record.
+    fn watch(&self, key: &Key) -> Result<Watch, WatchUnsupported> {
+        let now = Instant::now();
+        // Subscribed under the map lock: a delete after this point is seen.
+        let mut map = self.lock();
+        let mut deleted = self.inner.deleted.subscribe();
+        let expires_at = match map.live(key, now) {
+            None => return Ok(Box::pin(async {})),
+            Some(record) => record.expires_at,
+        };
+        drop(map);
+        Ok(Box::pin(async move {
+            let expiry = async {
+                match expires_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                // An error means the storage is gone: wake the waiter too.
+                _ = deleted.changed() => {}
+                () = expiry => {}
+            }
+        }))
     }
 }
 
@@ -175,6 +227,38 @@ mod tests {
             }
         }
         assert!(storage.len() < 300, "held {} records", storage.len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watch_wakes_on_delete_expiry_and_absence() {
+        let storage = MemStorage::new();
+        let key = Key::new("k").unwrap();
+        // Absent: at once.
+        storage.watch(&key).unwrap().await;
+        // Deleted: the delete wakes the waiter long before the expiry.
+        assert!(
+            storage
+                .insert_if_not_exists(&key, b"v", Ttl::from_secs(60).unwrap())
+                .await
+                .unwrap()
+        );
+        let start = Instant::now();
+        let watch = storage.watch(&key).unwrap();
+        let deleter = storage.clone();
+        let delete_key = key.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            deleter.compare_and_delete(&delete_key, b"v").await.unwrap();
+        });
+        watch.await;
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        // Expired: exactly at the expiry.
+        let ttl = Ttl::from_secs(3).unwrap();
+        assert!(storage.insert_if_not_exists(&key, b"w", ttl).await.unwrap());
+        let start = Instant::now();
+        storage.watch(&key).unwrap().await;
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        assert!(storage.get(&key).await.unwrap().is_none());
     }
 
     #[tokio::test(start_paused = true)]

@@ -8,4 +8,4 @@ async fn make_storage() -> DynTtlStorage {
     Arc::new(storage_mem::MemStorage::new())
 }
 
-elections_testsuite::testsuite!(paused, make_storage);
+elections_testsuite::testsuite!(paused, make_storage, watch = required);

@@ -170,56 +170,85 @@ impl RedbStorageBuilder {
     }
 
     fn open_blocking(&self, path: PathBuf) -> Result<Shared, OpenError> {
-        if path.as_os_str().is_empty() {
-            return Err(OpenError::InvalidPath {
-                path,
-                reason: "the path is empty",
-            });
-        }
-        if path.is_dir() {
-            return Err(OpenError::InvalidPath {
-                path,
-                reason: "it is a directory",
-            });
-        }
-        self.ensure_parent(&path)?;
+        check_path(&path)?;
+        ensure_parent(&path, self.create_parent_dirs)?;
         check_magic(&path)?;
-        probe(&path)?;
-        let mut builder = redb::Builder::new();
-        builder
-            .set_cache_size(self.cache_size)
-            .set_check_integrity_on_open(self.check_integrity);
-        // redb may panic on a file damaged outside redb; report that, never crash.
-        let db = catch_unwind(AssertUnwindSafe(|| builder.create(&path)))
-            .map_err(|panic| panicked(&path, &panic))?
-            .map_err(|err| OpenError::from_redb(path.clone(), err.into()))?;
-        let checked = catch_unwind(AssertUnwindSafe(|| schema::init_or_check(&db)))
-            .map_err(|panic| panicked(&path, &panic))?;
-        schema_result(&path, checked)?;
+        probe(&path, redb::ConcurrencyMode::ExclusiveWriter)?;
+        let db = create_checked(
+            &path,
+            self.cache_size,
+            self.check_integrity,
+            redb::ConcurrencyMode::ExclusiveWriter,
+        )?;
         Ok(Shared::new(db, path, self.max_batch))
-    }
-
-    fn ensure_parent(&self, path: &Path) -> Result<(), OpenError> {
-        let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
-            return Ok(());
-        };
-        if parent.is_dir() {
-            return Ok(());
-        }
-        if !self.create_parent_dirs {
-            return Err(OpenError::MissingParentDir {
-                path: path.to_path_buf(),
-            });
-        }
-        fs::create_dir_all(parent).map_err(|source| OpenError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
     }
 }
 
+/// Refuses an empty path and a directory.
+pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
+    if path.as_os_str().is_empty() {
+        return Err(OpenError::InvalidPath {
+            path: path.to_path_buf(),
+            reason: "the path is empty",
+        });
+    }
+    if path.is_dir() {
+        return Err(OpenError::InvalidPath {
+            path: path.to_path_buf(),
+            reason: "it is a directory",
+        });
+    }
+    Ok(())
+}
+
+/// Opens (or creates) the redb file at `path` read-write and creates or
+/// checks this crate's tables in it. Call after [`check_magic`] and [`probe`].
+pub(crate) fn create_checked(
+    path: &Path,
+    cache_size: usize,
+    check_integrity: bool,
+    mode: redb::ConcurrencyMode,
+) -> Result<redb::Database, OpenError> {
+    let mut builder = redb::Builder::new();
+    builder
+        .set_cache_size(cache_size)
+        .set_check_integrity_on_open(check_integrity)
+        .set_concurrency_mode(mode);
+    // redb may panic on a file damaged outside redb; report that, never crash.
+    let db = catch_unwind(AssertUnwindSafe(|| builder.create(path)))
+        .map_err(|panic| panicked(path, &panic))?
+        .map_err(|err| OpenError::from_redb(path.to_path_buf(), err.into()))?;
+    let checked = catch_unwind(AssertUnwindSafe(|| schema::init_or_check(&db)))
+        .map_err(|panic| panicked(path, &panic))?;
+    schema_result(path, checked)?;
+    Ok(db)
+}
+
+/// Creates the missing parent directory of `path` when `create` is set,
+/// else reports it.
+pub(crate) fn ensure_parent(path: &Path, create: bool) -> Result<(), OpenError> {
+    let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    if parent.is_dir() {
+        return Ok(());
+    }
+    if !create {
+        return Err(OpenError::MissingParentDir {
+            path: path.to_path_buf(),
+        });
+    }
+    fs::create_dir_all(parent).map_err(|source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// Maps the outcome of a schema check to an open error.
-fn schema_result(path: &Path, checked: Result<(), SchemaError>) -> Result<(), OpenError> {
+pub(crate) fn schema_result(
+    path: &Path,
+    checked: Result<(), SchemaError>,
+) -> Result<(), OpenError> {
     let path = path.to_path_buf();
     match checked {
         Ok(()) => Ok(()),
@@ -238,8 +267,10 @@ fn schema_result(path: &Path, checked: Result<(), SchemaError>) -> Result<(), Op
 /// (the read-write open's integrity check commits). A file the read-only open
 /// cannot read (one that needs recovery after a crash, or a corrupt one) is
 /// left to the read-write open, which repairs or reports it; a file held by
-/// another process is reported at once.
-fn probe(path: &Path) -> Result<(), OpenError> {
+/// another process is reported at once. `mode` is the mode the file will be
+/// opened in: a read-only open in another mode than the file's other users
+/// is refused as "already open".
+pub(crate) fn probe(path: &Path, mode: redb::ConcurrencyMode) -> Result<(), OpenError> {
     if fs::metadata(path)
         .map(|meta| meta.len() == 0)
         .unwrap_or(true)
@@ -247,7 +278,9 @@ fn probe(path: &Path) -> Result<(), OpenError> {
         return Ok(());
     }
     let opened = catch_unwind(AssertUnwindSafe(|| {
-        let db = redb::Builder::new().open_read_only(path)?;
+        let db = redb::Builder::new()
+            .set_concurrency_mode(mode)
+            .open_read_only(path)?;
         Ok::<_, redb::Error>(schema::check_read_only(&db))
     }));
     match opened {
@@ -266,7 +299,7 @@ fn probe(path: &Path) -> Result<(), OpenError> {
 
 /// Rejects an existing, non-empty file that does not start with redb's magic,
 /// before redb sees it.
-fn check_magic(path: &Path) -> Result<(), OpenError> {
+pub(crate) fn check_magic(path: &Path) -> Result<(), OpenError> {
     let io_error = |source| OpenError::Io {
         path: path.to_path_buf(),
         source,
@@ -291,7 +324,7 @@ fn check_magic(path: &Path) -> Result<(), OpenError> {
 }
 
 /// The error for a panic of redb while reading `path`.
-fn panicked(path: &Path, panic: &Box<dyn std::any::Any + Send>) -> OpenError {
+pub(crate) fn panicked(path: &Path, panic: &Box<dyn std::any::Any + Send>) -> OpenError {
     let message = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

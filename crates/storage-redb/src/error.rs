@@ -42,6 +42,21 @@ pub enum OpenError {
         /// The storage file.
         path: PathBuf,
     },
+    /// The storage file is on a file system where OS file locks between
+    /// processes are not reliable (NFS, SMB/CIFS, 9P, FUSE, ...): the shared
+    /// mode ([`crate::SharedRedbStorage`]) could let two processes write at
+    /// once. Put the file on a local disk, or, if you know the locks hold
+    /// there, allow it with
+    /// [`SharedRedbStorageBuilder::allow_unreliable_locks`](crate::SharedRedbStorageBuilder::allow_unreliable_locks).
+    #[error(
+        "storage file {path:?} is on a {file_system} file system, where file locks between processes are not reliable; use a local disk, or allow it explicitly (allow_unreliable_locks)"
+    )]
+    UnreliableLocks {
+        /// The storage file.
+        path: PathBuf,
+        /// The file system's name.
+        file_system: &'static str,
+    },
     /// The file exists but is not a redb database.
     #[error("{path:?} is not a redb database file (it was left untouched)")]
     NotRedb {

@@ -4,6 +4,19 @@
 //! [`TtlStorage`](ttl_storage::TtlStorage) kept in one [redb](https://www.redb.org)
 //! file. It plays the role bbolt plays in the original design.
 //!
+//! Two handles over the same file format:
+//!
+//! | type | who uses the file | cost of a durable write | watch |
+//! |---|---|---|---|
+//! | [`RedbStorage`] | one process owns it (a second opener is refused) | one fsync, shared by a group commit | no |
+//! | [`SharedRedbStorage`] | **any number of processes on one host** at once | redb's multi-writer commit (two-phase, several fsyncs): about 5–15x more | yes (inotify) |
+//!
+//! Pick [`SharedRedbStorage`] whenever more than one process may elect over
+//! the file (several `vvm-host`s on one machine); [`RedbStorage`] when one
+//! process owns it and write latency matters. Both modes must not be mixed
+//! on one file at the same time: each refuses a file the other holds, with
+//! [`OpenError::AlreadyOpen`].
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -46,10 +59,12 @@
 //!   (interrupted, timed out, disk full) are transient and leave nothing
 //!   applied; corruption, permission and other I/O errors are permanent. After
 //!   a failed write redb refuses further writes until the file is reopened.
-//! - **Single-process ownership.** One [`RedbStorage`] (and its clones) owns
-//!   the file: redb locks it, and a second open, from another process or this
-//!   one, fails at once with [`OpenError::AlreadyOpen`] naming the file. Share
-//!   the handle between tasks by cloning it.
+//! - **Single-process ownership** ([`RedbStorage`]). One [`RedbStorage`]
+//!   (and its clones) owns the file: redb locks it, and a second open, from
+//!   another process or this one, fails at once with
+//!   [`OpenError::AlreadyOpen`] naming the file. Share the handle between
+//!   tasks by cloning it; share the file between processes with
+//!   [`SharedRedbStorage`] (see [Shared mode](#shared-mode)).
 //! - **Bad files are reported, never replaced.** A missing file is created; an
 //!   empty one is initialised; a file that is not a redb database
 //!   ([`OpenError::NotRedb`]), a corrupt one ([`OpenError::Corrupted`], every
@@ -84,17 +99,68 @@
 //!   stepping, on hosts that use this driver); a forward jump can let a second
 //!   candidate take a lease its holder still believes it holds, which is what
 //!   fencing tokens in `elections` guard against.
-//! - There is only one clock: the file belongs to one process on one machine.
+//! - There is only one clock: the file is used by processes of one machine,
+//!   which all read the same wall clock.
+//!
+//! # Shared mode
+//!
+//! [`SharedRedbStorage`] lets several processes of one host elect over one
+//! file (the default storage of `vvm-host`, so that two or three of them on
+//! one machine fail over to each other):
+//!
+//! - **How.** Every process opens the file in redb's multi-writer mode
+//!   ([`redb::ConcurrencyMode::MultiWriter`], redb ≥ 4.5): redb serialises
+//!   the write transactions of all processes with OS byte-range locks on the
+//!   file, and readers see every commit. Each conditional write still reads
+//!   and writes its record in one write transaction, so the contract's
+//!   atomicity holds across processes (tested with racing processes). Opens
+//!   take turns under an exclusive `flock` of `<path>.events`, so no process
+//!   sees another's half-created file.
+//! - **Durability.** A write returns `Ok(true)` only after its commit is
+//!   durable (two-phase commit, fsync); SIGKILL of any process mid-write
+//!   loses no acknowledged write, and the other processes go on (tested with
+//!   several writer processes killed at random moments).
+//! - **Expiry** is judged, as in [`RedbStorage`], by the wall-clock expiry
+//!   stored in each record: every process on the host reads the same clock,
+//!   so they agree on it (up to their reading of the clock a few
+//!   milliseconds apart). Each write batch also deletes up to
+//!   [`sweep_limit`](SharedRedbStorageBuilder::sweep_limit) expired records
+//!   in its transaction; there is no background sweep.
+//! - **File systems.** Byte-range and `flock` locks are reliable on local
+//!   file systems only. On NFS, SMB/CIFS, 9P, CephFS, FUSE and the like
+//!   (detected with `statfs`) the open fails with
+//!   [`OpenError::UnreliableLocks`], naming the file and the file system,
+//!   unless [`allow_unreliable_locks`](SharedRedbStorageBuilder::allow_unreliable_locks)
+//!   is set. Processes of one user share the data directory as is; processes
+//!   of several users need group read-write permission on the file and on
+//!   `<path>.events`.
+//! - **Watch.** [`TtlStorage::watch`](ttl_storage::TtlStorage::watch) is
+//!   supported on Linux: a committed delete writes to `<path>.events`, every
+//!   process watches that file with inotify and wakes its waiters; a timer
+//!   at the record's stored expiry covers expiry. A graceful release thus
+//!   wakes standbys in other processes at once.
+//! - **Cost.** Every durable commit of the multi-writer mode takes several
+//!   fsyncs (see `cargo bench -p storage-redb --bench renew` and the
+//!   crate's README for figures): milliseconds, against a fraction of a
+//!   millisecond for [`RedbStorage`]. An election writes once per TTL/4, so
+//!   either is far below the load it needs.
 
 mod builder;
+mod change_feed;
 mod error;
+mod events_file;
+mod fs_check;
 mod ops;
 mod record;
 mod schema;
+mod shared_builder;
+mod shared_storage;
 mod storage;
 mod sweep;
 mod writer;
 
 pub use builder::RedbStorageBuilder;
 pub use error::{CloseError, OpenError};
+pub use shared_builder::SharedRedbStorageBuilder;
+pub use shared_storage::SharedRedbStorage;
 pub use storage::RedbStorage;

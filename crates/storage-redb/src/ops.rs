@@ -182,6 +182,23 @@ pub(crate) fn get(
     Ok(record::is_live(expires_at, now).then(|| value.to_vec()))
 }
 
+/// Reads the live record under `key` at `now` as its stored expiry
+/// ([`NEVER`] for a record that never expires) and value.
+pub(crate) fn get_record(
+    db: &redb::Database,
+    key: &str,
+    now: u64,
+) -> Result<Option<(u64, Vec<u8>)>, redb::Error> {
+    use redb::ReadableDatabase;
+    let txn = db.begin_read()?;
+    let records = txn.open_table(RECORDS)?;
+    let Some(guard) = records.get(key)? else {
+        return Ok(None);
+    };
+    let (expires_at, value) = record::decode(guard.value())?;
+    Ok(record::is_live(expires_at, now).then(|| (expires_at, value.to_vec())))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

@@ -63,6 +63,13 @@ impl Writer {
 
     /// Applies and commits the queued operations, if any. Blocks.
     pub(crate) fn drain(&self, db: &Database) {
+        self.drain_with(|batch| run(db, batch, None).map(|outcome| outcome.answers));
+    }
+
+    /// Takes the queued operations (up to the batch limit), if any, hands
+    /// them to `commit` and answers each with its result. Blocks; one drain
+    /// at a time.
+    pub(crate) fn drain_with(&self, commit: impl FnOnce(&[Pending]) -> Result<Vec<bool>, Failure>) {
         let _commit = lock(&self.commit);
         let batch: Vec<Pending> = {
             let mut queue = lock(&self.queue);
@@ -74,7 +81,7 @@ impl Writer {
         }
         let span = tracing::trace_span!("group_commit", ops = batch.len());
         let _enter = span.enter();
-        match run(db, &batch) {
+        match commit(&batch) {
             Ok(answers) => {
                 for (pending, answer) in batch.into_iter().zip(answers) {
                     // The caller may have gone away; its write stands anyway.
@@ -92,7 +99,7 @@ impl Writer {
 }
 
 /// How a batch failed.
-enum Failure {
+pub(crate) enum Failure {
     /// Nothing was applied.
     NotApplied(&'static str, Arc<redb::Error>),
     /// The commit failed: the batch may or may not be on disk.
@@ -114,8 +121,21 @@ impl Failure {
     }
 }
 
-/// Applies `batch` in one write transaction and commits it if it changed anything.
-fn run(db: &Database, batch: &[Pending]) -> Result<Vec<bool>, Failure> {
+/// What a committed batch did.
+pub(crate) struct Outcome {
+    /// One answer per operation, in order.
+    pub(crate) answers: Vec<bool>,
+    /// True when a delete succeeded: waiters for removals must be told.
+    pub(crate) deleted: bool,
+}
+
+/// Applies `batch` in one write transaction, then sweeps at most `sweep`
+/// expired records in it, and commits it durably if it changed anything.
+pub(crate) fn run(
+    db: &Database,
+    batch: &[Pending],
+    sweep: Option<usize>,
+) -> Result<Outcome, Failure> {
     let fail = |what| move |err: redb::Error| Failure::NotApplied(what, Arc::new(err));
     let mut txn = db
         .begin_write()
@@ -125,6 +145,7 @@ fn run(db: &Database, batch: &[Pending]) -> Result<Vec<bool>, Failure> {
     let now = record::now_millis().map_err(fail("cannot read the system clock"))?;
     let mut answers = Vec::with_capacity(batch.len());
     let mut dirty = false;
+    let mut deleted = false;
     {
         let mut tables = Tables::open(&txn).map_err(fail("cannot open the tables"))?;
         for pending in batch {
@@ -133,6 +154,13 @@ fn run(db: &Database, batch: &[Pending]) -> Result<Vec<bool>, Failure> {
                 .map_err(fail("cannot apply the write"))?;
             answers.push(applied.answer);
             dirty |= applied.dirty;
+            deleted |= applied.answer && matches!(pending.op, Op::Delete { .. });
+        }
+        if let Some(limit) = sweep {
+            let swept = tables
+                .sweep(now, limit)
+                .map_err(fail("cannot sweep expired records"))?;
+            dirty |= swept > 0;
         }
     }
     if dirty {
@@ -142,5 +170,5 @@ fn run(db: &Database, batch: &[Pending]) -> Result<Vec<bool>, Failure> {
         // Nothing was written; the answers hold whatever the abort reports.
         tracing::warn!(error = %err, "aborting a read-only write transaction failed");
     }
-    Ok(answers)
+    Ok(Outcome { answers, deleted })
 }

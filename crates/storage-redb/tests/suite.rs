@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use storage_redb::RedbStorage;
-use ttl_storage::{DynTtlStorage, Key, Result, Ttl, TtlStorage};
+use ttl_storage::{DynTtlStorage, Key, Result, Ttl, TtlStorage, Watch, WatchUnsupported};
 
 /// A storage that owns its temporary directory (fields drop in order: the
 /// file is closed before the directory is removed).
@@ -28,6 +28,9 @@ impl TtlStorage for TempStorage {
     }
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
         self.storage.get(key).await
+    }
+    fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
+        self.storage.watch(key)
     }
 }
 

@@ -9,6 +9,7 @@
 //! | [`TtlStorage::compare_and_swap`] | replace `old` by `new` and restart the TTL, only if the live record holds `old` |
 //! | [`TtlStorage::compare_and_delete`] | delete the record, only if the live record holds `value` |
 //! | [`TtlStorage::get`] | read the live record |
+//! | [`TtlStorage::watch`] | optional: be woken when a record may have gone (deleted or expired) instead of polling |
 //!
 //! Every driver (in-memory, redb, Cassandra/ScyllaDB, DynamoDB, ...) implements
 //! [`TtlStorage`] and proves it with the shared `elections-testsuite`.
@@ -38,12 +39,14 @@ mod key;
 mod storage;
 mod ttl;
 mod value;
+mod watch;
 
 pub use error::{BoxError, ErrorKind, StorageError, ValidationError};
 pub use key::{Key, MAX_KEY_LEN};
 pub use storage::{DynTtlStorage, TtlStorage};
 pub use ttl::{MAX_TTL, Ttl};
 pub use value::{MAX_VALUE_LEN, check_value};
+pub use watch::{Watch, WatchUnsupported};
 
 /// Result alias for storage operations.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;

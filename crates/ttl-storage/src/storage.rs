@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::{Key, Result, Ttl};
+use crate::{Key, Result, Ttl, Watch, WatchUnsupported};
 
 /// A key-value store with conditional writes and per-record TTL: the one
 /// contract every driver implements and elections depend on.
@@ -68,6 +68,70 @@ pub trait TtlStorage: Send + Sync {
 
     /// Reads the live record's value, `None` when absent or expired.
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>>;
+
+    /// Optional capability: a [`Watch`] future that completes when the
+    /// record under `key` may have been **removed** (deleted, or expired)
+    /// after this call, so that a waiter can wake at once instead of polling.
+    ///
+    /// The default answers [`WatchUnsupported`]: the caller then polls, as it
+    /// always may. A driver that supports it promises:
+    ///
+    /// - **Armed at the call.** The watch is registered before `watch`
+    ///   returns (or the future re-reads the record after registering), so a
+    ///   removal that happens after the call is never missed, even if the
+    ///   future is first polled later.
+    /// - **No live record, no wait.** If the key holds no live record when
+    ///   the watch is armed, the future completes promptly.
+    /// - **Expiry counts as removal.** The future completes at the latest
+    ///   shortly after the record's expiry (as the driver knew it when the
+    ///   watch was armed; the driver's expiry granularity applies).
+    /// - **Spurious wake-ups are allowed**: after any write to the key (a
+    ///   renewal), or to other keys, or for no reason. A waiter always
+    ///   re-checks the record (or retries its conditional write) and watches
+    ///   again. Errors of the watch (a lost subscription) complete the future
+    ///   too: the waiter's re-check then reports them.
+    ///
+    /// The method itself is cheap and does no I/O beyond registering: it is
+    /// not `async`, so the trait stays object safe and the registration
+    /// happens in the call.
+    ///
+    /// # How other engines can implement it
+    ///
+    /// - **Valkey / Redis:** keyspace notifications (`notify-keyspace-events
+    ///   Kgx`): subscribe to `__keyspace@<db>__:<key>` for `del` and
+    ///   `expired`, then `EXISTS` the key (completing at once when absent).
+    ///   Valkey reports expiry when it reclaims the key, which may lag the
+    ///   TTL: add a timer at the record's `PTTL`.
+    /// - **PostgreSQL:** `LISTEN ttl_storage_<hash of key>` on a dedicated
+    ///   connection, a trigger (or the driver itself) `NOTIFY`ing on delete;
+    ///   then read the record's expiry and add a timer at it (rows do not
+    ///   expire by themselves).
+    /// - **etcd:** a watch on the key from the revision of a `get`, completing
+    ///   on a `DELETE` event; leases that expire delete their keys, which the
+    ///   same watch reports.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttl_storage::{Key, TtlStorage};
+    ///
+    /// /// Waits until `key` may be free, at most `pause`.
+    /// async fn wait_for_release(storage: &dyn TtlStorage, key: &Key, pause: Duration) {
+    ///     match storage.watch(key) {
+    ///         Ok(watch) => {
+    ///             tokio::select! {
+    ///                 () = watch => {}
+    ///                 () = tokio::time::sleep(pause) => {}
+    ///             }
+    ///         }
+    ///         // Not supported: poll.
+    ///         Err(_) => tokio::time::sleep(pause).await,
+    ///     }
+    /// }
+    /// ```
+    fn watch(&self, key: &Key) -> Result<Watch, WatchUnsupported> {
+        let _ = key;
+        Err(WatchUnsupported)
+    }
 }
 
 /// A storage chosen at run time.
@@ -94,6 +158,9 @@ macro_rules! forward_impl {
             }
             async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
                 (**self).get(key).await
+            }
+            fn watch(&self, key: &Key) -> Result<Watch, WatchUnsupported> {
+                (**self).watch(key)
             }
         }
     )*};
@@ -128,6 +195,44 @@ mod tests {
         s.insert_if_not_exists(&key, b"v", Ttl::NEVER)
             .await
             .unwrap()
+    }
+
+    struct Watching;
+
+    #[async_trait]
+    impl TtlStorage for Watching {
+        async fn insert_if_not_exists(&self, _: &Key, _: &[u8], _: Ttl) -> Result<bool> {
+            Ok(true)
+        }
+        async fn compare_and_swap(&self, _: &Key, _: &[u8], _: &[u8], _: Ttl) -> Result<bool> {
+            Ok(false)
+        }
+        async fn compare_and_delete(&self, _: &Key, _: &[u8]) -> Result<bool> {
+            Ok(false)
+        }
+        async fn get(&self, _: &Key) -> Result<Option<Vec<u8>>> {
+            Ok(None)
+        }
+        fn watch(&self, _: &Key) -> Result<Watch, WatchUnsupported> {
+            Ok(Box::pin(async {}))
+        }
+    }
+
+    #[tokio::test]
+    async fn watch_defaults_to_unsupported_and_is_forwarded() {
+        let key = Key::new("k").unwrap();
+        let plain: DynTtlStorage = Arc::new(Nothing);
+        assert_eq!(plain.watch(&key).err(), Some(WatchUnsupported));
+        assert!(WatchUnsupported.to_string().contains("poll"));
+        let watching: DynTtlStorage = Arc::new(Watching);
+        watching.watch(&key).unwrap().await;
+        let by_ref: &dyn TtlStorage = &*watching;
+        <&dyn TtlStorage as TtlStorage>::watch(&by_ref, &key)
+            .unwrap()
+            .await;
+        Box::new(Watching).watch(&key).unwrap().await;
+        let nested: Arc<DynTtlStorage> = Arc::new(watching.clone());
+        nested.watch(&key).unwrap().await;
     }
 
     #[tokio::test]

@@ -58,7 +58,10 @@ pub struct VvmConfig {
     /// How long the Launcher keeps trying before it reports
     /// [`crate::VvmProblem::LeadershipAcquisition`].
     pub acquisition_duration: Duration,
-    /// Pause between two acquisition rounds.
+    /// Pause between two acquisition rounds. Cut short when the storage
+    /// reports that a key may have been released
+    /// ([`ttl_storage::TtlStorage::watch`]), so a graceful handover does not
+    /// wait for it; storages without that capability wait the whole pause.
     pub acquisition_retry_pause: Duration,
 }
 

@@ -16,6 +16,11 @@ const WITHDRAW_LIMIT: Duration = Duration::from_secs(1);
 
 /// Tries keys `1..=cluster_size` in rounds until one is acquired, the
 /// acquisition duration runs out, or shutdown begins.
+///
+/// Between rounds it pauses for `acquisition_retry_pause`, but wakes at once
+/// when the storage reports that one of the keys may have been released
+/// (deleted or expired, [`ttl_storage::TtlStorage::watch`]); storages
+/// without that capability are polled.
 pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
     let config = &shared.config;
     let deadline = Instant::now() + config.acquisition_duration;
@@ -23,6 +28,7 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
     let mut round: u64 = 0;
     loop {
         round += 1;
+        let mut round_failed = false;
         for index in 1..=config.cluster_size {
             let key = match config.key(index) {
                 Ok(key) => key,
@@ -62,6 +68,7 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
                 Err(ElectionsError::Storage(err)) => {
                     tracing::warn!(%key, round, error = %err, "acquisition attempt failed");
                     last_error = Some(err.to_string());
+                    round_failed = true;
                 }
                 Err(err) => {
                     shared.fail(VvmProblem::Elections(err));
@@ -86,12 +93,39 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
             );
         }
         let pause_end = (now + config.acquisition_retry_pause).min(deadline);
+        // After a failed attempt the storage may be unwell: a watch could
+        // complete at once every time, so pause the whole time.
+        let released = if round_failed {
+            None
+        } else {
+            watch_keys(&shared)
+        };
+        let released = async {
+            match released {
+                Some(watch) => watch.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
             () = shared.vvm_shut.cancelled() => return,
+            () = released => tracing::debug!(round, "a key may have been released; retrying now"),
             () = tokio::time::sleep_until(pause_end) => {}
         }
     }
+}
+
+/// A future that completes when any of the keys may have been released, or
+/// `None` when the storage cannot tell (it is then polled).
+fn watch_keys(shared: &Shared) -> Option<impl Future<Output = ()> + use<>> {
+    let watches: Vec<ttl_storage::Watch> = (1..=shared.config.cluster_size)
+        .filter_map(|index| shared.config.key(index).ok())
+        .filter_map(|key| shared.storage.watch(&key).ok())
+        .collect();
+    if watches.is_empty() {
+        return None;
+    }
+    Some(futures::future::select_all(watches).map(|_| ()))
 }
 
 /// An acquisition interrupted by shutdown may have written our record

@@ -512,3 +512,74 @@ fn invalid_config_is_refused() {
     let err = Vvm::provide(config, MemStorage::new(), idle()).unwrap_err();
     assert!(matches!(err, ConfigError::ClusterSize { size: 0, .. }));
 }
+
+/// Hides the watch capability of the storage it wraps: waiters must poll.
+struct Polled(MemStorage);
+
+#[async_trait::async_trait]
+impl TtlStorage for Polled {
+    async fn insert_if_not_exists(&self, k: &Key, v: &[u8], t: Ttl) -> ttl_storage::Result<bool> {
+        self.0.insert_if_not_exists(k, v, t).await
+    }
+    async fn compare_and_swap(
+        &self,
+        k: &Key,
+        old: &[u8],
+        new: &[u8],
+        t: Ttl,
+    ) -> ttl_storage::Result<bool> {
+        self.0.compare_and_swap(k, old, new, t).await
+    }
+    async fn compare_and_delete(&self, k: &Key, v: &[u8]) -> ttl_storage::Result<bool> {
+        self.0.compare_and_delete(k, v).await
+    }
+    async fn get(&self, k: &Key) -> ttl_storage::Result<Option<Vec<u8>>> {
+        self.0.get(k).await
+    }
+}
+
+/// A leader shuts down gracefully while a standby pauses between rounds;
+/// returns how long after the release the standby led (tokio's clock).
+async fn handover_with(
+    standby_storage: impl TtlStorage + 'static,
+    leader_storage: MemStorage,
+) -> Duration {
+    let (a, _, _) = launch(config("a"), leader_storage, idle());
+    a.wait_for_leadership().await.unwrap();
+    let mut standby = config("b");
+    standby.acquisition_retry_pause = Duration::from_secs(10);
+    let (b, _, _) = launch(standby, standby_storage, idle());
+    // b's first round fails; it is now pausing.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(b.status(), VvmStatus::Acquiring);
+    let released = Instant::now();
+    a.shutdown().await.unwrap();
+    b.wait_for_leadership().await.unwrap();
+    let took = released.elapsed();
+    b.shutdown().await.unwrap();
+    took
+}
+
+/// With a storage that notifies removals, the release wakes the standby at
+/// once instead of after its retry pause.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_release_wakes_the_standby_at_once() {
+    let storage = MemStorage::new();
+    let took = handover_with(storage.clone(), storage).await;
+    assert!(took < Duration::from_secs(1), "the standby waited {took:?}");
+}
+
+/// Without the capability the standby still takes over, at its next round.
+#[tokio::test(start_paused = true)]
+async fn without_watch_the_standby_polls() {
+    let storage = MemStorage::new();
+    let took = handover_with(Polled(storage.clone()), storage).await;
+    assert!(
+        took >= Duration::from_secs(5),
+        "the standby took over after {took:?}"
+    );
+    assert!(
+        took <= Duration::from_secs(10),
+        "the standby took over after {took:?}"
+    );
+}

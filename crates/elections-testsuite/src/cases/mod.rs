@@ -2,6 +2,8 @@
 
 mod elections;
 mod storage;
+mod watch;
 
 pub use elections::*;
 pub use storage::*;
+pub use watch::*;

@@ -1,0 +1,225 @@
+//! Options and the opening of a storage file shared by several processes.
+
+use std::path::Path;
+
+use redb::ConcurrencyMode;
+
+use crate::{
+    OpenError, SharedRedbStorage,
+    builder::{check_magic, check_path, create_checked, ensure_parent, probe},
+    change_feed::ChangeFeed,
+    events_file::EventsFile,
+    fs_check,
+    shared_storage::Inner,
+    writer::Writer,
+};
+
+/// Options of a [`SharedRedbStorage`]; [`SharedRedbStorageBuilder::open`]
+/// opens the file.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use storage_redb::SharedRedbStorage;
+///
+/// let dir = tempfile::tempdir()?;
+/// let storage = SharedRedbStorage::builder()
+///     .sweep_limit(100)
+///     .open(dir.path().join("leases.redb"))
+///     .await?;
+/// # drop(storage);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SharedRedbStorageBuilder {
+    sweep_limit: usize,
+    max_batch: usize,
+    cache_size: usize,
+    create_parent_dirs: bool,
+    allow_unreliable_locks: bool,
+    watch: bool,
+}
+
+impl Default for SharedRedbStorageBuilder {
+    fn default() -> Self {
+        SharedRedbStorageBuilder::new()
+    }
+}
+
+impl SharedRedbStorageBuilder {
+    /// Default most expired records one write batch also deletes.
+    pub const DEFAULT_SWEEP_LIMIT: usize = 64;
+    /// Default most writes of this process committed together.
+    pub const DEFAULT_MAX_BATCH: usize = 256;
+    /// Default redb page cache: 16 MiB.
+    pub const DEFAULT_CACHE_SIZE: usize = 16 * 1024 * 1024;
+
+    /// The defaults: each write batch sweeps up to 64 expired records,
+    /// batches of up to 256 writes, parent directories created, file systems
+    /// with unreliable locks refused, watching enabled.
+    pub fn new() -> Self {
+        SharedRedbStorageBuilder {
+            sweep_limit: Self::DEFAULT_SWEEP_LIMIT,
+            max_batch: Self::DEFAULT_MAX_BATCH,
+            cache_size: Self::DEFAULT_CACHE_SIZE,
+            create_parent_dirs: true,
+            allow_unreliable_locks: false,
+            watch: true,
+        }
+    }
+
+    /// Most expired records each write batch also deletes, in its own
+    /// transaction (1 to 100 000). There is no background sweep in the
+    /// shared mode: every process's writes reclaim expired records.
+    pub fn sweep_limit(&mut self, limit: usize) -> &mut Self {
+        self.sweep_limit = limit;
+        self
+    }
+
+    /// Most concurrent writes of this process committed together in one
+    /// transaction (1 to 65 536).
+    pub fn max_batch(&mut self, max: usize) -> &mut Self {
+        self.max_batch = max;
+        self
+    }
+
+    /// redb's page cache size in bytes (at least 64 KiB). Processes drop
+    /// their cache whenever another process has committed.
+    pub fn cache_size(&mut self, bytes: usize) -> &mut Self {
+        self.cache_size = bytes;
+        self
+    }
+
+    /// Whether a missing parent directory is created (the default) or
+    /// reported as [`OpenError::MissingParentDir`].
+    pub fn create_parent_dirs(&mut self, create: bool) -> &mut Self {
+        self.create_parent_dirs = create;
+        self
+    }
+
+    /// Opens the file even on a file system where OS file locks between
+    /// processes are not known to be reliable (NFS, SMB/CIFS, 9P, FUSE, ...),
+    /// which is otherwise refused with [`OpenError::UnreliableLocks`]. Only
+    /// for file systems whose locking you have checked, and only with every
+    /// process on the same host (expiry uses the host's clock).
+    pub fn allow_unreliable_locks(&mut self, allow: bool) -> &mut Self {
+        self.allow_unreliable_locks = allow;
+        self
+    }
+
+    /// Whether [`TtlStorage::watch`](ttl_storage::TtlStorage::watch) is
+    /// supported (the default, on Linux: one inotify descriptor and one task
+    /// per handle, watching `<path>.events`). Off, watching reports
+    /// unsupported and waiters poll.
+    pub fn watch(&mut self, watch: bool) -> &mut Self {
+        self.watch = watch;
+        self
+    }
+
+    fn validate(&self) -> Result<(), OpenError> {
+        let invalid = |option, reason: &str| {
+            Err(OpenError::InvalidOption {
+                option,
+                reason: reason.to_owned(),
+            })
+        };
+        if !(1..=100_000).contains(&self.sweep_limit) {
+            return invalid("sweep_limit", "must be between 1 and 100000");
+        }
+        if !(1..=65_536).contains(&self.max_batch) {
+            return invalid("max_batch", "must be between 1 and 65536");
+        }
+        if self.cache_size < 64 * 1024 {
+            return invalid("cache_size", "must be at least 64 KiB");
+        }
+        Ok(())
+    }
+
+    /// Opens the storage file at `path` for sharing with other processes,
+    /// creating it (and, unless disabled, its parent directories) and its
+    /// events file `<path>.events` when they do not exist. The file is
+    /// checked as [`RedbStorageBuilder::open`](crate::RedbStorageBuilder::open)
+    /// does (redb magic, this crate's tables, every page checksum: redb runs
+    /// the check under its writer lock). A file another process holds with
+    /// [`RedbStorage`](crate::RedbStorage) (exclusively) is reported as
+    /// [`OpenError::AlreadyOpen`].
+    ///
+    /// Must be called within a tokio runtime (with I/O enabled, for watching).
+    pub async fn open(&self, path: impl AsRef<Path>) -> Result<SharedRedbStorage, OpenError> {
+        self.validate()?;
+        let path = path.as_ref().to_path_buf();
+        let options = self.clone();
+        let opening = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || options.open_blocking(&path))
+        };
+        let (db, events) = opening
+            .await
+            .map_err(|_| OpenError::Interrupted { path: path.clone() })??;
+        let feed = if self.watch {
+            match ChangeFeed::start(events.path()) {
+                Ok(feed) => Some(feed),
+                Err(err) => {
+                    tracing::warn!(path = %path.display(), error = %err, "cannot watch the events file; waiters will poll");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        tracing::debug!(path = %path.display(), "opened shared storage file");
+        Ok(SharedRedbStorage::new(Inner {
+            db,
+            path,
+            events,
+            writer: Writer::new(self.max_batch),
+            sweep_limit: self.sweep_limit,
+            feed,
+        }))
+    }
+
+    fn open_blocking(&self, path: &Path) -> Result<(redb::Database, EventsFile), OpenError> {
+        check_path(path)?;
+        ensure_parent(path, self.create_parent_dirs)?;
+        self.check_file_system(path)?;
+        let io_error = |source| OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let events = EventsFile::open(EventsFile::path_for(path)).map_err(io_error)?;
+        // Processes that open at once must not see each other's half-created
+        // file: the checks and the creation run under a lock of the events file.
+        let opening = events.lock_for_opening().map_err(io_error)?;
+        check_magic(path)?;
+        probe(path, ConcurrencyMode::MultiWriter)?;
+        let db = create_checked(path, self.cache_size, true, ConcurrencyMode::MultiWriter)?;
+        drop(opening);
+        Ok((db, events))
+    }
+
+    fn check_file_system(&self, path: &Path) -> Result<(), OpenError> {
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let unreliable = fs_check::check(dir).map_err(|source| OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        match unreliable {
+            None => Ok(()),
+            Some(fs) if self.allow_unreliable_locks => {
+                tracing::warn!(
+                    path = %path.display(),
+                    file_system = fs.name,
+                    "shared storage on a file system with unreliable locks, as allowed"
+                );
+                Ok(())
+            }
+            Some(fs) => Err(OpenError::UnreliableLocks {
+                path: path.to_path_buf(),
+                file_system: fs.name,
+            }),
+        }
+    }
+}
