@@ -8,7 +8,8 @@
 //! | scheme | driver | cargo feature |
 //! |---|---|---|
 //! | `mem` | `storage-mem`: this process only | always |
-//! | `redb:///path/file.redb` | `storage-redb`: an embedded file | `redb` (default) |
+//! | `redb:///path/file.redb` | `storage-redb`'s `SharedRedbStorage`: an embedded file that the processes of one host share | `redb` (default) |
+//! | `redb:///path/file.redb?mode=exclusive` | `storage-redb`'s `RedbStorage`: one process at a time, group commit | `redb` (default) |
 //! | `scylla://[user:pw@]host[:port][,host...]/keyspace[?...]`, `cassandra://` | `storage-scylla` | `scylla` |
 //! | `dynamodb://TABLE?region=R[&endpoint=URL...]` | `storage-dynamo` | `dynamodb` |
 //!
@@ -56,7 +57,11 @@ pub struct StorageUrl {
 enum Kind {
     Mem,
     #[cfg(feature = "redb")]
-    Redb(PathBuf),
+    Redb {
+        path: PathBuf,
+        /// Several processes (`SharedRedbStorage`) or one (`RedbStorage`).
+        shared: bool,
+    },
     #[cfg(feature = "scylla")]
     Scylla,
     #[cfg(feature = "dynamodb")]
@@ -80,7 +85,10 @@ pub async fn open(url: &str) -> Result<DynTtlStorage, OpenError> {
 pub fn schemes_help() -> String {
     let mut lines = vec!["mem (this process only)".to_owned()];
     #[cfg(feature = "redb")]
-    lines.push("redb:///path/file.redb (an embedded file)".to_owned());
+    lines.push(
+        "redb:///path/file.redb[?mode=exclusive] (an embedded file, shared by the processes of one host; exclusive: one process, faster)"
+            .to_owned(),
+    );
     #[cfg(feature = "scylla")]
     lines.push(
         "scylla://[user:password@]host[:port][,host...]/keyspace[?options] (Cassandra, ScyllaDB; also cassandra://)"
@@ -100,13 +108,14 @@ impl StorageUrl {
         }
     }
 
-    /// A `redb://` URL for a file path.
+    /// A `redb://` URL for a file path, in the shared mode (several
+    /// processes of one host may use the file at once).
     #[cfg(feature = "redb")]
     pub fn redb(path: impl Into<PathBuf>) -> StorageUrl {
         let path = path.into();
         StorageUrl {
             raw: format!("redb://{}", path.display()),
-            kind: Kind::Redb(path),
+            kind: Kind::Redb { path, shared: true },
         }
     }
 
@@ -155,7 +164,17 @@ impl StorageUrl {
         match &self.kind {
             Kind::Mem => Ok(Arc::new(storage_mem::MemStorage::new())),
             #[cfg(feature = "redb")]
-            Kind::Redb(path) => match storage_redb::RedbStorage::open(path).await {
+            Kind::Redb { path, shared: true } => {
+                match storage_redb::SharedRedbStorage::open(path).await {
+                    Ok(storage) => Ok(Arc::new(storage)),
+                    Err(err) => Err(connect(Box::new(err))),
+                }
+            }
+            #[cfg(feature = "redb")]
+            Kind::Redb {
+                path,
+                shared: false,
+            } => match storage_redb::RedbStorage::open(path).await {
                 Ok(storage) => Ok(Arc::new(storage)),
                 Err(err) => Err(connect(Box::new(err))),
             },
@@ -182,7 +201,7 @@ impl PartialEq for StorageUrl {
         match (&self.kind, &other.kind) {
             (Kind::Mem, Kind::Mem) => true,
             #[cfg(feature = "redb")]
-            (Kind::Redb(a), Kind::Redb(b)) => a == b,
+            (Kind::Redb { .. }, Kind::Redb { .. }) => self.kind == other.kind,
             (a, b) => a == b && self.raw == other.raw,
         }
     }

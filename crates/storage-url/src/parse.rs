@@ -23,8 +23,8 @@ pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
     };
     match scheme {
         #[cfg(feature = "redb")]
-        "redb" => redb_path(raw)
-            .map(Kind::Redb)
+        "redb" => redb(raw)
+            .map(|(path, shared)| Kind::Redb { path, shared })
             .map_err(|e| invalid(e.into())),
         #[cfg(feature = "scylla")]
         "scylla" | "cassandra" => match storage_scylla::ScyllaConfig::from_url(raw) {
@@ -54,20 +54,34 @@ fn not_built_in(scheme: &str, feature: &'static str) -> Result<Kind, UrlError> {
     })
 }
 
-/// `redb:///absolute/path` or `redb://relative/path`, percent-decoded.
+/// `redb:///absolute/path` or `redb://relative/path`, percent-decoded, and
+/// `?mode=shared` (the default: several processes) or `?mode=exclusive`.
 #[cfg(feature = "redb")]
-fn redb_path(raw: &str) -> Result<PathBuf, String> {
+fn redb(raw: &str) -> Result<(PathBuf, bool), String> {
     let rest = raw.strip_prefix("redb://").unwrap_or(raw);
-    if rest.is_empty() {
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() {
         return Err("no file path (expected redb:///path/to/file.redb)".to_owned());
     }
-    if rest.contains(['?', '#']) {
-        return Err("a redb:// URL takes no query or fragment".to_owned());
+    if rest.contains('#') {
+        return Err("a redb:// URL takes no fragment".to_owned());
     }
-    let decoded = percent_encoding::percent_decode_str(rest)
+    let mut shared = true;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair {
+            "mode=shared" => shared = true,
+            "mode=exclusive" => shared = false,
+            other => {
+                return Err(format!(
+                    "unknown option {other:?} (redb:// takes mode=shared or mode=exclusive)"
+                ));
+            }
+        }
+    }
+    let decoded = percent_encoding::percent_decode_str(path)
         .decode_utf8()
         .map_err(|err| format!("the path is not UTF-8 once decoded: {err}"))?;
-    Ok(PathBuf::from(decoded.into_owned()))
+    Ok((PathBuf::from(decoded.into_owned()), shared))
 }
 
 /// The one network address of a URL, if it names exactly one.
@@ -171,6 +185,16 @@ mod tests {
     fn redb_urls() {
         let url: StorageUrl = "redb:///var/lib/x%20y.redb".parse().unwrap();
         assert_eq!(url, StorageUrl::redb("/var/lib/x y.redb"));
+        let exclusive: StorageUrl = "redb:///var/lib/x.redb?mode=exclusive".parse().unwrap();
+        assert_ne!(exclusive, StorageUrl::redb("/var/lib/x.redb"));
+        assert_eq!(
+            "redb:///var/lib/x.redb?mode=shared".parse::<StorageUrl>().unwrap(),
+            StorageUrl::redb("/var/lib/x.redb")
+        );
+        assert!(matches!(
+            "redb:///x.redb?mode=fast".parse::<StorageUrl>(),
+            Err(UrlError::Invalid { .. })
+        ));
         assert_eq!(url.scheme(), "redb");
         let relative: StorageUrl = "redb://data/x.redb".parse().unwrap();
         assert_eq!(relative, StorageUrl::redb("data/x.redb"));

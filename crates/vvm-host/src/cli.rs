@@ -30,8 +30,10 @@ pub(crate) struct Args {
     #[arg(long, env = "VVM_HOST_LEADERSHIP_DURATION", default_value = "20s", value_parser = parse_duration)]
     pub(crate) leadership_duration: Duration,
 
-    /// Give up (exit 124, see --exit-code-no-leadership) if no key could be acquired within this time.
-    #[arg(long, env = "VVM_HOST_ACQUISITION_DURATION", default_value = "120s", value_parser = parse_duration)]
+    /// Give up (exit 124, see --exit-code-no-leadership) if no key could be
+    /// acquired within this time. Default: wait as long as it takes, as a
+    /// standby should.
+    #[arg(long, env = "VVM_HOST_ACQUISITION_DURATION", default_value = "forever", value_parser = parse_acquisition)]
     pub(crate) acquisition_duration: Duration,
 
     /// Pause between two acquisition rounds.
@@ -171,6 +173,14 @@ fn host_name() -> Result<String, ArgsError> {
     let name = nix::unistd::gethostname().map_err(|e| ArgsError::HostName(e.to_string()))?;
     name.into_string()
         .map_err(|name| ArgsError::HostName(format!("not UTF-8: {name:?}")))
+}
+
+/// `forever` (never give up) or a duration.
+fn parse_acquisition(text: &str) -> Result<Duration, String> {
+    match text.trim() {
+        "forever" | "infinite" => Ok(vvm_orch::ACQUIRE_FOREVER),
+        other => parse_duration(other),
+    }
 }
 
 /// Parses a duration with `humantime` (`1500ms`, `20s`, `2m`, `1h 30m`),

@@ -135,4 +135,8 @@ impl TtlStorage for FaultyStorage {
         self.fault().await?;
         self.inner.get(key).await
     }
+
+    fn watch(&self, key: &Key) -> Result<ttl_storage::Watch, ttl_storage::WatchUnsupported> {
+        self.inner.watch(key)
+    }
 }

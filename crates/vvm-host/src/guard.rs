@@ -44,7 +44,7 @@ use nix::{
         signal::{Signal, kill, killpg},
         wait::{WaitPidFlag, WaitStatus, waitpid},
     },
-    unistd::Pid,
+    unistd::{Pid, getpgid},
 };
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
@@ -228,15 +228,17 @@ impl Job {
         }
     }
 
-    /// `signal` to the command's process group and to every child of the
-    /// guard (the command and the orphans it adopted).
+    /// `signal` to the command's process group and to every orphan the
+    /// guard adopted outside it (each process gets it once).
     fn signal_all(&self, signal: Signal) {
         match killpg(self.command, signal) {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(err) => eprintln!("vvm-host guard: {signal} to the command's group: {err}"),
         }
         for child in children_of_self() {
-            let _ = kill(child, signal);
+            if child != self.command && getpgid(Some(child)).ok() != Some(self.command) {
+                let _ = kill(child, signal);
+            }
         }
     }
 

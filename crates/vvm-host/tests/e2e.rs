@@ -156,11 +156,15 @@ fn storage_that_cannot_be_opened_is_an_error() {
     );
 }
 
-/// A redb file belongs to one process: a second vvm-host on it is refused.
+/// In the exclusive mode a redb file belongs to one process: a second
+/// vvm-host on it is refused (the default, shared mode is for several).
 #[test]
-fn a_redb_file_held_by_another_vvm_host_is_refused() {
+fn an_exclusive_redb_file_held_by_another_vvm_host_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("redb://{}", dir.path().join("leases.redb").display());
+    let url = format!(
+        "redb://{}?mode=exclusive",
+        dir.path().join("leases.redb").display()
+    );
     let mut first = vvm_host(&["--storage", &url])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

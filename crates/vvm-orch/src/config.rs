@@ -9,6 +9,9 @@ pub const DEFAULT_LEADERSHIP_DURATION: Duration = Duration::from_secs(20);
 
 /// Default time the Launcher keeps trying to acquire leadership, as in the design.
 pub const DEFAULT_ACQUISITION_DURATION: Duration = Duration::from_secs(120);
+/// An acquisition duration that never runs out: the Launcher keeps trying
+/// until shutdown, as a standby should (like `consul lock`).
+pub const ACQUIRE_FOREVER: Duration = Duration::MAX;
 
 /// Default pause between two acquisition rounds (one round tries every key once).
 pub const DEFAULT_ACQUISITION_RETRY_PAUSE: Duration = Duration::from_secs(1);

@@ -23,7 +23,9 @@ const WITHDRAW_LIMIT: Duration = Duration::from_secs(1);
 /// without that capability are polled.
 pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
     let config = &shared.config;
-    let deadline = Instant::now() + config.acquisition_duration;
+    // `None`: keep trying until shutdown (`ACQUIRE_FOREVER`, or any duration
+    // too long to add to the clock).
+    let deadline = Instant::now().checked_add(config.acquisition_duration);
     let mut last_error: Option<String> = None;
     let mut round: u64 = 0;
     loop {
@@ -77,7 +79,9 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
             }
         }
         let now = Instant::now();
-        if now >= deadline {
+        if let Some(deadline) = deadline
+            && now >= deadline
+        {
             shared.status.send_replace(VvmStatus::AcquisitionFailed);
             shared.problems.update(VvmProblem::LeadershipAcquisition {
                 cluster_size: config.cluster_size,
@@ -92,7 +96,8 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
                 "no key acquired in the first round; retrying until the acquisition duration runs out"
             );
         }
-        let pause_end = (now + config.acquisition_retry_pause).min(deadline);
+        let pause_end = now + config.acquisition_retry_pause;
+        let pause_end = deadline.map_or(pause_end, |deadline| pause_end.min(deadline));
         // After a failed attempt the storage may be unwell: a watch could
         // complete at once every time, so pause the whole time.
         let released = if round_failed {

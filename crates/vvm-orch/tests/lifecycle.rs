@@ -583,3 +583,30 @@ async fn without_watch_the_standby_polls() {
         "the standby took over after {took:?}"
     );
 }
+
+/// With `ACQUIRE_FOREVER` a standby never gives up: after a year of a key
+/// held by someone else it still waits, and leads once the key is free.
+#[tokio::test(start_paused = true)]
+async fn a_standby_acquiring_forever_never_gives_up() {
+    let storage = MemStorage::new();
+    storage
+        .insert_if_not_exists(&key1(), b"someone else", Ttl::NEVER)
+        .await
+        .unwrap();
+    let mut config = config("standby");
+    config.acquisition_duration = vvm_orch::ACQUIRE_FOREVER;
+    let (vvm, problem, _) = launch(config, storage.clone(), idle());
+    tokio::time::sleep(Duration::from_secs(365 * 24 * 3600)).await;
+    assert_eq!(vvm.status(), VvmStatus::Acquiring);
+    assert!(!problem.is_raised());
+
+    assert!(
+        storage
+            .compare_and_delete(&key1(), b"someone else")
+            .await
+            .unwrap()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(matches!(vvm.status(), VvmStatus::Leading(_)));
+    vvm.shutdown().await.unwrap();
+}
