@@ -206,20 +206,56 @@ impl SharedRedbStorageBuilder {
             path: path.to_path_buf(),
             source,
         })?;
-        match unreliable {
-            None => Ok(()),
-            Some(fs) if self.allow_unreliable_locks => {
-                tracing::warn!(
-                    path = %path.display(),
-                    file_system = fs.name,
-                    "shared storage on a file system with unreliable locks, as allowed"
-                );
-                Ok(())
-            }
-            Some(fs) => Err(OpenError::UnreliableLocks {
-                path: path.to_path_buf(),
-                file_system: fs.name,
-            }),
+        refuse_unreliable(path, unreliable, self.allow_unreliable_locks)
+    }
+}
+
+/// Refuses a file on a file system with unreliable locks, unless allowed
+/// (then logs a warning).
+fn refuse_unreliable(
+    path: &Path,
+    unreliable: Option<fs_check::Unreliable>,
+    allow: bool,
+) -> Result<(), OpenError> {
+    match unreliable {
+        None => Ok(()),
+        Some(fs) if allow => {
+            tracing::warn!(
+                path = %path.display(),
+                file_system = fs.name,
+                "shared storage on a file system with unreliable locks, as allowed"
+            );
+            Ok(())
         }
+        Some(fs) => Err(OpenError::UnreliableLocks {
+            path: path.to_path_buf(),
+            file_system: fs.name,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreliable_file_systems_are_refused_unless_allowed() {
+        let path = Path::new("/mnt/share/leases.redb");
+        let nfs = fs_check::classify(0x6969);
+        assert!(nfs.is_some());
+        let err = refuse_unreliable(path, nfs, false).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                OpenError::UnreliableLocks {
+                    file_system: "NFS",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("/mnt/share/leases.redb"));
+        refuse_unreliable(path, nfs, true).unwrap();
+        refuse_unreliable(path, None, false).unwrap();
     }
 }
