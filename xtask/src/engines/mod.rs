@@ -117,7 +117,11 @@ pub(crate) fn all() -> Vec<Engine> {
             endpoint_var: "VALKEY_URL",
             passthrough_vars: &[],
             start: start_valkey,
-            suites: &[("coordinator", "registry"), ("coordinator", "http")],
+            suites: &[
+                ("coordinator", "registry"),
+                ("coordinator", "http"),
+                ("storage-valkey", "suite"),
+            ],
         },
         Engine {
             name: "pg-example",
