@@ -124,6 +124,13 @@ pub(crate) fn all() -> Vec<Engine> {
             ],
         },
         Engine {
+            name: "postgres",
+            endpoint_var: "POSTGRES_URL",
+            passthrough_vars: &[],
+            start: postgres::start_with_password,
+            suites: &[("storage-postgres", "suite")],
+        },
+        Engine {
             name: "pg-example",
             endpoint_var: "PG_URL",
             passthrough_vars: &["VALKEY_URL"],

@@ -1,10 +1,13 @@
 //! A throwaway local PostgreSQL cluster from Debian's `postgresql` package,
-//! for the `pg-tenants` example's end-to-end test.
+//! for the `pg-tenants` example's end-to-end test and `storage-postgres`'s
+//! suite.
 //!
 //! [`start`] runs `initdb` into a fresh temporary directory (trust auth, no
 //! fsync), starts `postgres` on a free loopback port with its socket in that
 //! directory, waits until `psql` answers `SELECT 1`, and returns
-//! `PG_URL=postgresql://postgres@127.0.0.1:<port>/postgres`. PostgreSQL
+//! `PG_URL=postgresql://postgres@127.0.0.1:<port>/postgres`.
+//! [`start_with_password`] does the same with SCRAM password authentication
+//! over TCP and returns `POSTGRES_URL` with the password in it. PostgreSQL
 //! refuses to run as root, so as root both run as the `postgres` user
 //! (`runuser`). Dropping the returned [`Started`] runs `pg_ctl stop`, kills
 //! the postmaster if it is still there, and removes the directory.
@@ -25,8 +28,23 @@ const PG_USER: &str = "postgres";
 /// How long the server may take to answer a query.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Starts a cluster (logs go to `work_dir`); see the module docs.
+/// The password of the `postgres` user in [`start_with_password`]; it has
+/// URL-reserved characters on purpose (the URL percent-encodes them).
+const PASSWORD: &str = "s3cret:@/pw";
+const PASSWORD_IN_URL: &str = "s3cret%3A%40%2Fpw";
+
+/// Starts a trust-auth cluster (logs go to `work_dir`); sets `PG_URL`.
 pub(crate) fn start(work_dir: &Path) -> Result<Started> {
+    start_cluster(work_dir, None)
+}
+
+/// Starts a cluster where TCP connections need the `postgres` user's
+/// password (SCRAM); sets `POSTGRES_URL`.
+pub(crate) fn start_with_password(work_dir: &Path) -> Result<Started> {
+    start_cluster(work_dir, Some(PASSWORD))
+}
+
+fn start_cluster(work_dir: &Path, password: Option<&str>) -> Result<Started> {
     let bin = find_bin_dir()?;
     std::fs::create_dir_all(work_dir)
         .with_context(|| format!("cannot create {}", work_dir.display()))?;
@@ -46,34 +64,32 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
         started: false,
     };
     if as_root {
-        let status = Command::new("chown")
-            .args([&format!("{PG_USER}:{PG_USER}")])
-            .arg(&cluster.dir)
-            .status()
-            .context("cannot run chown")?;
-        if !status.success() {
-            bail!(
-                "chown {PG_USER} {} failed ({status})",
-                cluster.dir.display()
-            );
-        }
+        chown(&cluster.dir)?;
     }
     let data = cluster.data();
     let init_log = work_dir.join("initdb.log");
-    let status = cluster
-        .command("initdb")
+    let mut initdb = cluster.command("initdb");
+    initdb
         .arg("-D")
         .arg(&data)
-        .args([
-            "-U",
-            "postgres",
-            "-A",
-            "trust",
-            "--no-sync",
-            "--no-locale",
-            "-E",
-            "UTF8",
-        ])
+        .args(["-U", "postgres", "--no-sync", "--no-locale", "-E", "UTF8"]);
+    match password {
+        None => {
+            initdb.args(["-A", "trust"]);
+        }
+        Some(password) => {
+            let pwfile = cluster.dir.join("pwfile");
+            std::fs::write(&pwfile, password)
+                .with_context(|| format!("cannot write {}", pwfile.display()))?;
+            if as_root {
+                chown(&pwfile)?;
+            }
+            initdb
+                .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+                .arg(format!("--pwfile={}", pwfile.display()));
+        }
+    }
+    let status = initdb
         .stdin(Stdio::null())
         .stdout(Stdio::from(File::create(&init_log)?))
         .stderr(Stdio::from(File::create(work_dir.join("initdb.err"))?))
@@ -105,15 +121,24 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
     cluster.started = true;
     let psql = cluster.bin.join("psql");
     let ready = wait_ready("postgres", &mut child, READY_TIMEOUT, || {
-        select_one(&psql, port)
+        select_one(&psql, port, password)
     });
     if let Err(err) = ready {
         super::kill_tree(&mut child);
         drop(cluster);
         return Err(err.context(format!("see {}", log_path.display())));
     }
-    let url = format!("postgresql://postgres@127.0.0.1:{port}/postgres");
-    Ok(Started::local(child, vec![("PG_URL".to_string(), url)]).with_guard(cluster))
+    let env = match password {
+        None => (
+            "PG_URL".to_string(),
+            format!("postgresql://postgres@127.0.0.1:{port}/postgres"),
+        ),
+        Some(_) => (
+            "POSTGRES_URL".to_string(),
+            format!("postgresql://postgres:{PASSWORD_IN_URL}@127.0.0.1:{port}/postgres"),
+        ),
+    };
+    Ok(Started::local(child, vec![env]).with_guard(cluster))
 }
 
 /// The newest `/usr/lib/postgresql/<version>/bin` holding `initdb`.
@@ -137,6 +162,19 @@ fn find_bin_dir() -> Result<PathBuf> {
     }
 }
 
+/// Gives `path` to the postgres user.
+fn chown(path: &Path) -> Result<()> {
+    let status = Command::new("chown")
+        .args([&format!("{PG_USER}:{PG_USER}")])
+        .arg(path)
+        .status()
+        .context("cannot run chown")?;
+    if !status.success() {
+        bail!("chown {PG_USER} {} failed ({status})", path.display());
+    }
+    Ok(())
+}
+
 fn is_root() -> Result<bool> {
     let out = Command::new("id")
         .arg("-u")
@@ -146,9 +184,12 @@ fn is_root() -> Result<bool> {
 }
 
 /// A real query over TCP: `psql -tAc 'SELECT 1'` prints `1`.
-fn select_one(psql: &Path, port: u16) -> bool {
-    Command::new(psql)
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+fn select_one(psql: &Path, port: u16, password: Option<&str>) -> bool {
+    let mut cmd = Command::new(psql);
+    if let Some(password) = password {
+        cmd.env("PGPASSWORD", password);
+    }
+    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(["-U", "postgres", "-d", "postgres", "-tAc", "SELECT 1"])
         .env("PGCONNECT_TIMEOUT", "2")
         .stdin(Stdio::null())
