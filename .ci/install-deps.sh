@@ -6,6 +6,7 @@ command -v java >/dev/null || need+=(default-jre-headless)
 command -v mvn >/dev/null || need+=(maven)
 command -v redis-server >/dev/null || command -v valkey-server >/dev/null || need+=(redis-server)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
+command -v openssl >/dev/null || need+=(openssl)   # throwaway CAs for the TLS cases
 if ((${#need[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

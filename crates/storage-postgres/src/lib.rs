@@ -72,6 +72,12 @@
 //! - The table has exactly the columns above; [`PostgresStorage::connect`]
 //!   checks them and fails with a permanent error otherwise.
 //!
+//! ## Fencing
+//!
+//! [`fence::PostgresFence`] guards a resource kept in the same database: a
+//! transaction whose fencing token is lower than one already recorded
+//! learns it must roll back, before it writes anything.
+//!
 //! ## Example
 //!
 //! ```no_run
@@ -92,6 +98,7 @@
 
 mod config;
 mod error;
+pub mod fence;
 mod schema;
 mod storage;
 mod tls;

@@ -2,12 +2,13 @@
 //! real PostgreSQL named by `POSTGRES_URL`.
 //!
 //! Run with `cargo xtask test-drivers --engine postgres`, which starts a
-//! local PostgreSQL (password authentication over TCP) and sets
-//! `POSTGRES_URL`; or point `POSTGRES_URL` at your own database (the cases
-//! create tables named `ttl_records` and `suite_*`):
+//! local PostgreSQL (password authentication over TCP, TLS) and sets
+//! `POSTGRES_URL` and `POSTGRES_TLS_URL`; or point them at your own
+//! database (the cases create tables named `ttl_records` and `suite_*`):
 //!
 //! ```text
 //! POSTGRES_URL=postgres://postgres:secret@127.0.0.1:5432/postgres \
+//! POSTGRES_TLS_URL='postgres://postgres:secret@localhost/postgres?sslmode=verify-full&sslrootcert=/ca.pem' \
 //!     cargo test -p storage-postgres --test suite -- --ignored --test-threads 16
 //! ```
 
@@ -71,7 +72,29 @@ async fn connect_url(url: &str) -> PostgresStorage {
 }
 
 async fn make_storage() -> DynTtlStorage {
-    Arc::new(connect_url(&base_url()).await)
+    let url = url_with(|u| {
+        u.query_pairs_mut().append_pair("pool_size", "4");
+    });
+    let storage = connect_url(&url).await;
+    warm_up(&storage).await;
+    Arc::new(storage)
+}
+
+/// Opens every pooled connection before the case starts. SCRAM logins are
+/// CPU-heavy in debug builds; on a loaded machine a login inside a case
+/// could eat the elections' per-call timeout (d/4), which is meant to
+/// measure operations, as on a warm production pool.
+async fn warm_up(storage: &PostgresStorage) {
+    let logins: Vec<_> = (0..storage.config().pool_size())
+        .map(|_| {
+            let pool = storage.pool().clone();
+            tokio::spawn(async move { pool.get().await })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for login in logins {
+        held.push(login.await.unwrap().unwrap());
+    }
 }
 
 elections_testsuite::testsuite!(
@@ -134,7 +157,9 @@ async fn expiry_is_computed_by_the_server() {
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
 async fn concurrent_table_creation() {
     let table = unique("suite_concurrent");
-    let url = with_query(&format!("table={table}&schema=suite_schema&pool_size=1"));
+    let url = with_query(&format!(
+        "table={table}&schema=suite_schema&pool_size=1&connect_timeout=60s"
+    ));
     let connects: Vec<_> = (0..8)
         .map(|_| {
             let url = url.clone();
@@ -200,6 +225,43 @@ async fn require_tls_against_plaintext_server_fails() {
     let err = PostgresStorage::from_url(&with_query("sslmode=require"))
         .await
         .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+}
+
+fn tls_url() -> String {
+    std::env::var("POSTGRES_TLS_URL").unwrap_or_else(|_| {
+        panic!(
+            "POSTGRES_TLS_URL is not set: `cargo xtask test-drivers --engine postgres` sets it; \
+             with your own server set POSTGRES_TLS_URL=postgres://...?sslmode=verify-full&sslrootcert=/path/ca.pem"
+        )
+    })
+}
+
+/// With `sslmode=verify-full` and the server's CA every operation works,
+/// and the session is encrypted; with another CA the connection is refused.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn tls_round_trip_and_certificate_check() {
+    let s = connect_url(&tls_url()).await;
+    let k = key("tls");
+    assert!(s.insert_if_not_exists(&k, b"t", ttl(5)).await.unwrap());
+    assert!(s.compare_and_swap(&k, b"t", b"u", ttl(5)).await.unwrap());
+    assert_eq!(s.get(&k).await.unwrap().as_deref(), Some(&b"u"[..]));
+    assert!(s.compare_and_delete(&k, b"u").await.unwrap());
+    let client = s.pool().get().await.unwrap();
+    let row = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "the session is not encrypted");
+
+    let other_ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ca.pem");
+    let mut wrong = url::Url::parse(&tls_url()).unwrap();
+    wrong.set_query(Some(&format!("sslmode=verify-full&sslrootcert={other_ca}")));
+    let err = PostgresStorage::from_url(wrong.as_str()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
 }
 
@@ -291,4 +353,68 @@ async fn lost_answers_and_lost_connections() {
     let err = s.get(&k).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
     assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
+}
+
+/// The fence refuses transactions with a token lower than the highest
+/// recorded, and serializes fenced transactions on one resource: a lower
+/// token that waited for a higher one's commit is refused.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn fence_refuses_lower_tokens() {
+    use storage_postgres::fence::PostgresFence;
+    let s = connect_url(&base_url()).await;
+    let fence = PostgresFence::create(&s, "suite_fences").await.unwrap();
+    let resource = unique("resource");
+    let setup = s.pool().get().await.unwrap();
+    setup
+        .batch_execute("CREATE TABLE IF NOT EXISTS suite_fenced (id text PRIMARY KEY, v text)")
+        .await
+        .unwrap();
+    let write = |token: u64, value: &'static str| {
+        let (pool, fence, resource) = (s.pool().clone(), fence.clone(), resource.clone());
+        async move {
+            let mut client = pool.get().await.unwrap();
+            let tx = client.transaction().await.unwrap();
+            if !fence.check(&tx, &resource, token).await.unwrap() {
+                return false;
+            }
+            tx.execute(
+                "INSERT INTO suite_fenced (id, v) VALUES ($1, $2) \
+                 ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+                &[&resource, &value],
+            )
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+            true
+        }
+    };
+    let read = || async {
+        let row = setup
+            .query_one("SELECT v FROM suite_fenced WHERE id = $1", &[&resource])
+            .await
+            .unwrap();
+        row.get::<_, String>(0)
+    };
+    assert!(write(5, "five").await);
+    assert!(!write(3, "three").await);
+    assert_eq!(read().await, "five");
+    assert!(write(5, "again").await);
+    assert!(write(7, "seven").await);
+    assert_eq!(fence.highest(&setup, &resource).await.unwrap(), Some(7));
+
+    // Token 9 holds the fence row; token 8 waits for it, then is refused.
+    let mut holder = s.pool().get().await.unwrap();
+    let tx9 = holder.transaction().await.unwrap();
+    assert!(fence.check(&tx9, &resource, 9).await.unwrap());
+    let waiting = tokio::spawn(write(8, "eight"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "token 8 did not wait for token 9's transaction"
+    );
+    tx9.commit().await.unwrap();
+    assert!(!waiting.await.unwrap());
+    assert_eq!(read().await, "seven");
+    assert_eq!(fence.highest(&setup, &resource).await.unwrap(), Some(9));
 }

@@ -126,8 +126,9 @@ pub(crate) fn classify(err: &fred::error::Error, op: Op) -> ErrorKind {
 
 /// Classifies an error of the initial connection: nothing was written, so
 /// nothing is unknown. A server that cannot be reached (refused, timed
-/// out, loading) is transient; bad credentials, TLS failures and
-/// configuration problems are permanent.
+/// out, loading) is transient; bad credentials, TLS failures (certificate
+/// not trusted, a plaintext server) and configuration problems are
+/// permanent.
 pub(crate) fn classify_connect(err: &fred::error::Error) -> ErrorKind {
     use fred::error::ErrorKind as F;
     if let Some(code) = server_error_code(err) {
@@ -141,6 +142,10 @@ pub(crate) fn classify_connect(err: &fred::error::Error) -> ErrorKind {
         F::Config | F::Auth | F::Url | F::Tls | F::InvalidArgument | F::InvalidCommand => {
             ErrorKind::Permanent
         }
+        // rustls reports handshake failures (unknown issuer, wrong name, a
+        // plaintext server) as I/O errors of kind InvalidData, which fred
+        // keeps only as text.
+        F::IO if err.details().contains("InvalidData") => ErrorKind::Permanent,
         _ => ErrorKind::Transient,
     }
 }
@@ -213,6 +218,11 @@ mod tests {
         assert_eq!(classify_connect(&auth), ErrorKind::Permanent);
         let tls = Error::new(F::Tls, "received corrupt message");
         assert_eq!(classify_connect(&tls), ErrorKind::Permanent);
+        let issuer = Error::new(
+            F::IO,
+            "Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }",
+        );
+        assert_eq!(classify_connect(&issuer), ErrorKind::Permanent);
         let loading = server("LOADING Redis is loading the dataset in memory");
         assert_eq!(classify_connect(&loading), ErrorKind::Transient);
     }

@@ -65,6 +65,12 @@
 //! - `maxmemory-policy` must not evict keys (`noeviction`, or a `volatile-*`
 //!   policy with room to spare): an evicted record is a lost lease.
 //!
+//! ## Fencing
+//!
+//! [`fence::ValkeyFence`] guards a resource kept in the same server: a
+//! write carrying a fencing token lower than one already seen is refused,
+//! atomically, in one script.
+//!
 //! ## Example
 //!
 //! ```no_run
@@ -84,6 +90,7 @@
 
 mod config;
 mod error;
+pub mod fence;
 mod scripts;
 mod storage;
 mod tls;

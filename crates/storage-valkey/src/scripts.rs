@@ -45,21 +45,31 @@ impl Script {
         }
     }
 
-    /// Runs the script on one key. `NOSCRIPT` proves the server did not run
-    /// it, so re-sending it whole is safe.
+    /// Runs the script on one key.
     pub(crate) async fn run(
         &self,
         client: &Client,
         key: &str,
         args: Vec<Value>,
     ) -> Result<Value, fred::error::Error> {
+        self.run_keys(client, vec![key.to_string()], args).await
+    }
+
+    /// Runs the script on `keys`. `NOSCRIPT` proves the server did not run
+    /// it, so re-sending it whole is safe.
+    pub(crate) async fn run_keys(
+        &self,
+        client: &Client,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<Value, fred::error::Error> {
         match client
-            .evalsha::<Value, _, _, _>(self.sha.as_str(), key, args.clone())
+            .evalsha::<Value, _, _, _>(self.sha.as_str(), keys.clone(), args.clone())
             .await
         {
             Err(err) if err.details().starts_with("NOSCRIPT") => {
                 tracing::debug!(sha = %self.sha, "script not cached on the server; sending it");
-                client.eval::<Value, _, _, _>(self.lua, key, args).await
+                client.eval::<Value, _, _, _>(self.lua, keys, args).await
             }
             other => other,
         }

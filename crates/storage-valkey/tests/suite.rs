@@ -2,12 +2,14 @@
 //! real Valkey or Redis server named by `VALKEY_URL`.
 //!
 //! Run with `cargo xtask test-drivers --engine valkey`, which starts a local
-//! `valkey-server` or `redis-server` and sets `VALKEY_URL`; or point
-//! `VALKEY_URL` at your own server (the cases write keys under `ttl:` and
-//! `suite-*:`, and create one ACL user, `storage-valkey-suite`):
+//! `valkey-server` or `redis-server` (with a TLS port too) and sets
+//! `VALKEY_URL` and `VALKEY_TLS_URL`; or point them at your own server (the
+//! cases write keys under `ttl:` and `suite-*:`, and create one ACL user,
+//! `storage-valkey-suite`):
 //!
 //! ```text
 //! VALKEY_URL=redis://127.0.0.1:6379 \
+//! VALKEY_TLS_URL='rediss://127.0.0.1:6380?tls_ca_file=/path/ca.pem' \
 //!     cargo test -p storage-valkey --test suite -- --ignored --test-threads 16
 //! ```
 
@@ -222,7 +224,39 @@ async fn rediss_to_plaintext_port_fails() {
         .await
         .expect("a TLS handshake with a plaintext server must fail, not hang");
     let err = result.expect_err("rediss:// must not connect to a plaintext port");
+    // The plaintext server waits for the rest of a "command" that never
+    // comes, so the handshake times out: transient (indistinguishable from
+    // a slow network), never a plaintext session.
     assert_ne!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+}
+
+fn tls_url() -> String {
+    std::env::var("VALKEY_TLS_URL").unwrap_or_else(|_| {
+        panic!(
+            "VALKEY_TLS_URL is not set: `cargo xtask test-drivers --engine valkey` sets it; with \
+             your own server set VALKEY_TLS_URL=rediss://host:port?tls_ca_file=/path/ca.pem"
+        )
+    })
+}
+
+/// Over `rediss://` with the server's CA, every operation works; with
+/// another CA the connection is refused (the certificate is checked).
+#[tokio::test]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
+async fn tls_round_trip_and_certificate_check() {
+    let s = ValkeyStorage::from_url(&tls_url()).await.unwrap();
+    assert!(s.config().tls().is_some());
+    let k = key("tls");
+    assert!(s.insert_if_not_exists(&k, b"t", ttl(5)).await.unwrap());
+    assert!(s.compare_and_swap(&k, b"t", b"u", ttl(5)).await.unwrap());
+    assert_eq!(s.get(&k).await.unwrap().as_deref(), Some(&b"u"[..]));
+    assert!(s.compare_and_delete(&k, b"u").await.unwrap());
+
+    let other_ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ca.pem");
+    let mut wrong = url::Url::parse(&tls_url()).unwrap();
+    wrong.set_query(Some(&format!("tls_ca_file={other_ca}")));
+    let err = ValkeyStorage::from_url(wrong.as_str()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
 }
 
 /// What a `rediss://` client sends first is a TLS ClientHello, never a
@@ -301,4 +335,77 @@ async fn lost_answers_and_lost_connections() {
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
     assert!(!err.to_string().contains("secret"), "{err}");
     assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
+}
+
+/// The fence refuses tokens lower than the highest seen (exactly, beyond
+/// 2^53 too), accepts equal and higher ones, and a refused write changes
+/// nothing.
+#[tokio::test]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
+async fn fence_refuses_lower_tokens() {
+    use storage_valkey::fence::{FenceOutcome, ValkeyFence};
+    let s = connect().await;
+    let fence = ValkeyFence::new(&s);
+    let resource = key("fence").to_string();
+    let data = format!("suite-fenced:{resource}");
+    let read = || async {
+        s.client()
+            .get::<Option<Vec<u8>>, _>(data.as_str())
+            .await
+            .unwrap()
+    };
+
+    assert_eq!(
+        fence.set(&resource, 5, &data, b"five").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(
+        fence.set(&resource, 3, &data, b"three").await.unwrap(),
+        FenceOutcome::Rejected { highest: 5 }
+    );
+    assert_eq!(read().await.as_deref(), Some(&b"five"[..]));
+    assert_eq!(
+        fence.set(&resource, 5, &data, b"again").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(
+        fence.set(&resource, 10, &data, b"ten").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(
+        fence.set(&resource, 9, &data, b"nine").await.unwrap(),
+        FenceOutcome::Rejected { highest: 10 }
+    );
+    let big = (1u64 << 60) + 1;
+    assert_eq!(
+        fence.set(&resource, big, &data, b"big").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(
+        fence
+            .set(&resource, big - 1, &data, b"big-1")
+            .await
+            .unwrap(),
+        FenceOutcome::Rejected { highest: big }
+    );
+    assert_eq!(read().await.as_deref(), Some(&b"big"[..]));
+
+    // Racing writers: the highest token always wins the last word.
+    let other = format!("{resource}/race");
+    let writes: Vec<_> = (1..=16u64)
+        .map(|token| {
+            let fence = fence.clone();
+            let (other, data) = (other.clone(), format!("{data}/race"));
+            tokio::spawn(async move {
+                fence
+                    .set(&other, token, &data, token.to_string().as_bytes())
+                    .await
+            })
+        })
+        .collect();
+    for write in writes {
+        write.await.unwrap().unwrap();
+    }
+    let last: Option<Vec<u8>> = s.client().get(format!("{data}/race")).await.unwrap();
+    assert_eq!(last.as_deref(), Some(&b"16"[..]));
 }

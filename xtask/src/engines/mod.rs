@@ -4,6 +4,7 @@
 mod cassandra;
 mod dynamodb;
 mod postgres;
+mod tls;
 mod valkey;
 
 use std::{
@@ -115,8 +116,8 @@ pub(crate) fn all() -> Vec<Engine> {
         Engine {
             name: "valkey",
             endpoint_var: "VALKEY_URL",
-            passthrough_vars: &[],
-            start: start_valkey,
+            passthrough_vars: &["VALKEY_TLS_URL"],
+            start: start_valkey_with_tls,
             suites: &[
                 ("coordinator", "registry"),
                 ("coordinator", "http"),
@@ -126,7 +127,7 @@ pub(crate) fn all() -> Vec<Engine> {
         Engine {
             name: "postgres",
             endpoint_var: "POSTGRES_URL",
-            passthrough_vars: &[],
+            passthrough_vars: &["POSTGRES_TLS_URL"],
             start: postgres::start_with_password,
             suites: &[("storage-postgres", "suite")],
         },
@@ -142,8 +143,16 @@ pub(crate) fn all() -> Vec<Engine> {
 
 /// Valkey (or Redis) from the system's packages, as a local process.
 fn start_valkey(work_dir: &Path) -> anyhow::Result<Started> {
-    let (child, url) = valkey::start(work_dir)?;
+    let (child, url, _) = valkey::start(work_dir, false)?;
     Ok(Started::local(child, vec![("VALKEY_URL".to_string(), url)]))
+}
+
+/// The same, also listening with TLS (`VALKEY_TLS_URL`, for storage-valkey).
+fn start_valkey_with_tls(work_dir: &Path) -> anyhow::Result<Started> {
+    let (child, url, tls_url) = valkey::start(work_dir, true)?;
+    let mut env = vec![("VALKEY_URL".to_string(), url)];
+    env.extend(tls_url.map(|u| ("VALKEY_TLS_URL".to_string(), u)));
+    Ok(Started::local(child, env))
 }
 
 /// PostgreSQL and Valkey for the `pg-tenants` example's end-to-end test.

@@ -7,7 +7,9 @@
 //! directory, waits until `psql` answers `SELECT 1`, and returns
 //! `PG_URL=postgresql://postgres@127.0.0.1:<port>/postgres`.
 //! [`start_with_password`] does the same with SCRAM password authentication
-//! over TCP and returns `POSTGRES_URL` with the password in it. PostgreSQL
+//! over TCP, and TLS with a throwaway CA (made with `openssl`), and returns
+//! `POSTGRES_URL` with the password in it and `POSTGRES_TLS_URL`
+//! (`sslmode=verify-full`). PostgreSQL
 //! refuses to run as root, so as root both run as the `postgres` user
 //! (`runuser`). Dropping the returned [`Started`] runs `pg_ctl stop`, kills
 //! the postmaster if it is still there, and removes the directory.
@@ -99,6 +101,29 @@ fn start_cluster(work_dir: &Path, password: Option<&str>) -> Result<Started> {
         bail!("initdb failed ({status}); see {}", init_log.display());
     }
 
+    // The password cluster (storage-postgres's suite) also serves TLS,
+    // with a throwaway CA: `POSTGRES_TLS_URL` verifies against it.
+    let mut ssl_args: Vec<String> = Vec::new();
+    let mut ca_file = None;
+    if password.is_some() {
+        let certs = super::tls::generate(&cluster.dir.join("tls"))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&certs.key, std::fs::Permissions::from_mode(0o600))?;
+        if as_root {
+            chown(&certs.key)?;
+            chown(&certs.cert)?;
+            chown(&cluster.dir.join("tls"))?;
+        }
+        ssl_args.extend([
+            "-c".into(),
+            "ssl=on".into(),
+            "-c".into(),
+            format!("ssl_cert_file={}", certs.cert.display()),
+            "-c".into(),
+            format!("ssl_key_file={}", certs.key.display()),
+        ]);
+        ca_file = Some(certs.ca);
+    }
     let port = free_port()?;
     let log_path = work_dir.join(format!("postgres-{port}.log"));
     let log =
@@ -113,6 +138,7 @@ fn start_cluster(work_dir: &Path, password: Option<&str>) -> Result<Started> {
         .args(["-c", "max_connections=300"])
         .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
         .args(["-c", "full_page_writes=off"])
+        .args(&ssl_args)
         .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))
@@ -128,17 +154,24 @@ fn start_cluster(work_dir: &Path, password: Option<&str>) -> Result<Started> {
         drop(cluster);
         return Err(err.context(format!("see {}", log_path.display())));
     }
-    let env = match password {
-        None => (
+    let mut env = Vec::new();
+    match password {
+        None => env.push((
             "PG_URL".to_string(),
             format!("postgresql://postgres@127.0.0.1:{port}/postgres"),
-        ),
-        Some(_) => (
-            "POSTGRES_URL".to_string(),
-            format!("postgresql://postgres:{PASSWORD_IN_URL}@127.0.0.1:{port}/postgres"),
-        ),
-    };
-    Ok(Started::local(child, vec![env]).with_guard(cluster))
+        )),
+        Some(_) => {
+            let url = format!("postgresql://postgres:{PASSWORD_IN_URL}@127.0.0.1:{port}/postgres");
+            if let Some(ca) = ca_file {
+                env.push((
+                    "POSTGRES_TLS_URL".to_string(),
+                    format!("{url}?sslmode=verify-full&sslrootcert={}", ca.display()),
+                ));
+            }
+            env.push(("POSTGRES_URL".to_string(), url));
+        }
+    }
+    Ok(Started::local(child, env).with_guard(cluster))
 }
 
 /// The newest `/usr/lib/postgresql/<version>/bin` holding `initdb`.
