@@ -3,6 +3,7 @@
 
 mod cassandra;
 mod dynamodb;
+mod etcd;
 mod postgres;
 mod tls;
 mod valkey;
@@ -130,6 +131,13 @@ pub(crate) fn all() -> Vec<Engine> {
             passthrough_vars: &["POSTGRES_TLS_URL"],
             start: postgres::start_with_password,
             suites: &[("storage-postgres", "suite")],
+        },
+        Engine {
+            name: "etcd",
+            endpoint_var: "ETCD_URL",
+            passthrough_vars: &["ETCD_TLS_URL"],
+            start: etcd::start,
+            suites: &[("storage-etcd", "suite")],
         },
         Engine {
             name: "pg-example",
