@@ -76,7 +76,9 @@ pub struct ValkeyFence {
 }
 
 impl ValkeyFence {
-    /// Fenced writes over `storage`'s connection and key prefix.
+    /// Fenced writes over `storage`'s connection and key prefix. The
+    /// connection is shared: it closes when `storage` is dropped, so keep
+    /// the storage alive as long as the fence.
     pub fn new(storage: &ValkeyStorage) -> Self {
         ValkeyFence {
             client: storage.client().clone(),
