@@ -6,6 +6,9 @@ command -v java >/dev/null || need+=(default-jre-headless)
 command -v mvn >/dev/null || need+=(maven)
 command -v redis-server >/dev/null || command -v valkey-server >/dev/null || need+=(redis-server)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
+command -v openssl >/dev/null || need+=(openssl)   # throwaway CAs for the TLS cases
+command -v etcd >/dev/null || need+=(etcd-server)
+command -v protoc >/dev/null || need+=(protobuf-compiler)   # etcd-client's build script
 if ((${#need[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

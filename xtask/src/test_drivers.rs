@@ -33,6 +33,8 @@ struct Outcome {
     ignored: u64,
     run_time: Duration,
     error: Option<String>,
+    /// `(package/test, passed, failed, ignored)` per suite binary.
+    suites: Vec<(String, u64, u64, u64)>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -93,6 +95,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             o.ignored,
             o.run_time.as_secs_f64()
         );
+        for (suite, passed, failed, ignored) in &o.suites {
+            println!("  {suite:<23}{passed:>6} {failed:>7} {ignored:>8}");
+        }
     }
     let passed: u64 = outcomes.iter().map(|o| o.passed).sum();
     let failed: u64 = outcomes.iter().map(|o| o.failed).sum();
@@ -190,6 +195,7 @@ fn run_engine(
         ignored: 0,
         run_time: Duration::ZERO,
         error: None,
+        suites: Vec::new(),
     };
     println!("== {}: starting ==", engine.name);
     let started = Instant::now();
@@ -259,6 +265,7 @@ fn run_suite(
         .with_context(|| format!("running {}", binary.executable.display()))?;
     let stdout = child.stdout.take().context("no stdout")?;
     let mut saw_result = false;
+    let mut suite = (format!("{package}/{test}"), 0, 0, 0);
     for line in BufReader::new(stdout).lines() {
         let line = line?;
         println!("{line}");
@@ -267,8 +274,11 @@ fn run_suite(
             outcome.passed += counts.0;
             outcome.failed += counts.1;
             outcome.ignored += counts.2;
+            (suite.1, suite.2, suite.3) =
+                (suite.1 + counts.0, suite.2 + counts.1, suite.3 + counts.2);
         }
     }
+    outcome.suites.push(suite);
     let status = child.wait()?;
     if !saw_result {
         anyhow::bail!("the test binary printed no result line ({status})");

@@ -3,7 +3,9 @@
 
 mod cassandra;
 mod dynamodb;
+mod etcd;
 mod postgres;
+mod tls;
 mod valkey;
 
 use std::{
@@ -115,9 +117,27 @@ pub(crate) fn all() -> Vec<Engine> {
         Engine {
             name: "valkey",
             endpoint_var: "VALKEY_URL",
-            passthrough_vars: &[],
-            start: start_valkey,
-            suites: &[("coordinator", "registry"), ("coordinator", "http")],
+            passthrough_vars: &["VALKEY_TLS_URL"],
+            start: start_valkey_with_tls,
+            suites: &[
+                ("coordinator", "registry"),
+                ("coordinator", "http"),
+                ("storage-valkey", "suite"),
+            ],
+        },
+        Engine {
+            name: "postgres",
+            endpoint_var: "POSTGRES_URL",
+            passthrough_vars: &["POSTGRES_TLS_URL"],
+            start: postgres::start_with_password,
+            suites: &[("storage-postgres", "suite")],
+        },
+        Engine {
+            name: "etcd",
+            endpoint_var: "ETCD_URL",
+            passthrough_vars: &["ETCD_TLS_URL"],
+            start: etcd::start,
+            suites: &[("storage-etcd", "suite")],
         },
         Engine {
             name: "pg-example",
@@ -131,8 +151,16 @@ pub(crate) fn all() -> Vec<Engine> {
 
 /// Valkey (or Redis) from the system's packages, as a local process.
 fn start_valkey(work_dir: &Path) -> anyhow::Result<Started> {
-    let (child, url) = valkey::start(work_dir)?;
+    let (child, url, _) = valkey::start(work_dir, false)?;
     Ok(Started::local(child, vec![("VALKEY_URL".to_string(), url)]))
+}
+
+/// The same, also listening with TLS (`VALKEY_TLS_URL`, for storage-valkey).
+fn start_valkey_with_tls(work_dir: &Path) -> anyhow::Result<Started> {
+    let (child, url, tls_url) = valkey::start(work_dir, true)?;
+    let mut env = vec![("VALKEY_URL".to_string(), url)];
+    env.extend(tls_url.map(|u| ("VALKEY_TLS_URL".to_string(), u)));
+    Ok(Started::local(child, env))
 }
 
 /// PostgreSQL and Valkey for the `pg-tenants` example's end-to-end test.

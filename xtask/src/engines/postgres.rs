@@ -1,10 +1,15 @@
 //! A throwaway local PostgreSQL cluster from Debian's `postgresql` package,
-//! for the `pg-tenants` example's end-to-end test.
+//! for the `pg-tenants` example's end-to-end test and `storage-postgres`'s
+//! suite.
 //!
 //! [`start`] runs `initdb` into a fresh temporary directory (trust auth, no
 //! fsync), starts `postgres` on a free loopback port with its socket in that
 //! directory, waits until `psql` answers `SELECT 1`, and returns
-//! `PG_URL=postgresql://postgres@127.0.0.1:<port>/postgres`. PostgreSQL
+//! `PG_URL=postgresql://postgres@127.0.0.1:<port>/postgres`.
+//! [`start_with_password`] does the same with SCRAM password authentication
+//! over TCP, and TLS with a throwaway CA (made with `openssl`), and returns
+//! `POSTGRES_URL` with the password in it and `POSTGRES_TLS_URL`
+//! (`sslmode=verify-full`). PostgreSQL
 //! refuses to run as root, so as root both run as the `postgres` user
 //! (`runuser`). Dropping the returned [`Started`] runs `pg_ctl stop`, kills
 //! the postmaster if it is still there, and removes the directory.
@@ -25,8 +30,23 @@ const PG_USER: &str = "postgres";
 /// How long the server may take to answer a query.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Starts a cluster (logs go to `work_dir`); see the module docs.
+/// The password of the `postgres` user in [`start_with_password`]; it has
+/// URL-reserved characters on purpose (the URL percent-encodes them).
+const PASSWORD: &str = "s3cret:@/pw";
+const PASSWORD_IN_URL: &str = "s3cret%3A%40%2Fpw";
+
+/// Starts a trust-auth cluster (logs go to `work_dir`); sets `PG_URL`.
 pub(crate) fn start(work_dir: &Path) -> Result<Started> {
+    start_cluster(work_dir, None)
+}
+
+/// Starts a cluster where TCP connections need the `postgres` user's
+/// password (SCRAM); sets `POSTGRES_URL`.
+pub(crate) fn start_with_password(work_dir: &Path) -> Result<Started> {
+    start_cluster(work_dir, Some(PASSWORD))
+}
+
+fn start_cluster(work_dir: &Path, password: Option<&str>) -> Result<Started> {
     let bin = find_bin_dir()?;
     std::fs::create_dir_all(work_dir)
         .with_context(|| format!("cannot create {}", work_dir.display()))?;
@@ -46,34 +66,32 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
         started: false,
     };
     if as_root {
-        let status = Command::new("chown")
-            .args([&format!("{PG_USER}:{PG_USER}")])
-            .arg(&cluster.dir)
-            .status()
-            .context("cannot run chown")?;
-        if !status.success() {
-            bail!(
-                "chown {PG_USER} {} failed ({status})",
-                cluster.dir.display()
-            );
-        }
+        chown(&cluster.dir)?;
     }
     let data = cluster.data();
     let init_log = work_dir.join("initdb.log");
-    let status = cluster
-        .command("initdb")
+    let mut initdb = cluster.command("initdb");
+    initdb
         .arg("-D")
         .arg(&data)
-        .args([
-            "-U",
-            "postgres",
-            "-A",
-            "trust",
-            "--no-sync",
-            "--no-locale",
-            "-E",
-            "UTF8",
-        ])
+        .args(["-U", "postgres", "--no-sync", "--no-locale", "-E", "UTF8"]);
+    match password {
+        None => {
+            initdb.args(["-A", "trust"]);
+        }
+        Some(password) => {
+            let pwfile = cluster.dir.join("pwfile");
+            std::fs::write(&pwfile, password)
+                .with_context(|| format!("cannot write {}", pwfile.display()))?;
+            if as_root {
+                chown(&pwfile)?;
+            }
+            initdb
+                .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+                .arg(format!("--pwfile={}", pwfile.display()));
+        }
+    }
+    let status = initdb
         .stdin(Stdio::null())
         .stdout(Stdio::from(File::create(&init_log)?))
         .stderr(Stdio::from(File::create(work_dir.join("initdb.err"))?))
@@ -83,6 +101,29 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
         bail!("initdb failed ({status}); see {}", init_log.display());
     }
 
+    // The password cluster (storage-postgres's suite) also serves TLS,
+    // with a throwaway CA: `POSTGRES_TLS_URL` verifies against it.
+    let mut ssl_args: Vec<String> = Vec::new();
+    let mut ca_file = None;
+    if password.is_some() {
+        let certs = super::tls::generate(&cluster.dir.join("tls"))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&certs.key, std::fs::Permissions::from_mode(0o600))?;
+        if as_root {
+            chown(&certs.key)?;
+            chown(&certs.cert)?;
+            chown(&cluster.dir.join("tls"))?;
+        }
+        ssl_args.extend([
+            "-c".into(),
+            "ssl=on".into(),
+            "-c".into(),
+            format!("ssl_cert_file={}", certs.cert.display()),
+            "-c".into(),
+            format!("ssl_key_file={}", certs.key.display()),
+        ]);
+        ca_file = Some(certs.ca);
+    }
     let port = free_port()?;
     let log_path = work_dir.join(format!("postgres-{port}.log"));
     let log =
@@ -97,6 +138,7 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
         .args(["-c", "max_connections=300"])
         .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
         .args(["-c", "full_page_writes=off"])
+        .args(&ssl_args)
         .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))
@@ -105,15 +147,31 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
     cluster.started = true;
     let psql = cluster.bin.join("psql");
     let ready = wait_ready("postgres", &mut child, READY_TIMEOUT, || {
-        select_one(&psql, port)
+        select_one(&psql, port, password)
     });
     if let Err(err) = ready {
         super::kill_tree(&mut child);
         drop(cluster);
         return Err(err.context(format!("see {}", log_path.display())));
     }
-    let url = format!("postgresql://postgres@127.0.0.1:{port}/postgres");
-    Ok(Started::local(child, vec![("PG_URL".to_string(), url)]).with_guard(cluster))
+    let mut env = Vec::new();
+    match password {
+        None => env.push((
+            "PG_URL".to_string(),
+            format!("postgresql://postgres@127.0.0.1:{port}/postgres"),
+        )),
+        Some(_) => {
+            let url = format!("postgresql://postgres:{PASSWORD_IN_URL}@127.0.0.1:{port}/postgres");
+            if let Some(ca) = ca_file {
+                env.push((
+                    "POSTGRES_TLS_URL".to_string(),
+                    format!("{url}?sslmode=verify-full&sslrootcert={}", ca.display()),
+                ));
+            }
+            env.push(("POSTGRES_URL".to_string(), url));
+        }
+    }
+    Ok(Started::local(child, env).with_guard(cluster))
 }
 
 /// The newest `/usr/lib/postgresql/<version>/bin` holding `initdb`.
@@ -137,6 +195,19 @@ fn find_bin_dir() -> Result<PathBuf> {
     }
 }
 
+/// Gives `path` to the postgres user.
+fn chown(path: &Path) -> Result<()> {
+    let status = Command::new("chown")
+        .args([&format!("{PG_USER}:{PG_USER}")])
+        .arg(path)
+        .status()
+        .context("cannot run chown")?;
+    if !status.success() {
+        bail!("chown {PG_USER} {} failed ({status})", path.display());
+    }
+    Ok(())
+}
+
 fn is_root() -> Result<bool> {
     let out = Command::new("id")
         .arg("-u")
@@ -146,9 +217,12 @@ fn is_root() -> Result<bool> {
 }
 
 /// A real query over TCP: `psql -tAc 'SELECT 1'` prints `1`.
-fn select_one(psql: &Path, port: u16) -> bool {
-    Command::new(psql)
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+fn select_one(psql: &Path, port: u16, password: Option<&str>) -> bool {
+    let mut cmd = Command::new(psql);
+    if let Some(password) = password {
+        cmd.env("PGPASSWORD", password);
+    }
+    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(["-U", "postgres", "-d", "postgres", "-tAc", "SELECT 1"])
         .env("PGCONNECT_TIMEOUT", "2")
         .stdin(Stdio::null())

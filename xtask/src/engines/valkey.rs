@@ -3,8 +3,10 @@
 //!
 //! [`start`] runs `valkey-server` (or `redis-server`, whichever is on `PATH`)
 //! on a free loopback port with persistence off, waits until it answers
-//! `PING`, and returns the child process and its `redis://` URL. The caller
-//! kills the child when done (its working files live in `work_dir`).
+//! `PING`, and returns the child process and its `redis://` URL (and, when
+//! asked, a `rediss://` URL of a TLS port with a throwaway CA, for
+//! storage-valkey's TLS case). The caller kills the child when done (its
+//! working files live in `work_dir`).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -23,14 +25,29 @@ const READY_TIMEOUT: Duration = Duration::from_secs(15);
 const ATTEMPTS: usize = 3;
 
 /// Starts a server in `work_dir`; returns it and its URL
-/// (`redis://127.0.0.1:<port>`).
-pub(crate) fn start(work_dir: &Path) -> Result<(Child, String)> {
+/// (`redis://127.0.0.1:<port>`), and with `tls` also a TLS port's URL
+/// (`rediss://127.0.0.1:<port>?tls_ca_file=<ca.pem>`, a fresh CA made with
+/// `openssl`).
+pub(crate) fn start(work_dir: &Path, tls: bool) -> Result<(Child, String, Option<String>)> {
     let binary = find_binary()?;
     std::fs::create_dir_all(work_dir)
         .with_context(|| format!("cannot create {}", work_dir.display()))?;
+    let certs = match tls {
+        true => Some(super::tls::generate(&work_dir.join("tls"))?),
+        false => None,
+    };
     let mut last_error = None;
     for _ in 0..ATTEMPTS {
         let port = super::free_port()?;
+        let tls_port = super::free_port()?;
+        let mut tls_args: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(certs) = &certs {
+            tls_args.extend(["--tls-port".into(), tls_port.to_string().into()]);
+            tls_args.extend(["--tls-cert-file".into(), certs.cert.clone().into()]);
+            tls_args.extend(["--tls-key-file".into(), certs.key.clone().into()]);
+            tls_args.extend(["--tls-ca-cert-file".into(), certs.ca.clone().into()]);
+            tls_args.extend(["--tls-auth-clients".into(), "no".into()]);
+        }
         let log_path = work_dir.join(format!("valkey-{port}.log"));
         let log = File::create(&log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
@@ -43,13 +60,22 @@ pub(crate) fn start(work_dir: &Path) -> Result<(Child, String)> {
             .args(["--logfile", ""])
             .arg("--dir")
             .arg(work_dir)
+            .args(&tls_args)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
             .spawn()
             .with_context(|| format!("cannot run {}", binary.display()))?;
         match wait_ready(&mut child, port) {
-            Ok(()) => return Ok((child, format!("redis://127.0.0.1:{port}"))),
+            Ok(()) => {
+                let tls_url = certs.as_ref().map(|c| {
+                    format!(
+                        "rediss://127.0.0.1:{tls_port}?tls_ca_file={}",
+                        c.ca.display()
+                    )
+                });
+                return Ok((child, format!("redis://127.0.0.1:{port}"), tls_url));
+            }
             Err(err) => {
                 let _ = child.kill();
                 let _ = child.wait();

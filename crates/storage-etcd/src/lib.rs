@@ -1,0 +1,77 @@
+//! # storage-etcd
+//!
+//! A [`ttl_storage::TtlStorage`] on **etcd** (v3 API, 3.4 or later), with
+//! the `etcd-client` crate.
+//!
+//! ## How it works
+//!
+//! Each record is one key, `<prefix><key>` (prefix `ttl/` by default). The
+//! TTL is an etcd **lease**: every expiring write grants a fresh lease of
+//! the TTL and attaches the key to it; when the lease expires, etcd deletes
+//! the key. [`ttl_storage::Ttl::NEVER`] writes without a lease. Every
+//! write is one transaction:
+//!
+//! | operation | transaction |
+//! |---|---|
+//! | `insert_if_not_exists` | `IF create_revision(key) = 0 THEN put(key, value, lease)` |
+//! | `compare_and_swap` | `IF value(key) = old THEN put(key, new, new lease)` |
+//! | `compare_and_delete` | `IF value(key) = value THEN delete(key)` |
+//! | `get` | a linearizable range read |
+//!
+//! The lease a write replaced (or a lease granted for a write that did not
+//! apply) is revoked in the background; one that is not expires by itself.
+//!
+//! ## Guarantees
+//!
+//! - **Linearizable**: transactions and default reads go through Raft.
+//! - **Expiry is judged by the etcd leader's clock** (a monotonic timer
+//!   started when the lease is granted, after the call started). Client
+//!   clocks never matter. A new leader *restarts* the remaining leases
+//!   with their full TTL, so a leader change only lengthens leases. etcd
+//!   enforces a minimum TTL of 1.5 election timeouts (rounded up to whole
+//!   seconds: 2 s with the default 1 s election timeout), and deletes an
+//!   expired lease's keys through Raft, typically within half a second
+//!   after expiry.
+//! - **Errors** are classified: requests refused before proposal (no
+//!   leader, too many requests) are [`ttl_storage::ErrorKind::Transient`];
+//!   a write whose answer is lost (deadline exceeded, "request timed out",
+//!   connection lost) is [`ttl_storage::ErrorKind::OutcomeUnknown`];
+//!   authentication, permission and TLS failures are
+//!   [`ttl_storage::ErrorKind::Permanent`].
+//! - **TLS** (`etcds://`, rustls) verifies the members' certificates
+//!   against a CA file or the system's roots, and never falls back to
+//!   plaintext.
+//!
+//! ## Failover
+//!
+//! Raft replicates synchronously to a quorum: a new leader has every
+//! acknowledged write, so leases and fencing counters survive member
+//! failures as long as a quorum does.
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use storage_etcd::EtcdStorage;
+//! use ttl_storage::{Key, Ttl, TtlStorage};
+//!
+//! # async fn demo() -> Result<(), ttl_storage::StorageError> {
+//! let storage = EtcdStorage::from_url("etcd://10.0.0.1:2379?endpoint=10.0.0.2:2379").await?;
+//! let key = Key::new("vvm/leader/1")?;
+//! if storage.insert_if_not_exists(&key, b"node-7", Ttl::from_secs(20)?).await? {
+//!     // we lead for 20 s unless we renew:
+//!     storage.compare_and_swap(&key, b"node-7", b"node-7", Ttl::from_secs(20)?).await?;
+//! }
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod error;
+mod storage;
+mod url;
+
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, EtcdConfig,
+    EtcdConfigBuilder,
+};
+pub use error::ConfigError;
+pub use storage::EtcdStorage;

@@ -1,0 +1,233 @@
+//! [`EtcdStorage`]: the [`TtlStorage`] implementation.
+
+use async_trait::async_trait;
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, PutOptions, TlsOptions,
+    Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
+use ttl_storage::{ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, check_value};
+
+use crate::{
+    config::EtcdConfig,
+    error::{ConfigError, Op, classify, classify_connect, storage_error},
+};
+
+/// A [`TtlStorage`] on an etcd v3 cluster. See the [crate docs](crate).
+///
+/// Cloning is cheap and shares the connection.
+#[derive(Clone)]
+pub struct EtcdStorage {
+    client: Client,
+    config: EtcdConfig,
+}
+
+impl std::fmt::Debug for EtcdStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStorage")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdStorage {
+    /// Parses `url` (see [`EtcdConfig::from_url`]) and [connects](Self::connect).
+    pub async fn from_url(url: &str) -> Result<Self> {
+        let config = EtcdConfig::from_url(url).map_err(|err: ConfigError| {
+            StorageError::with_source(ErrorKind::Permanent, "bad etcd URL", err)
+        })?;
+        Self::connect(config).await
+    }
+
+    /// Connects (TLS and authentication included) and reads once, so an
+    /// unreachable cluster is reported here.
+    ///
+    /// Errors: [`ErrorKind::Transient`] when no endpoint answers;
+    /// [`ErrorKind::Permanent`] for bad credentials, a TLS failure or a bad
+    /// CA file.
+    pub async fn connect(config: EtcdConfig) -> Result<Self> {
+        let url = config.redacted_url();
+        let mut options = ConnectOptions::new()
+            .with_timeout(config.request_timeout)
+            .with_connect_timeout(config.connect_timeout);
+        if let Some(credentials) = &config.credentials {
+            options = options.with_user(&credentials.user, &credentials.password);
+        }
+        if config.tls {
+            let tls = match &config.ca_file {
+                Some(path) => {
+                    let pem = tokio::fs::read(path).await.map_err(|err| {
+                        StorageError::with_source(
+                            ErrorKind::Permanent,
+                            format!("TLS CA file {}: cannot read", path.display()),
+                            err,
+                        )
+                    })?;
+                    TlsOptions::new().ca_certificate(Certificate::from_pem(pem))
+                }
+                None => TlsOptions::new().with_native_roots(),
+            };
+            options = options.with_tls(tls);
+        }
+        let connecting = |err| {
+            let kind = classify_connect(&err);
+            tracing::debug!(%url, %err, ?kind, "connecting to etcd failed");
+            storage_error(kind, &format!("connecting to {url}"), err)
+        };
+        let mut client = Client::connect(config.endpoint_urls(), Some(options))
+            .await
+            .map_err(connecting)?;
+        // The channel connects lazily: one read proves the cluster answers.
+        client
+            .get(format!("{}__probe__", config.prefix), None)
+            .await
+            .map_err(connecting)?;
+        tracing::debug!(%url, prefix = %config.prefix, "etcd storage connected");
+        Ok(EtcdStorage { client, config })
+    }
+
+    /// The configuration this storage was connected with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.config
+    }
+
+    /// The etcd client, for callers that want to share the connection.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The server-side key of `key`: the configured prefix, then the key.
+    pub fn server_key(&self, key: &Key) -> String {
+        format!("{}{}", self.config.prefix, key)
+    }
+
+    /// A fresh lease of `ttl` for one write (0, no lease, for
+    /// [`Ttl::NEVER`]). Granting changes nothing a reader sees, so its
+    /// errors are never "unknown".
+    async fn grant(&self, what: &str, ttl: Ttl) -> Result<i64> {
+        if ttl.is_never() {
+            return Ok(0);
+        }
+        let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+        let mut client = self.client.clone();
+        let lease = client.lease_grant(secs, None).await.map_err(|err| {
+            storage_error(
+                classify(&err, Op::Read),
+                &format!("{what}: lease grant"),
+                err,
+            )
+        })?;
+        Ok(lease.id())
+    }
+
+    /// Revokes a lease no key uses any more, in the background. Failing is
+    /// harmless: the lease expires by itself.
+    fn revoke_later(&self, lease: i64) {
+        if lease == 0 {
+            return;
+        }
+        let mut client = self.client.clone();
+        tokio::spawn(async move {
+            if let Err(err) = client.lease_revoke(lease).await {
+                tracing::debug!(lease, %err, "revoking an unused lease failed; it will expire");
+            }
+        });
+    }
+
+    /// Runs a conditional transaction. When it certainly was not applied,
+    /// `fresh` (the lease granted for it) is revoked.
+    async fn txn(&self, what: &str, txn: Txn, fresh: i64) -> Result<TxnResponse> {
+        let mut client = self.client.clone();
+        match client.txn(txn).await {
+            Ok(response) => {
+                if !response.succeeded() {
+                    self.revoke_later(fresh);
+                }
+                Ok(response)
+            }
+            Err(err) => {
+                let kind = classify(&err, Op::Write);
+                tracing::debug!(%err, ?kind, "{what} failed");
+                if kind != ErrorKind::OutcomeUnknown {
+                    self.revoke_later(fresh);
+                }
+                Err(storage_error(kind, what, err))
+            }
+        }
+    }
+}
+
+/// The lease of the record a successful transaction replaced or deleted.
+fn previous_lease(response: &TxnResponse) -> i64 {
+    match response.op_responses().first() {
+        Some(TxnOpResponse::Put(put)) => put.prev_key().map_or(0, |kv| kv.lease()),
+        Some(TxnOpResponse::Delete(delete)) => delete.prev_kvs().first().map_or(0, |kv| kv.lease()),
+        _ => 0,
+    }
+}
+
+#[async_trait]
+impl TtlStorage for EtcdStorage {
+    async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
+        const WHAT: &str = "insert_if_not_exists";
+        check_value(value)?;
+        let lease = self.grant(WHAT, ttl).await?;
+        let key = self.server_key(key);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        Ok(self.txn(WHAT, txn, lease).await?.succeeded())
+    }
+
+    async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
+        const WHAT: &str = "compare_and_swap";
+        check_value(old)?;
+        check_value(new)?;
+        let lease = self.grant(WHAT, ttl).await?;
+        let key = self.server_key(key);
+        let txn = Txn::new()
+            .when([Compare::value(key.clone(), CompareOp::Equal, old)])
+            .and_then([TxnOp::put(
+                key,
+                new,
+                Some(PutOptions::new().with_lease(lease).with_prev_key()),
+            )]);
+        let response = self.txn(WHAT, txn, lease).await?;
+        if response.succeeded() {
+            let previous = previous_lease(&response);
+            if previous != lease {
+                self.revoke_later(previous);
+            }
+        }
+        Ok(response.succeeded())
+    }
+
+    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
+        const WHAT: &str = "compare_and_delete";
+        check_value(value)?;
+        let key = self.server_key(key);
+        let txn = Txn::new()
+            .when([Compare::value(key.clone(), CompareOp::Equal, value)])
+            .and_then([TxnOp::delete(
+                key,
+                Some(DeleteOptions::new().with_prev_key()),
+            )]);
+        let response = self.txn(WHAT, txn, 0).await?;
+        if response.succeeded() {
+            self.revoke_later(previous_lease(&response));
+        }
+        Ok(response.succeeded())
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        let mut client = self.client.clone();
+        let response = client
+            .get(self.server_key(key), None)
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?;
+        Ok(response.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+}

@@ -1,0 +1,206 @@
+//! The shared `elections-testsuite`, plus this driver's own cases, against a
+//! real etcd named by `ETCD_URL`.
+//!
+//! Run with `cargo xtask test-drivers --engine etcd`, which starts a local
+//! single-member etcd (also serving TLS) and sets `ETCD_URL` and
+//! `ETCD_TLS_URL`; or point them at your own cluster (the cases write keys
+//! under `ttl/`):
+//!
+//! ```text
+//! ETCD_URL=etcd://127.0.0.1:2379 \
+//! ETCD_TLS_URL='etcds://127.0.0.1:2379?tls_ca_file=/path/ca.pem' \
+//!     cargo test -p storage-etcd --test suite -- --ignored --test-threads 16
+//! ```
+
+// Test code: a panic with a clear message is how a case fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod proxy;
+
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use storage_etcd::EtcdStorage;
+use ttl_storage::{DynTtlStorage, ErrorKind, Key, Ttl, TtlStorage};
+
+fn base_url() -> String {
+    std::env::var("ETCD_URL").unwrap_or_else(|_| {
+        panic!(
+            "ETCD_URL is not set: run `cargo xtask test-drivers --engine etcd`, or set \
+             ETCD_URL=etcd://host:2379"
+        )
+    })
+}
+
+async fn connect_url(url: &str) -> EtcdStorage {
+    match EtcdStorage::from_url(url).await {
+        Ok(storage) => storage,
+        Err(err) => panic!("connecting to {url}: {err:?}"),
+    }
+}
+
+async fn make_storage() -> DynTtlStorage {
+    Arc::new(connect_url(&base_url()).await)
+}
+
+elections_testsuite::testsuite!(
+    real_time,
+    make_storage,
+    ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"
+);
+
+fn key(name: &str) -> Key {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    Key::new(format!("etcd-driver/{name}/{nanos}")).unwrap()
+}
+
+fn ttl(secs: u64) -> Ttl {
+    Ttl::from_secs(secs).unwrap()
+}
+
+/// Records are keys under the prefix attached to a lease of the TTL;
+/// `Ttl::NEVER` writes no lease; a swap moves the key to a fresh lease.
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn records_are_prefixed_keys_on_leases() {
+    let s = connect_url(&base_url()).await;
+    let k = key("lease");
+    let raw = s.server_key(&k);
+    assert!(raw.starts_with("ttl/"));
+    let lease_of = |s: &EtcdStorage| {
+        let mut client = s.client().clone();
+        let raw = raw.clone();
+        async move {
+            let response = client.get(raw, None).await.unwrap();
+            response.kvs().first().map(|kv| kv.lease())
+        }
+    };
+    assert!(s.insert_if_not_exists(&k, b"v", ttl(20)).await.unwrap());
+    let first = lease_of(&s).await.unwrap();
+    assert_ne!(first, 0);
+    let mut client = s.client().clone();
+    let left = client.lease_time_to_live(first, None).await.unwrap().ttl();
+    assert!((18..=20).contains(&left), "lease TTL left {left}");
+
+    assert!(
+        s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)
+            .await
+            .unwrap()
+    );
+    assert_eq!(lease_of(&s).await, Some(0), "Ttl::NEVER attaches no lease");
+
+    assert!(s.compare_and_swap(&k, b"w", b"x", ttl(1)).await.unwrap());
+    assert_ne!(lease_of(&s).await, Some(0));
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(s.get(&k).await.unwrap(), None);
+    assert!(s.insert_if_not_exists(&k, b"y", ttl(5)).await.unwrap());
+}
+
+/// A member that refuses connections is a transient error at connect time.
+#[tokio::test]
+async fn refused_connection_is_transient() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let err = EtcdStorage::from_url(&format!("etcd://127.0.0.1:{port}?connect_timeout=1s"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+}
+
+fn tls_url() -> String {
+    std::env::var("ETCD_TLS_URL").unwrap_or_else(|_| {
+        panic!(
+            "ETCD_TLS_URL is not set: `cargo xtask test-drivers --engine etcd` sets it; with your \
+             own cluster set ETCD_TLS_URL=etcds://host:2379?tls_ca_file=/path/ca.pem"
+        )
+    })
+}
+
+/// Over `etcds://` with the member's CA every operation works; with another
+/// CA the connection is refused (the certificate is checked).
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn tls_round_trip_and_certificate_check() {
+    let s = connect_url(&tls_url()).await;
+    assert!(s.config().tls());
+    let k = key("tls");
+    assert!(s.insert_if_not_exists(&k, b"t", ttl(5)).await.unwrap());
+    assert!(s.compare_and_swap(&k, b"t", b"u", ttl(5)).await.unwrap());
+    assert_eq!(s.get(&k).await.unwrap().as_deref(), Some(&b"u"[..]));
+    assert!(s.compare_and_delete(&k, b"u").await.unwrap());
+
+    let mut wrong = url::Url::parse(&tls_url()).unwrap();
+    wrong.set_query(Some(&format!(
+        "tls_ca_file={}/tests/data/ca.pem&connect_timeout=2s",
+        env!("CARGO_MANIFEST_DIR")
+    )));
+    let err = EtcdStorage::from_url(wrong.as_str()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+}
+
+/// `etcds://` to a plaintext member fails; it never falls back to plaintext.
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn etcds_to_plaintext_member_fails() {
+    let mut url = url::Url::parse(&base_url()).unwrap();
+    url.set_scheme("etcds").unwrap();
+    url.set_query(Some(&format!(
+        "tls_ca_file={}/tests/data/ca.pem&connect_timeout=2s",
+        env!("CARGO_MANIFEST_DIR")
+    )));
+    let result = tokio::time::timeout(Duration::from_secs(15), EtcdStorage::from_url(url.as_str()))
+        .await
+        .expect("a TLS handshake with a plaintext member must fail, not hang");
+    let err = result.expect_err("etcds:// must not talk to a plaintext member");
+    assert_ne!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+}
+
+fn server_addr() -> SocketAddr {
+    let url = url::Url::parse(&base_url()).unwrap();
+    let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
+    let port = url.port().unwrap_or(2379);
+    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+        .unwrap()
+        .next()
+        .unwrap()
+}
+
+/// A write whose answer is lost is outcome unknown (and here it was in
+/// fact applied); a read in the same situation is transient; once the
+/// member cannot be reached, operations are not unknown.
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn lost_answers_and_lost_connections() {
+    let direct = connect_url(&base_url()).await;
+    let proxy = proxy::Proxy::start(server_addr()).await;
+    let url = format!("etcd://{}?timeout=1s&connect_timeout=1s", proxy.addr);
+    let s = connect_url(&url).await;
+    let k = key("lost");
+    // Ttl::NEVER: no lease grant, so the swallowed request is the
+    // transaction itself (a lost grant is rightly transient).
+    assert!(s.insert_if_not_exists(&k, b"a", Ttl::NEVER).await.unwrap());
+
+    proxy.swallow_answers(true);
+    let err = s
+        .compare_and_swap(&k, b"a", b"b", Ttl::NEVER)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
+    let err = s.get(&k).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+
+    proxy.shut_down();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let err = s.get(&k).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    assert!(direct.compare_and_delete(&k, b"b").await.unwrap());
+}

@@ -1,0 +1,466 @@
+//! Validated configuration: server, database, credentials, TLS mode, table
+//! and pool size, timeouts.
+
+use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
+
+use crate::error::ConfigError;
+
+/// The default PostgreSQL port.
+pub const DEFAULT_PORT: u16 = 5432;
+/// The default table name.
+pub const DEFAULT_TABLE: &str = "ttl_records";
+/// The default number of pooled connections.
+pub const DEFAULT_POOL_SIZE: usize = 8;
+/// The default timeout of one statement. The server cancels a statement
+/// after this (`statement_timeout`: not applied, transient); the client
+/// gives up half a second later (outcome unknown for a write).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default timeout for opening a connection (TLS and authentication
+/// included).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1).
+const MAX_IDENTIFIER_LEN: usize = 63;
+/// Longest timeout accepted.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Largest pool accepted.
+const MAX_POOL_SIZE: usize = 1024;
+
+/// How the connection is protected, after libpq's `sslmode`.
+///
+/// Every TLS mode verifies the server's certificate chain *and* host name
+/// (rustls offers nothing weaker), so `require` and `verify-ca` are as
+/// strict as `verify-full`. `prefer` and `allow`, which silently fall back
+/// to plaintext, are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SslMode {
+    /// Plaintext.
+    #[default]
+    Disable,
+    /// TLS or nothing; certificate verified.
+    Require,
+    /// TLS or nothing; certificate verified.
+    VerifyCa,
+    /// TLS or nothing; certificate and host name verified.
+    VerifyFull,
+}
+
+impl SslMode {
+    /// True for every mode but [`SslMode::Disable`].
+    pub fn uses_tls(self) -> bool {
+        self != SslMode::Disable
+    }
+}
+
+impl FromStr for SslMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "disable" => Ok(SslMode::Disable),
+            "require" => Ok(SslMode::Require),
+            "verify-ca" => Ok(SslMode::VerifyCa),
+            "verify-full" => Ok(SslMode::VerifyFull),
+            "prefer" | "allow" => Err(ConfigError::FallbackSslMode(s.to_string())),
+            _ => Err(ConfigError::BadSslMode(s.to_string())),
+        }
+    }
+}
+
+/// A validated configuration of [`crate::PostgresStorage`].
+///
+/// Build one with [`PostgresConfig::builder`] or parse a URL with
+/// [`PostgresConfig::from_url`].
+///
+/// ```
+/// use storage_postgres::{PostgresConfig, SslMode};
+///
+/// let config = PostgresConfig::builder()
+///     .host("db.internal")
+///     .user("leases")
+///     .password("s3cret")
+///     .dbname("app")
+///     .ssl_mode(SslMode::VerifyFull)
+///     .build()
+///     .unwrap();
+/// assert_eq!(config.table(), "ttl_records");
+/// assert!(!format!("{config:?}").contains("s3cret"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresConfig {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) user: String,
+    pub(crate) password: Option<String>,
+    pub(crate) dbname: String,
+    pub(crate) ssl_mode: SslMode,
+    pub(crate) ssl_root_cert: Option<PathBuf>,
+    pub(crate) schema: Option<String>,
+    pub(crate) table: String,
+    pub(crate) create_table: bool,
+    pub(crate) pool_size: usize,
+    pub(crate) request_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+}
+
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &self.redacted_url())
+            .field("ssl_mode", &self.ssl_mode)
+            .field("ssl_root_cert", &self.ssl_root_cert)
+            .field("table", &self.qualified_table())
+            .field("create_table", &self.create_table)
+            .field("pool_size", &self.pool_size)
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl PostgresConfig {
+    /// A builder; [`PostgresConfigBuilder::build`] validates everything.
+    pub fn builder() -> PostgresConfigBuilder {
+        PostgresConfigBuilder::default()
+    }
+
+    /// The server's host name or IP address.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The user name.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// The database.
+    pub fn dbname(&self) -> &str {
+        &self.dbname
+    }
+
+    /// The TLS mode.
+    pub fn ssl_mode(&self) -> SslMode {
+        self.ssl_mode
+    }
+
+    /// The PEM CA file trusted instead of the system's roots, if any.
+    pub fn ssl_root_cert(&self) -> Option<&std::path::Path> {
+        self.ssl_root_cert.as_deref()
+    }
+
+    /// The table name (without schema).
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The schema, `None` for the connection's search path.
+    pub fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
+    /// The table as written in SQL: `schema.table` or `table`.
+    pub fn qualified_table(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("{schema}.{}", self.table),
+            None => self.table.clone(),
+        }
+    }
+
+    /// True when the table is created if missing.
+    pub fn create_table(&self) -> bool {
+        self.create_table
+    }
+
+    /// The number of pooled connections.
+    pub fn pool_size(&self) -> usize {
+        self.pool_size
+    }
+
+    /// Timeout of one statement.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// Timeout for opening a connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The server as a URL with the password replaced by `***`, for logs
+    /// and error messages.
+    pub fn redacted_url(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        let password = if self.password.is_some() { ":***" } else { "" };
+        format!(
+            "postgres://{}{password}@{host}:{}/{}",
+            self.user, self.port, self.dbname
+        )
+    }
+}
+
+/// Builds a [`PostgresConfig`]; every setting but the host has a default.
+#[derive(Debug, Clone)]
+pub struct PostgresConfigBuilder {
+    host: Option<String>,
+    port: u16,
+    user: String,
+    password: Option<String>,
+    dbname: Option<String>,
+    ssl_mode: SslMode,
+    ssl_root_cert: Option<PathBuf>,
+    schema: Option<String>,
+    table: String,
+    create_table: bool,
+    pool_size: usize,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Default for PostgresConfigBuilder {
+    fn default() -> Self {
+        PostgresConfigBuilder {
+            host: None,
+            port: DEFAULT_PORT,
+            user: "postgres".to_string(),
+            password: None,
+            dbname: None,
+            ssl_mode: SslMode::default(),
+            ssl_root_cert: None,
+            schema: None,
+            table: DEFAULT_TABLE.to_string(),
+            create_table: true,
+            pool_size: DEFAULT_POOL_SIZE,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+impl PostgresConfigBuilder {
+    /// The server's host name or IP address (required).
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
+    }
+
+    /// The server's port (default [`DEFAULT_PORT`]).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The user name (default `postgres`).
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = user.into();
+        self
+    }
+
+    /// The password.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// The database (default: the user name).
+    pub fn dbname(mut self, dbname: impl Into<String>) -> Self {
+        self.dbname = Some(dbname.into());
+        self
+    }
+
+    /// The TLS mode (default [`SslMode::Disable`]).
+    pub fn ssl_mode(mut self, mode: SslMode) -> Self {
+        self.ssl_mode = mode;
+        self
+    }
+
+    /// Trusts the CA certificates in this PEM file instead of the system's
+    /// trust store. Needs a TLS [`SslMode`].
+    pub fn ssl_root_cert(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ssl_root_cert = Some(path.into());
+        self
+    }
+
+    /// The schema of the table (default: the search path, usually `public`).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// The table name (default [`DEFAULT_TABLE`]).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Creates the table when missing (default `true`).
+    pub fn create_table(mut self, create: bool) -> Self {
+        self.create_table = create;
+        self
+    }
+
+    /// The number of pooled connections (default [`DEFAULT_POOL_SIZE`]).
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Timeout of one statement (default [`DEFAULT_REQUEST_TIMEOUT`]).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Timeout for opening a connection (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Validates the settings.
+    pub fn build(self) -> Result<PostgresConfig, ConfigError> {
+        let host = self
+            .host
+            .filter(|h| !h.is_empty())
+            .ok_or(ConfigError::NoHost)?;
+        if self.user.is_empty() {
+            return Err(ConfigError::NoUser);
+        }
+        let dbname = self.dbname.unwrap_or_else(|| self.user.clone());
+        if self.ssl_root_cert.is_some() && !self.ssl_mode.uses_tls() {
+            return Err(ConfigError::RootCertWithoutTls);
+        }
+        check_identifier("table", &self.table)?;
+        if let Some(schema) = &self.schema {
+            check_identifier("schema", schema)?;
+        }
+        if self.pool_size == 0 || self.pool_size > MAX_POOL_SIZE {
+            return Err(ConfigError::BadPoolSize(self.pool_size.to_string()));
+        }
+        check_timeout("timeout", self.request_timeout)?;
+        check_timeout("connect_timeout", self.connect_timeout)?;
+        Ok(PostgresConfig {
+            host,
+            port: self.port,
+            user: self.user,
+            password: self.password,
+            dbname,
+            ssl_mode: self.ssl_mode,
+            ssl_root_cert: self.ssl_root_cert,
+            schema: self.schema,
+            table: self.table,
+            create_table: self.create_table,
+            pool_size: self.pool_size,
+            request_timeout: self.request_timeout,
+            connect_timeout: self.connect_timeout,
+        })
+    }
+}
+
+/// Table and schema names are written into SQL unquoted: only plain
+/// lower-case identifiers are accepted.
+fn check_identifier(what: &'static str, name: &str) -> Result<(), ConfigError> {
+    let mut chars = name.chars();
+    let valid = name.len() <= MAX_IDENTIFIER_LEN
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if valid {
+        Ok(())
+    } else {
+        Err(ConfigError::BadIdentifier {
+            what,
+            name: name.to_string(),
+        })
+    }
+}
+
+fn check_timeout(name: &'static str, timeout: Duration) -> Result<(), ConfigError> {
+    if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
+        return Err(ConfigError::BadDuration {
+            name,
+            value: humantime::format_duration(timeout).to_string(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation() {
+        let base = || PostgresConfig::builder().host("h");
+        assert_eq!(
+            PostgresConfig::builder().build().err(),
+            Some(ConfigError::NoHost)
+        );
+        assert_eq!(
+            base().table("Leases").build().err(),
+            Some(ConfigError::BadIdentifier {
+                what: "table",
+                name: "Leases".into()
+            })
+        );
+        assert_eq!(
+            base().schema("a;drop").build().err(),
+            Some(ConfigError::BadIdentifier {
+                what: "schema",
+                name: "a;drop".into()
+            })
+        );
+        assert_eq!(
+            base().ssl_root_cert("/ca.pem").build().err(),
+            Some(ConfigError::RootCertWithoutTls)
+        );
+        assert_eq!(
+            base().pool_size(0).build().err(),
+            Some(ConfigError::BadPoolSize("0".into()))
+        );
+        let config = base().build().unwrap();
+        assert_eq!(config.dbname(), "postgres");
+        assert_eq!(config.qualified_table(), "ttl_records");
+        let config = base().schema("leases").user("app").build().unwrap();
+        assert_eq!(config.dbname(), "app");
+        assert_eq!(config.qualified_table(), "leases.ttl_records");
+    }
+
+    #[test]
+    fn ssl_modes() {
+        assert_eq!("disable".parse(), Ok(SslMode::Disable));
+        assert_eq!("verify-full".parse(), Ok(SslMode::VerifyFull));
+        assert_eq!(
+            "prefer".parse::<SslMode>(),
+            Err(ConfigError::FallbackSslMode("prefer".into()))
+        );
+        assert_eq!(
+            "bogus".parse::<SslMode>(),
+            Err(ConfigError::BadSslMode("bogus".into()))
+        );
+        assert!(SslMode::Require.uses_tls());
+        assert!(!SslMode::Disable.uses_tls());
+    }
+
+    #[test]
+    fn redacted() {
+        let config = PostgresConfig::builder()
+            .host("::1")
+            .user("app")
+            .password("pw")
+            .build()
+            .unwrap();
+        assert_eq!(config.redacted_url(), "postgres://app:***@[::1]:5432/app");
+        assert!(!format!("{config:?}").contains("pw\""));
+    }
+}

@@ -1,0 +1,199 @@
+//! Configuration errors, and how tokio-postgres and pool errors map to the
+//! contract's [`ErrorKind`]s.
+
+use deadpool_postgres::PoolError;
+use tokio_postgres::error::SqlState;
+use ttl_storage::{ErrorKind, StorageError};
+
+/// A configuration that cannot be used, found before connecting.
+///
+/// Messages never contain a password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The text is not a URL at all.
+    #[error("not a URL: {0}")]
+    BadUrl(String),
+    /// The URL's scheme is not `postgres` or `postgresql`.
+    #[error("URL scheme {0:?} is not postgres:// or postgresql://")]
+    BadScheme(String),
+    /// No host was given.
+    #[error("a host is required")]
+    NoHost,
+    /// The user name is empty.
+    #[error("a user name is required")]
+    NoUser,
+    /// A `%` escape in the URL is not UTF-8.
+    #[error("the {0} in the URL is not valid percent-encoded UTF-8")]
+    BadPercentEncoding(&'static str),
+    /// An unknown `sslmode`.
+    #[error("bad sslmode {0:?}: expected disable, require, verify-ca or verify-full")]
+    BadSslMode(String),
+    /// `sslmode=prefer` or `allow`: they fall back to plaintext silently.
+    #[error(
+        "sslmode {0:?} can fall back to plaintext and is not supported: use require or verify-full (or disable)"
+    )]
+    FallbackSslMode(String),
+    /// `sslrootcert` was given without TLS.
+    #[error("sslrootcert is set but sslmode is disable")]
+    RootCertWithoutTls,
+    /// A table or schema name that is not a plain lower-case identifier.
+    #[error(
+        "bad {what} name {name:?}: use 1 to 63 lower-case ASCII letters, digits and '_', not starting with a digit"
+    )]
+    BadIdentifier {
+        /// `table` or `schema`.
+        what: &'static str,
+        /// The rejected name.
+        name: String,
+    },
+    /// A pool size of zero or too large.
+    #[error("bad pool_size {0:?}: expected 1 to 1024")]
+    BadPoolSize(String),
+    /// A boolean parameter that is not `true` or `false`.
+    #[error("bad {name} {value:?}: expected true or false")]
+    BadBool {
+        /// The parameter name.
+        name: &'static str,
+        /// The rejected value.
+        value: String,
+    },
+    /// A duration that is not a humantime duration within range.
+    #[error("bad {name} {value:?}: expected a duration such as 500ms or 5s, from 1ms to 1h")]
+    BadDuration {
+        /// The parameter name.
+        name: &'static str,
+        /// The rejected value.
+        value: String,
+    },
+    /// A URL query parameter this driver does not know (typos are errors).
+    #[error("unknown URL parameter {0:?}")]
+    UnknownParameter(String),
+    /// A URL parameter given twice.
+    #[error("URL parameter {0:?} given twice")]
+    DuplicateParameter(String),
+}
+
+/// What an operation does: decides whether a lost answer is "not applied"
+/// or "may have been applied".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// A conditional write (insert, compare-and-swap, compare-and-delete).
+    Write,
+    /// A read.
+    Read,
+}
+
+/// SQLSTATEs of errors that prove the statement did not take effect and
+/// may succeed later.
+fn is_retryable(code: &SqlState) -> bool {
+    let code = code.code();
+    // 08: connection exception; 40: transaction rollback (serialization,
+    // deadlock); 53: insufficient resources; 57: operator intervention
+    // (query canceled by statement_timeout, admin shutdown, cannot connect
+    // now); 25006: read-only transaction (a standby); 55P03: lock not available.
+    ["08", "40", "53", "57"]
+        .iter()
+        .any(|class| code.starts_with(class))
+        || code == SqlState::READ_ONLY_SQL_TRANSACTION.code()
+        || code == SqlState::LOCK_NOT_AVAILABLE.code()
+}
+
+/// Classifies the error of one statement that was sent.
+///
+/// An error reply from the server means the single-statement transaction
+/// was rolled back: never applied, so transient or permanent by SQLSTATE.
+/// Without a reply (connection closed, I/O error) a write may have been
+/// committed: outcome unknown; a read is transient.
+pub(crate) fn classify(err: &tokio_postgres::Error, op: Op) -> ErrorKind {
+    if let Some(db) = err.as_db_error() {
+        return if is_retryable(db.code()) {
+            ErrorKind::Transient
+        } else {
+            ErrorKind::Permanent
+        };
+    }
+    match op {
+        Op::Write => ErrorKind::OutcomeUnknown,
+        Op::Read => ErrorKind::Transient,
+    }
+}
+
+/// Classifies an error of opening a connection: nothing was sent, so
+/// nothing is unknown. Unreachable servers are transient; TLS,
+/// authentication and configuration failures are permanent.
+pub(crate) fn classify_connect(err: &tokio_postgres::Error) -> ErrorKind {
+    if let Some(db) = err.as_db_error() {
+        return if is_retryable(db.code()) {
+            ErrorKind::Transient
+        } else {
+            ErrorKind::Permanent
+        };
+    }
+    // tokio-postgres exposes its error kind only through Display.
+    let text = err.to_string();
+    let permanent = [
+        "error performing TLS handshake",
+        "authentication error",
+        "invalid configuration",
+        "invalid connection string",
+    ];
+    if permanent.iter().any(|p| text.starts_with(p)) {
+        ErrorKind::Permanent
+    } else {
+        ErrorKind::Transient
+    }
+}
+
+/// Classifies an error of taking a connection from the pool (before any
+/// statement is sent).
+pub(crate) fn classify_pool(err: &PoolError) -> ErrorKind {
+    match err {
+        PoolError::Backend(err) => classify_connect(err),
+        PoolError::Timeout(_) => ErrorKind::Transient,
+        _ => ErrorKind::Permanent,
+    }
+}
+
+/// A [`StorageError`] of `kind`, keeping the driver's error as the source.
+pub(crate) fn storage_error(
+    kind: ErrorKind,
+    what: &str,
+    err: impl std::error::Error + Send + Sync + 'static,
+) -> StorageError {
+    let detail = match std::error::Error::source(&err) {
+        Some(source) => format!("{err}: {source}"),
+        None => err.to_string(),
+    };
+    StorageError::with_source(kind, format!("{what} failed: {detail}"), err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_sqlstates() {
+        for code in [
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::QUERY_CANCELED,
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::TOO_MANY_CONNECTIONS,
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::CONNECTION_FAILURE,
+        ] {
+            assert!(is_retryable(&code), "{code:?}");
+        }
+        for code in [
+            SqlState::UNDEFINED_TABLE,
+            SqlState::INVALID_PASSWORD,
+            SqlState::SYNTAX_ERROR,
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            SqlState::INVALID_CATALOG_NAME,
+        ] {
+            assert!(!is_retryable(&code), "{code:?}");
+        }
+    }
+}

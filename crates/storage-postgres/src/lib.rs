@@ -1,0 +1,112 @@
+//! # storage-postgres
+//!
+//! A [`ttl_storage::TtlStorage`] on **PostgreSQL** (12 or later), with
+//! `tokio-postgres` and a `deadpool-postgres` pool. Leadership lives in the
+//! database the service already uses.
+//!
+//! ## How it works
+//!
+//! One table, created idempotently at connect time (`create_table=true`,
+//! the default; concurrent creators serialize on an advisory lock):
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS ttl_records (
+//!     key text PRIMARY KEY, value bytea NOT NULL, expires_at timestamptz NULL);
+//! ```
+//!
+//! `expires_at` is `NULL` for [`ttl_storage::Ttl::NEVER`]. Each operation is
+//! one statement, hence one atomic transaction:
+//!
+//! | operation | SQL |
+//! |---|---|
+//! | `insert_if_not_exists` | `INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE expires_at <= now()` |
+//! | `compare_and_swap` | `UPDATE ... WHERE key = $1 AND value = $old AND (expires_at IS NULL OR expires_at > now())` |
+//! | `compare_and_delete` | `DELETE ... WHERE key = $1 AND value = $v AND <live>` |
+//! | `get` | `SELECT value ... WHERE key = $1 AND <live>` |
+//!
+//! The answer is the number of rows the statement changed (1 or 0).
+//!
+//! ## Guarantees
+//!
+//! - **Linearizable on the primary.** Each statement locks the row it
+//!   changes; under `READ COMMITTED` a statement that waited for a
+//!   concurrent writer re-checks its `WHERE` clause on the row's newest
+//!   version, so of two racing inserts or swaps exactly one wins. Reads see
+//!   every committed write. Connections are opened with
+//!   `target_session_attrs=read-write`, so a hot standby is never used.
+//! - **Expiry is judged by the server's clock**: `now()`, the start of the
+//!   statement on the server, both to compute `expires_at = now() + ttl`
+//!   and to decide liveness. Client clocks never matter. A record lives at
+//!   least its TTL after the statement started (hence after the call
+//!   started), with microsecond precision. `now()` reads the server's wall
+//!   clock: a step of that clock moves every lease by the step.
+//! - **Errors** are classified: no connection (refused, pool exhausted
+//!   past the timeout) is [`ttl_storage::ErrorKind::Transient`], nothing
+//!   was sent; an error reply is never applied (the statement's
+//!   transaction rolled back), so it is transient for serialization
+//!   failures, deadlocks, cancellation by `statement_timeout`, shutdowns,
+//!   a read-only standby and resource exhaustion, and permanent otherwise
+//!   (missing table, permissions, ...). A write whose answer is lost (the
+//!   connection dropped, or no answer within `timeout` + 0.5 s) is
+//!   [`ttl_storage::ErrorKind::OutcomeUnknown`]. TLS and authentication
+//!   failures are permanent.
+//! - **TLS** (rustls) with `sslmode=require`, `verify-ca` or `verify-full`
+//!   always verifies the certificate chain and host name, and never falls
+//!   back to plaintext; `prefer` and `allow` are refused.
+//!
+//! ## Failover
+//!
+//! With synchronous replication (`synchronous_commit = on` or stricter and
+//! `synchronous_standby_names` set) a promoted standby has every
+//! acknowledged write, leases and fencing counters included. With
+//! asynchronous replication a promoted standby can miss the last
+//! acknowledged writes: a lease can vanish and the fencing counter can go
+//! back (see `docs/guarantees.md`). `synchronous_commit = off` loses
+//! acknowledged writes on a crash even without failover: do not use it for
+//! the lease table.
+//!
+//! ## Assumptions
+//!
+//! - Only this driver writes the table. Expired rows stay until a later
+//!   insert of the same key replaces them (one row per election key).
+//! - The table has exactly the columns above; [`PostgresStorage::connect`]
+//!   checks them and fails with a permanent error otherwise.
+//!
+//! ## Fencing
+//!
+//! [`fence::PostgresFence`] guards a resource kept in the same database: a
+//! transaction whose fencing token is lower than one already recorded
+//! learns it must roll back, before it writes anything.
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use storage_postgres::PostgresStorage;
+//! use ttl_storage::{Key, Ttl, TtlStorage};
+//!
+//! # async fn demo() -> Result<(), ttl_storage::StorageError> {
+//! let storage =
+//!     PostgresStorage::from_url("postgres://app:s3cret@db.internal/app?sslmode=verify-full").await?;
+//! let key = Key::new("vvm/leader/1")?;
+//! if storage.insert_if_not_exists(&key, b"node-7", Ttl::from_secs(20)?).await? {
+//!     // we lead for 20 s unless we renew:
+//!     storage.compare_and_swap(&key, b"node-7", b"node-7", Ttl::from_secs(20)?).await?;
+//! }
+//! assert_eq!(storage.get(&key).await?.as_deref(), Some(&b"node-7"[..]));
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod error;
+pub mod fence;
+mod schema;
+mod storage;
+mod tls;
+mod url;
+
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_TABLE, PostgresConfig, PostgresConfigBuilder, SslMode,
+};
+pub use error::ConfigError;
+pub use storage::PostgresStorage;

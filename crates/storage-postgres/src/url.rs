@@ -1,0 +1,231 @@
+//! Parsing `postgres://` URLs into a [`PostgresConfig`].
+
+use std::{collections::HashSet, time::Duration};
+
+use percent_encoding::percent_decode_str;
+use url::Url;
+
+use crate::{config::PostgresConfig, error::ConfigError};
+
+impl PostgresConfig {
+    /// Parses a URL:
+    ///
+    /// ```text
+    /// postgres://[user[:password]@]host[:port][/dbname][?param=value&...]
+    /// ```
+    ///
+    /// `postgresql://` is accepted too. User, password and database may be
+    /// percent-encoded. Parameters (unknown ones are errors):
+    ///
+    /// | parameter | meaning | default |
+    /// |---|---|---|
+    /// | `sslmode` | `disable`, `require`, `verify-ca`, `verify-full` (`prefer` / `allow` are refused: they fall back to plaintext) | `disable` |
+    /// | `sslrootcert` | PEM CA file to trust instead of the system's roots | none |
+    /// | `table` | table name | `ttl_records` |
+    /// | `schema` | schema of the table | the search path |
+    /// | `create_table` | create the table when missing | `true` |
+    /// | `pool_size` | pooled connections | `8` |
+    /// | `timeout` | timeout of one statement (`500ms`, `5s`, ...) | `5s` |
+    /// | `connect_timeout` | timeout for opening a connection | `5s` |
+    ///
+    /// ```
+    /// use storage_postgres::{PostgresConfig, SslMode};
+    ///
+    /// let config = PostgresConfig::from_url(
+    ///     "postgres://app:s%40cret@db.internal/leases?sslmode=verify-full&table=leader_leases",
+    /// )
+    /// .unwrap();
+    /// assert_eq!(config.user(), "app");
+    /// assert_eq!(config.dbname(), "leases");
+    /// assert_eq!(config.ssl_mode(), SslMode::VerifyFull);
+    /// assert_eq!(config.table(), "leader_leases");
+    /// assert_eq!(config.redacted_url(), "postgres://app:***@db.internal:5432/leases");
+    /// ```
+    pub fn from_url(url: &str) -> Result<PostgresConfig, ConfigError> {
+        let parsed = Url::parse(url).map_err(|err| ConfigError::BadUrl(err.to_string()))?;
+        match parsed.scheme() {
+            "postgres" | "postgresql" => {}
+            other => return Err(ConfigError::BadScheme(other.to_string())),
+        }
+        let host = match parsed.host() {
+            Some(url::Host::Ipv6(addr)) => addr.to_string(),
+            Some(host) => host.to_string(),
+            None => return Err(ConfigError::NoHost),
+        };
+        let mut builder = PostgresConfig::builder().host(host);
+        if let Some(port) = parsed.port() {
+            builder = builder.port(port);
+        }
+        if !parsed.username().is_empty() {
+            builder = builder.user(decode(parsed.username(), "user name")?);
+        }
+        if let Some(password) = parsed.password() {
+            builder = builder.password(decode(password, "password")?);
+        }
+        let dbname = parsed.path().trim_start_matches('/');
+        if !dbname.is_empty() {
+            builder = builder.dbname(decode(dbname, "database name")?);
+        }
+        let mut seen = HashSet::new();
+        for (name, value) in parsed.query_pairs() {
+            if !seen.insert(name.to_string()) {
+                return Err(ConfigError::DuplicateParameter(name.into_owned()));
+            }
+            builder = match name.as_ref() {
+                "sslmode" => builder.ssl_mode(value.parse()?),
+                "sslrootcert" => builder.ssl_root_cert(value.into_owned()),
+                "table" => builder.table(value.into_owned()),
+                "schema" => builder.schema(value.into_owned()),
+                "create_table" => builder.create_table(parse_bool("create_table", &value)?),
+                "pool_size" => builder.pool_size(
+                    value
+                        .parse()
+                        .map_err(|_| ConfigError::BadPoolSize(value.to_string()))?,
+                ),
+                "timeout" => builder.request_timeout(parse_duration("timeout", &value)?),
+                "connect_timeout" => {
+                    builder.connect_timeout(parse_duration("connect_timeout", &value)?)
+                }
+                _ => return Err(ConfigError::UnknownParameter(name.into_owned())),
+            };
+        }
+        builder.build()
+    }
+}
+
+fn decode(text: &str, what: &'static str) -> Result<String, ConfigError> {
+    percent_decode_str(text)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| ConfigError::BadPercentEncoding(what))
+}
+
+fn parse_bool(name: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(ConfigError::BadBool {
+            name,
+            value: value.to_string(),
+        }),
+    }
+}
+
+fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(value).map_err(|_| ConfigError::BadDuration {
+        name,
+        value: value.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::SslMode;
+
+    #[test]
+    fn minimal_url() {
+        let config = PostgresConfig::from_url("postgres://localhost").unwrap();
+        assert_eq!(
+            config,
+            PostgresConfig::builder().host("localhost").build().unwrap()
+        );
+        assert_eq!(
+            config.redacted_url(),
+            "postgres://postgres@localhost:5432/postgres"
+        );
+    }
+
+    #[test]
+    fn full_url() {
+        let config = PostgresConfig::from_url(
+            "postgresql://u%40x:p%3Aw%2F@[::1]:6432/my%20db?sslmode=require\
+             &sslrootcert=%2Fetc%2Fca.pem&table=leases&schema=elect&create_table=false\
+             &pool_size=3&timeout=1s%20500ms&connect_timeout=2s",
+        )
+        .unwrap();
+        assert_eq!(config.host(), "::1");
+        assert_eq!(config.port(), 6432);
+        assert_eq!(config.user(), "u@x");
+        assert_eq!(config.password.as_deref(), Some("p:w/"));
+        assert_eq!(config.dbname(), "my db");
+        assert_eq!(config.ssl_mode(), SslMode::Require);
+        assert_eq!(config.ssl_root_cert(), Some(Path::new("/etc/ca.pem")));
+        assert_eq!(config.qualified_table(), "elect.leases");
+        assert!(!config.create_table());
+        assert_eq!(config.pool_size(), 3);
+        assert_eq!(config.request_timeout(), Duration::from_millis(1500));
+        assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+        assert_eq!(config.redacted_url(), "postgres://u@x:***@[::1]:6432/my db");
+    }
+
+    #[test]
+    fn bad_urls_have_typed_errors() {
+        let cases: &[(&str, ConfigError)] = &[
+            ("mysql://h", ConfigError::BadScheme("mysql".into())),
+            (
+                "postgres://h?sslmode=prefer",
+                ConfigError::FallbackSslMode("prefer".into()),
+            ),
+            (
+                "postgres://h?sslmode=allow",
+                ConfigError::FallbackSslMode("allow".into()),
+            ),
+            (
+                "postgres://h?sslmode=on",
+                ConfigError::BadSslMode("on".into()),
+            ),
+            (
+                "postgres://h?sslrootcert=/ca.pem",
+                ConfigError::RootCertWithoutTls,
+            ),
+            (
+                "postgres://h?tabel=x",
+                ConfigError::UnknownParameter("tabel".into()),
+            ),
+            (
+                "postgres://h?table=a&table=b",
+                ConfigError::DuplicateParameter("table".into()),
+            ),
+            (
+                "postgres://h?pool_size=x",
+                ConfigError::BadPoolSize("x".into()),
+            ),
+            (
+                "postgres://h?create_table=yes",
+                ConfigError::BadBool {
+                    name: "create_table",
+                    value: "yes".into(),
+                },
+            ),
+            (
+                "postgres://h?timeout=5",
+                ConfigError::BadDuration {
+                    name: "timeout",
+                    value: "5".into(),
+                },
+            ),
+            (
+                "postgres://u:%FF@h",
+                ConfigError::BadPercentEncoding("password"),
+            ),
+        ];
+        for (url, expected) in cases {
+            assert_eq!(
+                PostgresConfig::from_url(url).as_ref(),
+                Err(expected),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn errors_never_show_the_password() {
+        let err = PostgresConfig::from_url("postgres://u:hunter2@h?bogus=1").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        let config = PostgresConfig::from_url("postgres://u:hunter2@h").unwrap();
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,420 @@
+//! The shared `elections-testsuite`, plus this driver's own cases, against a
+//! real PostgreSQL named by `POSTGRES_URL`.
+//!
+//! Run with `cargo xtask test-drivers --engine postgres`, which starts a
+//! local PostgreSQL (password authentication over TCP, TLS) and sets
+//! `POSTGRES_URL` and `POSTGRES_TLS_URL`; or point them at your own
+//! database (the cases create tables named `ttl_records` and `suite_*`):
+//!
+//! ```text
+//! POSTGRES_URL=postgres://postgres:secret@127.0.0.1:5432/postgres \
+//! POSTGRES_TLS_URL='postgres://postgres:secret@localhost/postgres?sslmode=verify-full&sslrootcert=/ca.pem' \
+//!     cargo test -p storage-postgres --test suite -- --ignored --test-threads 16
+//! ```
+
+// Test code: a panic with a clear message is how a case fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod proxy;
+
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use storage_postgres::PostgresStorage;
+use ttl_storage::{DynTtlStorage, ErrorKind, Key, Ttl, TtlStorage};
+
+fn base_url() -> String {
+    std::env::var("POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "POSTGRES_URL is not set: run `cargo xtask test-drivers --engine postgres`, or set \
+             POSTGRES_URL=postgres://user:password@host:5432/db"
+        )
+    })
+}
+
+/// `POSTGRES_URL` changed by `edit`.
+fn url_with(edit: impl FnOnce(&mut url::Url)) -> String {
+    let mut url = url::Url::parse(&base_url()).unwrap();
+    edit(&mut url);
+    url.to_string()
+}
+
+fn with_query(query: &str) -> String {
+    url_with(|u| u.set_query(Some(query)))
+}
+
+fn server_addr() -> SocketAddr {
+    let url = url::Url::parse(&base_url()).unwrap();
+    let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
+    let port = url.port().unwrap_or(5432);
+    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+        .unwrap()
+        .next()
+        .unwrap()
+}
+
+fn unique(name: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{name}_{nanos}")
+}
+
+async fn connect_url(url: &str) -> PostgresStorage {
+    match PostgresStorage::from_url(url).await {
+        Ok(storage) => storage,
+        Err(err) => panic!("connecting to {url}: {err:?}"),
+    }
+}
+
+async fn make_storage() -> DynTtlStorage {
+    let url = url_with(|u| {
+        u.query_pairs_mut().append_pair("pool_size", "4");
+    });
+    let storage = connect_url(&url).await;
+    warm_up(&storage).await;
+    Arc::new(storage)
+}
+
+/// Opens every pooled connection before the case starts. SCRAM logins are
+/// CPU-heavy in debug builds; on a loaded machine a login inside a case
+/// could eat the elections' per-call timeout (d/4), which is meant to
+/// measure operations, as on a warm production pool.
+async fn warm_up(storage: &PostgresStorage) {
+    let logins: Vec<_> = (0..storage.config().pool_size())
+        .map(|_| {
+            let pool = storage.pool().clone();
+            tokio::spawn(async move { pool.get().await })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for login in logins {
+        held.push(login.await.unwrap().unwrap());
+    }
+}
+
+elections_testsuite::testsuite!(
+    real_time,
+    make_storage,
+    ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"
+);
+
+fn key(name: &str) -> Key {
+    Key::new(format!("postgres-driver/{}", unique(name))).unwrap()
+}
+
+fn ttl(secs: u64) -> Ttl {
+    Ttl::from_secs(secs).unwrap()
+}
+
+/// `expires_at` is computed by the server (`now() + ttl`), NULL for
+/// `Ttl::NEVER`, and a swap replaces it.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn expiry_is_computed_by_the_server() {
+    let s = connect_url(&base_url()).await;
+    let k = key("expiry");
+    let remaining = |s: &PostgresStorage, k: &Key| {
+        let pool = s.pool().clone();
+        let table = s.config().qualified_table();
+        let k = k.as_str().to_string();
+        async move {
+            let client = pool.get().await.unwrap();
+            let row = client
+                .query_one(
+                    &format!(
+                        "SELECT extract(epoch FROM expires_at - now())::float8 FROM {table} WHERE key = $1"
+                    ),
+                    &[&k],
+                )
+                .await
+                .unwrap();
+            row.get::<_, Option<f64>>(0)
+        }
+    };
+    assert!(s.insert_if_not_exists(&k, b"v", ttl(20)).await.unwrap());
+    let left = remaining(&s, &k).await.unwrap();
+    assert!((19.0..=20.0).contains(&left), "{left}");
+    assert!(
+        s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)
+            .await
+            .unwrap()
+    );
+    assert_eq!(remaining(&s, &k).await, None);
+    assert!(s.compare_and_swap(&k, b"w", b"x", ttl(1)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(s.get(&k).await.unwrap(), None);
+    assert!(!s.compare_and_delete(&k, b"x").await.unwrap());
+    assert!(s.insert_if_not_exists(&k, b"y", ttl(5)).await.unwrap());
+}
+
+/// Many processes creating the same table at once all succeed.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn concurrent_table_creation() {
+    let table = unique("suite_concurrent");
+    let url = with_query(&format!(
+        "table={table}&schema=suite_schema&pool_size=1&connect_timeout=60s"
+    ));
+    let connects: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { PostgresStorage::from_url(&url).await })
+        })
+        .collect();
+    for connect in connects {
+        let storage = connect.await.unwrap().unwrap();
+        assert_eq!(
+            storage.config().qualified_table(),
+            format!("suite_schema.{table}")
+        );
+    }
+    let s = connect_url(&url).await;
+    let k = key("created");
+    assert!(s.insert_if_not_exists(&k, b"a", ttl(5)).await.unwrap());
+}
+
+/// Without `create_table`, a missing table is a permanent error; a table
+/// of the wrong shape is refused.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn missing_or_wrong_table_is_permanent() {
+    let missing = unique("suite_missing");
+    let err =
+        PostgresStorage::from_url(&with_query(&format!("table={missing}&create_table=false")))
+            .await
+            .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+
+    let good = connect_url(&base_url()).await;
+    let wrong = unique("suite_wrong");
+    let client = good.pool().get().await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {wrong} (key text PRIMARY KEY, value text)"
+        ))
+        .await
+        .unwrap();
+    let err = PostgresStorage::from_url(&with_query(&format!("table={wrong}")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(err.to_string().contains("wrong schema"), "{err}");
+}
+
+/// A wrong password is a permanent error that does not show the password.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn wrong_password_is_permanent() {
+    let url = url_with(|u| u.set_password(Some("hunter2")).unwrap());
+    let err = PostgresStorage::from_url(&url).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+}
+
+/// `sslmode=require` against a server without TLS fails; it never falls
+/// back to plaintext.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn require_tls_against_plaintext_server_fails() {
+    let err = PostgresStorage::from_url(&with_query("sslmode=require"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+}
+
+fn tls_url() -> String {
+    std::env::var("POSTGRES_TLS_URL").unwrap_or_else(|_| {
+        panic!(
+            "POSTGRES_TLS_URL is not set: `cargo xtask test-drivers --engine postgres` sets it; \
+             with your own server set POSTGRES_TLS_URL=postgres://...?sslmode=verify-full&sslrootcert=/path/ca.pem"
+        )
+    })
+}
+
+/// With `sslmode=verify-full` and the server's CA every operation works,
+/// and the session is encrypted; with another CA the connection is refused.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn tls_round_trip_and_certificate_check() {
+    let s = connect_url(&tls_url()).await;
+    let k = key("tls");
+    assert!(s.insert_if_not_exists(&k, b"t", ttl(5)).await.unwrap());
+    assert!(s.compare_and_swap(&k, b"t", b"u", ttl(5)).await.unwrap());
+    assert_eq!(s.get(&k).await.unwrap().as_deref(), Some(&b"u"[..]));
+    assert!(s.compare_and_delete(&k, b"u").await.unwrap());
+    let client = s.pool().get().await.unwrap();
+    let row = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "the session is not encrypted");
+
+    let other_ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ca.pem");
+    let mut wrong = url::Url::parse(&tls_url()).unwrap();
+    wrong.set_query(Some(&format!("sslmode=verify-full&sslrootcert={other_ca}")));
+    let err = PostgresStorage::from_url(wrong.as_str()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+}
+
+/// On the wire: with `sslmode=verify-full` the client's first message is
+/// an SSLRequest, and a server that answers "no TLS" ends the attempt —
+/// no startup message (which would carry the user name) follows.
+#[tokio::test]
+async fn ssl_request_first_and_no_plaintext_fallback() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut request = [0u8; 8];
+        conn.read_exact(&mut request).await.unwrap();
+        conn.write_all(b"N").await.unwrap();
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), conn.read_to_end(&mut rest)).await;
+        (request, rest)
+    });
+    let url =
+        format!("postgres://app:secret@127.0.0.1:{port}/db?sslmode=verify-full&connect_timeout=2s");
+    let err = PostgresStorage::from_url(&url).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(!err.to_string().contains("secret"), "{err}");
+    let (request, rest) = server.await.unwrap();
+    // Length 8, then the SSLRequest code 80877103.
+    assert_eq!(request, [0, 0, 0, 8, 4, 210, 22, 47]);
+    assert!(
+        rest.is_empty(),
+        "sent {} bytes after refusing TLS",
+        rest.len()
+    );
+}
+
+/// A server that refuses connections is a transient error at connect time.
+#[tokio::test]
+async fn refused_connection_is_transient() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let err = PostgresStorage::from_url(&format!("postgres://u@127.0.0.1:{port}/db"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+}
+
+/// A write whose answer is lost is outcome unknown (and here it was in
+/// fact applied); a read in the same situation is transient; once the
+/// server cannot be reached, operations are transient.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn lost_answers_and_lost_connections() {
+    let direct = connect_url(&base_url()).await;
+    let proxy = proxy::Proxy::start(server_addr()).await;
+    let url = url_with(|u| {
+        u.set_port(Some(proxy.addr.port())).unwrap();
+        u.set_query(Some("timeout=1s&connect_timeout=1s&pool_size=1"));
+    });
+    let s = connect_url(&url).await;
+    let k = key("lost");
+    assert!(s.insert_if_not_exists(&k, b"a", ttl(30)).await.unwrap());
+    // Prepare the swap's statement on the one pooled connection first: a
+    // lost answer while preparing is (rightly) transient, not unknown.
+    assert!(s.compare_and_swap(&k, b"a", b"a", ttl(30)).await.unwrap());
+
+    proxy.swallow_answers(true);
+    let err = s
+        .compare_and_swap(&k, b"a", b"b", ttl(30))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
+
+    proxy.shut_down();
+    // The pooled connection is gone and new ones are refused.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let err = loop {
+        match s.compare_and_delete(&k, b"b").await {
+            Err(err) if err.kind() == ErrorKind::Transient => break err,
+            other => {
+                assert!(tokio::time::Instant::now() < deadline, "{other:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(err.to_string().contains("connect"), "{err}");
+    let err = s.get(&k).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
+}
+
+/// The fence refuses transactions with a token lower than the highest
+/// recorded, and serializes fenced transactions on one resource: a lower
+/// token that waited for a higher one's commit is refused.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn fence_refuses_lower_tokens() {
+    use storage_postgres::fence::PostgresFence;
+    let s = connect_url(&base_url()).await;
+    let fence = PostgresFence::create(&s, "suite_fences").await.unwrap();
+    let resource = unique("resource");
+    let setup = s.pool().get().await.unwrap();
+    setup
+        .batch_execute("CREATE TABLE IF NOT EXISTS suite_fenced (id text PRIMARY KEY, v text)")
+        .await
+        .unwrap();
+    let write = |token: u64, value: &'static str| {
+        let (pool, fence, resource) = (s.pool().clone(), fence.clone(), resource.clone());
+        async move {
+            let mut client = pool.get().await.unwrap();
+            let tx = client.transaction().await.unwrap();
+            if !fence.check(&tx, &resource, token).await.unwrap() {
+                return false;
+            }
+            tx.execute(
+                "INSERT INTO suite_fenced (id, v) VALUES ($1, $2) \
+                 ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v",
+                &[&resource, &value],
+            )
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+            true
+        }
+    };
+    let read = || async {
+        let row = setup
+            .query_one("SELECT v FROM suite_fenced WHERE id = $1", &[&resource])
+            .await
+            .unwrap();
+        row.get::<_, String>(0)
+    };
+    assert!(write(5, "five").await);
+    assert!(!write(3, "three").await);
+    assert_eq!(read().await, "five");
+    assert!(write(5, "again").await);
+    assert!(write(7, "seven").await);
+    assert_eq!(fence.highest(&setup, &resource).await.unwrap(), Some(7));
+
+    // Token 9 holds the fence row; token 8 waits for it, then is refused.
+    let mut holder = s.pool().get().await.unwrap();
+    let tx9 = holder.transaction().await.unwrap();
+    assert!(fence.check(&tx9, &resource, 9).await.unwrap());
+    let waiting = tokio::spawn(write(8, "eight"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "token 8 did not wait for token 9's transaction"
+    );
+    tx9.commit().await.unwrap();
+    assert!(!waiting.await.unwrap());
+    assert_eq!(read().await, "seven");
+    assert_eq!(fence.highest(&setup, &resource).await.unwrap(), Some(9));
+}

@@ -1,0 +1,350 @@
+//! Validated configuration: server, database, credentials, TLS, key prefix
+//! and timeouts.
+
+use std::{fmt, path::PathBuf, time::Duration};
+
+use crate::error::ConfigError;
+
+/// The default Valkey / Redis port.
+pub const DEFAULT_PORT: u16 = 6379;
+/// The default prefix of every key this driver writes.
+pub const DEFAULT_PREFIX: &str = "ttl:";
+/// The default timeout of one command. A command that times out after it
+/// was sent is reported as outcome unknown (writes) or transient (reads).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default timeout for opening a connection (TLS handshake and `AUTH`
+/// included).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest key prefix, in bytes.
+const MAX_PREFIX_LEN: usize = 256;
+/// Longest timeout accepted.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// User name (optional, for Redis 6 ACLs) and password for `AUTH`.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub(crate) user: Option<String>,
+    pub(crate) password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// TLS settings. TLS is all or nothing: a TLS configuration never falls
+/// back to plaintext.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// PEM file with the CA certificate(s) the server's certificate is
+    /// checked against; `None` uses the system's trust store.
+    pub ca_file: Option<PathBuf>,
+}
+
+/// A validated configuration of [`crate::ValkeyStorage`].
+///
+/// Build one with [`ValkeyConfig::builder`] or parse a URL with
+/// [`ValkeyConfig::from_url`].
+///
+/// ```
+/// use std::time::Duration;
+/// use storage_valkey::ValkeyConfig;
+///
+/// let config = ValkeyConfig::builder()
+///     .host("10.0.0.5")
+///     .password("s3cret")
+///     .database(2)
+///     .request_timeout(Duration::from_secs(2))
+///     .build()
+///     .unwrap();
+/// assert_eq!(config.port(), 6379);
+/// assert!(!format!("{config:?}").contains("s3cret"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValkeyConfig {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) database: Option<u8>,
+    pub(crate) credentials: Option<Credentials>,
+    pub(crate) tls: Option<TlsSettings>,
+    pub(crate) prefix: String,
+    pub(crate) request_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+}
+
+impl ValkeyConfig {
+    /// A builder; [`ValkeyConfigBuilder::build`] validates everything.
+    pub fn builder() -> ValkeyConfigBuilder {
+        ValkeyConfigBuilder::default()
+    }
+
+    /// The server's host name or IP address.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The database selected after connecting (`None`: the server's default, 0).
+    pub fn database(&self) -> Option<u8> {
+        self.database
+    }
+
+    /// The ACL user name, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.credentials.as_ref().and_then(|c| c.user.as_deref())
+    }
+
+    /// True when a password is configured (the password itself is not exposed).
+    pub fn has_password(&self) -> bool {
+        self.credentials.is_some()
+    }
+
+    /// TLS settings, `None` for plaintext.
+    pub fn tls(&self) -> Option<&TlsSettings> {
+        self.tls.as_ref()
+    }
+
+    /// Prefix of every key written (`ttl:` by default).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Timeout of one command.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// Timeout for opening a connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The server as a URL without credentials or parameters, for logs and
+    /// error messages (`rediss://host:6380/2`).
+    pub fn redacted_url(&self) -> String {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        let user = match (&self.credentials, self.user()) {
+            (Some(_), Some(user)) => format!("{user}:***@"),
+            (Some(_), None) => ":***@".to_string(),
+            (None, _) => String::new(),
+        };
+        let db = self.database.map(|d| format!("/{d}")).unwrap_or_default();
+        format!("{scheme}://{user}{host}:{}{db}", self.port)
+    }
+}
+
+/// Builds a [`ValkeyConfig`]; every setting but the host has a default.
+#[derive(Debug, Clone)]
+pub struct ValkeyConfigBuilder {
+    host: Option<String>,
+    port: u16,
+    database: Option<u8>,
+    user: Option<String>,
+    password: Option<String>,
+    tls: bool,
+    ca_file: Option<PathBuf>,
+    prefix: String,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Default for ValkeyConfigBuilder {
+    fn default() -> Self {
+        ValkeyConfigBuilder {
+            host: None,
+            port: DEFAULT_PORT,
+            database: None,
+            user: None,
+            password: None,
+            tls: false,
+            ca_file: None,
+            prefix: DEFAULT_PREFIX.to_string(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+impl ValkeyConfigBuilder {
+    /// The server's host name or IP address (required).
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
+    }
+
+    /// The server's port (default [`DEFAULT_PORT`]).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The database to `SELECT` after connecting.
+    pub fn database(mut self, database: u8) -> Self {
+        self.database = Some(database);
+        self
+    }
+
+    /// The ACL user name (Redis 6+); needs a [password](Self::password).
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// The password sent with `AUTH`.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Connects with TLS (rustls); never falls back to plaintext.
+    pub fn tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Trusts the CA certificates in this PEM file instead of the system's
+    /// trust store. Needs [`tls`](Self::tls).
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// Prefix of every key (default [`DEFAULT_PREFIX`]); may be empty.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Timeout of one command (default [`DEFAULT_REQUEST_TIMEOUT`]).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Timeout for opening a connection (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Validates the settings.
+    pub fn build(self) -> Result<ValkeyConfig, ConfigError> {
+        let host = self
+            .host
+            .filter(|h| !h.is_empty())
+            .ok_or(ConfigError::NoHost)?;
+        let credentials = match (self.user, self.password) {
+            (Some(_), None) => return Err(ConfigError::UserWithoutPassword),
+            (user, Some(password)) => Some(Credentials { user, password }),
+            (None, None) => None,
+        };
+        let tls = match (self.tls, self.ca_file) {
+            (true, ca_file) => Some(TlsSettings { ca_file }),
+            (false, Some(_)) => return Err(ConfigError::CaFileWithoutTls),
+            (false, None) => None,
+        };
+        if self.prefix.len() > MAX_PREFIX_LEN || self.prefix.chars().any(char::is_control) {
+            return Err(ConfigError::BadPrefix(self.prefix));
+        }
+        check_timeout("timeout", self.request_timeout)?;
+        check_timeout("connect_timeout", self.connect_timeout)?;
+        Ok(ValkeyConfig {
+            host,
+            port: self.port,
+            database: self.database,
+            credentials,
+            tls,
+            prefix: self.prefix,
+            request_timeout: self.request_timeout,
+            connect_timeout: self.connect_timeout,
+        })
+    }
+}
+
+fn check_timeout(name: &'static str, timeout: Duration) -> Result<(), ConfigError> {
+    if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
+        return Err(ConfigError::BadDuration {
+            name,
+            value: humantime::format_duration(timeout).to_string(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation() {
+        assert_eq!(
+            ValkeyConfig::builder().build().err(),
+            Some(ConfigError::NoHost)
+        );
+        assert_eq!(
+            ValkeyConfig::builder().host("h").user("u").build().err(),
+            Some(ConfigError::UserWithoutPassword)
+        );
+        assert_eq!(
+            ValkeyConfig::builder()
+                .host("h")
+                .tls_ca_file("/ca.pem")
+                .build()
+                .err(),
+            Some(ConfigError::CaFileWithoutTls)
+        );
+        assert_eq!(
+            ValkeyConfig::builder()
+                .host("h")
+                .prefix("a\nb")
+                .build()
+                .err(),
+            Some(ConfigError::BadPrefix("a\nb".into()))
+        );
+        assert!(matches!(
+            ValkeyConfig::builder()
+                .host("h")
+                .request_timeout(Duration::ZERO)
+                .build(),
+            Err(ConfigError::BadDuration {
+                name: "timeout",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn redacted_url_hides_the_password() {
+        let config = ValkeyConfig::builder()
+            .host("::1")
+            .port(6380)
+            .user("app")
+            .password("p@ss")
+            .tls(true)
+            .database(3)
+            .build()
+            .unwrap();
+        assert_eq!(config.redacted_url(), "rediss://app:***@[::1]:6380/3");
+        assert!(!format!("{config:?}").contains("p@ss"));
+        let plain = ValkeyConfig::builder().host("h").build().unwrap();
+        assert_eq!(plain.redacted_url(), "redis://h:6379");
+    }
+}

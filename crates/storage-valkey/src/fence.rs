@@ -1,0 +1,153 @@
+//! Fencing for a resource kept in Valkey / Redis: a write carries the
+//! writer's fencing token and is applied only if no higher token was seen.
+//!
+//! A leader's `Leadership::fencing_token()` (from `elections`) grows with
+//! every new leadership. [`ValkeyFence::set`] runs one Lua script that
+//! compares the token with the highest one recorded for the resource,
+//! records it and writes the value — or changes nothing and reports the
+//! higher token. A deposed leader that wakes up late (paused process,
+//! slow network) is refused, whatever the timing.
+//!
+//! ```no_run
+//! use storage_valkey::{ValkeyStorage, fence::{FenceOutcome, ValkeyFence}};
+//!
+//! # async fn demo(token: u64) -> Result<(), ttl_storage::StorageError> {
+//! let storage = ValkeyStorage::from_url("redis://127.0.0.1:6379").await?;
+//! let fence = ValkeyFence::new(&storage);
+//! match fence.set("billing", token, "billing:last-run", b"2026-11-23").await? {
+//!     FenceOutcome::Accepted => {}
+//!     FenceOutcome::Rejected { highest } => {
+//!         // a newer leader (token `highest`) exists: stop working
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+
+use fred::{
+    bytes::Bytes,
+    prelude::{Client, ClientLike},
+    types::Value,
+};
+use ttl_storage::{ErrorKind, StorageError, check_value};
+
+use crate::{
+    ValkeyStorage,
+    error::{Op, classify, storage_error},
+    scripts::Script,
+};
+
+/// KEYS[1]: the fence (highest token, decimal); KEYS[2]: the data key.
+/// ARGV[1]: token (decimal, no leading zeros); ARGV[2]: value.
+/// Tokens are compared as decimal strings (length, then bytes) so u64
+/// values beyond Lua's 2^53 stay exact. Reply: {1, token} applied,
+/// {0, highest} refused.
+const GUARDED_SET: &str = r#"
+local highest = redis.call('GET', KEYS[1]) or '0'
+local token = ARGV[1]
+local lower = #token < #highest or (#token == #highest and token < highest)
+if lower then
+  return {0, highest}
+end
+redis.call('SET', KEYS[1], token)
+redis.call('SET', KEYS[2], ARGV[2])
+return {1, token}
+"#;
+
+/// What a fenced write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceOutcome {
+    /// The token was at least the highest seen: the value was written and
+    /// the token recorded.
+    Accepted,
+    /// A higher token was seen: nothing was written.
+    Rejected {
+        /// The highest token the resource has seen.
+        highest: u64,
+    },
+}
+
+/// Fenced writes to keys of one Valkey / Redis server, sharing a
+/// [`ValkeyStorage`]'s connection. Fences live at `<prefix>fence:<resource>`.
+#[derive(Debug, Clone)]
+pub struct ValkeyFence {
+    client: Client,
+    prefix: String,
+    script: Script,
+}
+
+impl ValkeyFence {
+    /// Fenced writes over `storage`'s connection and key prefix. The
+    /// connection is shared: it closes when `storage` is dropped, so keep
+    /// the storage alive as long as the fence.
+    pub fn new(storage: &ValkeyStorage) -> Self {
+        ValkeyFence {
+            client: storage.client().clone(),
+            prefix: storage.config().prefix().to_string(),
+            script: Script::new(GUARDED_SET),
+        }
+    }
+
+    /// The key that holds `resource`'s highest token.
+    pub fn fence_key(&self, resource: &str) -> String {
+        format!("{}fence:{resource}", self.prefix)
+    }
+
+    /// Writes `value` at `key` (a plain key, not prefixed) if `token` is at
+    /// least the highest token seen for `resource`, and records `token`;
+    /// both in one atomic script.
+    ///
+    /// Errors are classified like the storage's writes: a lost answer is
+    /// [`ErrorKind::OutcomeUnknown`] (the write may have been applied).
+    pub async fn set(
+        &self,
+        resource: &str,
+        token: u64,
+        key: &str,
+        value: &[u8],
+    ) -> Result<FenceOutcome, StorageError> {
+        const WHAT: &str = "fenced set";
+        check_value(value)?;
+        if !self.client.is_connected() {
+            return Err(StorageError::transient(format!("{WHAT}: not connected")));
+        }
+        let keys = vec![self.fence_key(resource), key.to_string()];
+        let args = vec![
+            Value::String(token.to_string().into()),
+            Value::Bytes(Bytes::copy_from_slice(value)),
+        ];
+        let reply = self
+            .script
+            .run_keys(&self.client, keys, args)
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Write), WHAT, err))?;
+        parse_reply(reply)
+    }
+}
+
+/// Parses `{applied, token}`.
+fn parse_reply(reply: Value) -> Result<FenceOutcome, StorageError> {
+    let unexpected = |reply: &Value| {
+        StorageError::outcome_unknown(format!("fenced set: unexpected reply {reply:?}"))
+    };
+    let Value::Array(items) = &reply else {
+        return Err(unexpected(&reply));
+    };
+    let (Some(applied), Some(token)) = (items.first(), items.get(1)) else {
+        return Err(unexpected(&reply));
+    };
+    let token = token
+        .as_string()
+        .and_then(|t| t.parse::<u64>().ok())
+        .ok_or_else(|| {
+            StorageError::with_source(
+                ErrorKind::Permanent,
+                "fenced set: the fence does not hold a decimal token",
+                std::io::Error::other(format!("{token:?}")),
+            )
+        })?;
+    match applied {
+        Value::Integer(1) => Ok(FenceOutcome::Accepted),
+        Value::Integer(0) => Ok(FenceOutcome::Rejected { highest: token }),
+        _ => Err(unexpected(&reply)),
+    }
+}

@@ -1,0 +1,104 @@
+//! # storage-valkey
+//!
+//! A [`ttl_storage::TtlStorage`] on **Valkey** and **Redis** (6 or later),
+//! with the [`fred`] client. Every coordinator user already runs one.
+//!
+//! ## How it works
+//!
+//! Each record is one string key, `<prefix><key>` (prefix `ttl:` by
+//! default), holding the value's bytes; the TTL is the key's own expiry,
+//! set in milliseconds with `PX`. [`ttl_storage::Ttl::NEVER`] writes no
+//! expiry.
+//!
+//! | operation | command |
+//! |---|---|
+//! | `insert_if_not_exists` | `SET key value NX PX ttl_ms` |
+//! | `compare_and_swap` | Lua: `GET`, compare, `SET key new PX ttl_ms` |
+//! | `compare_and_delete` | Lua: `GET`, compare, `DEL key` |
+//! | `get` | `GET key` |
+//!
+//! Scripts run with `EVALSHA`; a server that answers `NOSCRIPT` (after a
+//! restart, a failover or `SCRIPT FLUSH`) gets the script once with `EVAL`.
+//!
+//! ## Guarantees
+//!
+//! - **Linearizable on one server.** The server runs commands and scripts
+//!   one at a time, so each operation is atomic, and reads see every
+//!   acknowledged write. This holds for one primary; see *Failover* below.
+//! - **Expiry is judged by the server's clock.** The server counts the TTL
+//!   from the moment it applies the write (after the call started), with
+//!   millisecond precision, and never returns an expired key (`GET` and
+//!   scripts check expiry on access). Client clocks do not matter. The
+//!   server computes absolute expiry times from its *wall* clock: a
+//!   wall-clock step on the server shortens or lengthens live leases by the
+//!   step (NTP slewing is harmless).
+//! - **Errors** are classified: no connection (refused, down, reconnecting:
+//!   nothing is sent) is [`ttl_storage::ErrorKind::Transient`], as are
+//!   server replies that prove the command did not run (`LOADING`, `BUSY`,
+//!   `READONLY`, `OOM`, `MASTERDOWN`, ...). A write whose answer is lost
+//!   after it was sent (timeout, connection dropped) is
+//!   [`ttl_storage::ErrorKind::OutcomeUnknown`]; the client never re-sends
+//!   a command by itself. Script errors, `WRONGTYPE`, `NOPERM`, bad
+//!   credentials and TLS failures are [`ttl_storage::ErrorKind::Permanent`].
+//!
+//! ## Failover
+//!
+//! Valkey/Redis replication is **asynchronous**. If the primary fails and a
+//! replica is promoted (Sentinel, a cluster failover, a managed service),
+//! writes acknowledged by the old primary but not yet replicated are lost:
+//! a lease can vanish (another contender may then acquire it while the old
+//! leader still believes it leads, until its next renewal fails), and the
+//! fencing counter of `elections` can go back. Fencing still protects a
+//! resource against every leader whose token is lower than one the resource
+//! has seen; what it cannot order is two leaders handed the *same* token by
+//! a counter that went back. Run one primary (no automatic failover) or
+//! accept that window; see `docs/guarantees.md`.
+//!
+//! ## Assumptions
+//!
+//! - One server or one primary. Redis Cluster and Sentinel discovery are
+//!   not supported by this driver's URL (each operation touches one key, so
+//!   nothing else would stop them).
+//! - Only this driver writes keys under its prefix. Another type at a key
+//!   (a hash, a list) makes operations on it fail with a permanent
+//!   `WRONGTYPE` error.
+//! - `maxmemory-policy` must not evict keys (`noeviction`, or a `volatile-*`
+//!   policy with room to spare): an evicted record is a lost lease.
+//!
+//! ## Fencing
+//!
+//! [`fence::ValkeyFence`] guards a resource kept in the same server: a
+//! write carrying a fencing token lower than one already seen is refused,
+//! atomically, in one script.
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use storage_valkey::ValkeyStorage;
+//! use ttl_storage::{Key, Ttl, TtlStorage};
+//!
+//! # async fn demo() -> Result<(), ttl_storage::StorageError> {
+//! let storage = ValkeyStorage::from_url("rediss://app:s3cret@cache.internal:6380/0").await?;
+//! let key = Key::new("vvm/leader/1")?;
+//! if storage.insert_if_not_exists(&key, b"node-7", Ttl::from_secs(20)?).await? {
+//!     // we lead for 20 s unless we renew:
+//!     storage.compare_and_swap(&key, b"node-7", b"node-7", Ttl::from_secs(20)?).await?;
+//! }
+//! assert_eq!(storage.get(&key).await?.as_deref(), Some(&b"node-7"[..]));
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod error;
+pub mod fence;
+mod scripts;
+mod storage;
+mod tls;
+mod url;
+
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, TlsSettings,
+    ValkeyConfig, ValkeyConfigBuilder,
+};
+pub use error::ConfigError;
+pub use storage::ValkeyStorage;

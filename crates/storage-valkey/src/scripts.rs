@@ -1,0 +1,77 @@
+//! The Lua scripts of compare-and-swap and compare-and-delete, run with
+//! `EVALSHA` and re-sent with `EVAL` when the server answers `NOSCRIPT`.
+
+use fred::{
+    prelude::{Client, LuaInterface},
+    types::Value,
+};
+
+/// Replaces the value `ARGV[1]` by `ARGV[2]` and restarts the TTL at
+/// `ARGV[3]` milliseconds (`0`: no expiry). A missing or expired key reads
+/// as `false`, which never equals a string. Reply: 1 swapped, 0 not.
+pub(crate) const CAS: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if ARGV[3] == '0' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+"#;
+
+/// Deletes the key if it holds `ARGV[1]`. Reply: 1 deleted, 0 not.
+pub(crate) const CAD: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+return 1
+"#;
+
+/// A script and its SHA-1, computed once.
+#[derive(Debug, Clone)]
+pub(crate) struct Script {
+    lua: &'static str,
+    sha: String,
+}
+
+impl Script {
+    pub(crate) fn new(lua: &'static str) -> Self {
+        Script {
+            lua,
+            sha: fred::util::sha1_hash(lua),
+        }
+    }
+
+    /// Runs the script on one key.
+    pub(crate) async fn run(
+        &self,
+        client: &Client,
+        key: &str,
+        args: Vec<Value>,
+    ) -> Result<Value, fred::error::Error> {
+        self.run_keys(client, vec![key.to_string()], args).await
+    }
+
+    /// Runs the script on `keys`. `NOSCRIPT` proves the server did not run
+    /// it, so re-sending it whole is safe.
+    pub(crate) async fn run_keys(
+        &self,
+        client: &Client,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<Value, fred::error::Error> {
+        match client
+            .evalsha::<Value, _, _, _>(self.sha.as_str(), keys.clone(), args.clone())
+            .await
+        {
+            Err(err) if err.details().starts_with("NOSCRIPT") => {
+                tracing::debug!(sha = %self.sha, "script not cached on the server; sending it");
+                client.eval::<Value, _, _, _>(self.lua, keys, args).await
+            }
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! Parsing `redis://` / `rediss://` URLs into a [`ValkeyConfig`].
+
+use std::{collections::HashSet, time::Duration};
+
+use percent_encoding::percent_decode_str;
+use url::Url;
+
+use crate::{config::ValkeyConfig, error::ConfigError};
+
+impl ValkeyConfig {
+    /// Parses a URL:
+    ///
+    /// ```text
+    /// redis://[[user]:password@]host[:port][/database][?param=value&...]
+    /// rediss://...        TLS (rustls); never falls back to plaintext
+    /// ```
+    ///
+    /// `valkey://` and `valkeys://` are accepted too. User and password may
+    /// be percent-encoded. Parameters (unknown ones are errors):
+    ///
+    /// | parameter | meaning | default |
+    /// |---|---|---|
+    /// | `prefix` | prefix of every key | `ttl:` |
+    /// | `timeout` | timeout of one command (`500ms`, `5s`, ...) | `5s` |
+    /// | `connect_timeout` | timeout for opening a connection | `5s` |
+    /// | `tls_ca_file` | PEM CA file to trust instead of the system's roots (TLS only) | none |
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use storage_valkey::ValkeyConfig;
+    ///
+    /// let config = ValkeyConfig::from_url(
+    ///     "rediss://app:s%40cret@cache.internal:6380/2?prefix=leases:&timeout=750ms",
+    /// )
+    /// .unwrap();
+    /// assert_eq!(config.host(), "cache.internal");
+    /// assert_eq!(config.port(), 6380);
+    /// assert_eq!(config.database(), Some(2));
+    /// assert_eq!(config.user(), Some("app"));
+    /// assert!(config.tls().is_some());
+    /// assert_eq!(config.prefix(), "leases:");
+    /// assert_eq!(config.request_timeout(), Duration::from_millis(750));
+    /// assert_eq!(config.redacted_url(), "rediss://app:***@cache.internal:6380/2");
+    /// ```
+    pub fn from_url(url: &str) -> Result<ValkeyConfig, ConfigError> {
+        let parsed = Url::parse(url).map_err(|err| ConfigError::BadUrl(err.to_string()))?;
+        let tls = match parsed.scheme() {
+            "redis" | "valkey" => false,
+            "rediss" | "valkeys" => true,
+            other => return Err(ConfigError::BadScheme(other.to_string())),
+        };
+        let host = match parsed.host() {
+            Some(url::Host::Ipv6(addr)) => addr.to_string(),
+            Some(host) => host.to_string(),
+            None => return Err(ConfigError::NoHost),
+        };
+        let mut builder = ValkeyConfig::builder().host(host).tls(tls);
+        if let Some(port) = parsed.port() {
+            builder = builder.port(port);
+        }
+        match parsed.path().trim_start_matches('/') {
+            "" => {}
+            db => {
+                let db = db
+                    .parse::<u8>()
+                    .map_err(|_| ConfigError::BadDatabase(db.to_string()))?;
+                builder = builder.database(db);
+            }
+        }
+        if !parsed.username().is_empty() {
+            builder = builder.user(decode(parsed.username(), "user name")?);
+        }
+        if let Some(password) = parsed.password() {
+            builder = builder.password(decode(password, "password")?);
+        }
+        let mut seen = HashSet::new();
+        for (name, value) in parsed.query_pairs() {
+            if !seen.insert(name.to_string()) {
+                return Err(ConfigError::DuplicateParameter(name.into_owned()));
+            }
+            builder = match name.as_ref() {
+                "prefix" => builder.prefix(value.into_owned()),
+                "timeout" => builder.request_timeout(parse_duration("timeout", &value)?),
+                "connect_timeout" => {
+                    builder.connect_timeout(parse_duration("connect_timeout", &value)?)
+                }
+                "tls_ca_file" => builder.tls_ca_file(value.into_owned()),
+                _ => return Err(ConfigError::UnknownParameter(name.into_owned())),
+            };
+        }
+        builder.build()
+    }
+}
+
+/// Percent-decodes a user name or password.
+fn decode(text: &str, what: &'static str) -> Result<String, ConfigError> {
+    percent_decode_str(text)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| ConfigError::BadPercentEncoding(what))
+}
+
+/// Parses a humantime duration (`750ms`, `5s`, `1m 30s`).
+fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(value).map_err(|_| ConfigError::BadDuration {
+        name,
+        value: value.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    #[test]
+    fn minimal_url() {
+        let config = ValkeyConfig::from_url("redis://localhost").unwrap();
+        assert_eq!(
+            config,
+            ValkeyConfig::builder().host("localhost").build().unwrap()
+        );
+        assert_eq!(config.redacted_url(), "redis://localhost:6379");
+    }
+
+    #[test]
+    fn full_url() {
+        let config = ValkeyConfig::from_url(
+            "valkeys://u%3Ax:p%40ss%2Fw@[::1]:7000/15?prefix=a%2Fb:&timeout=1s%20500ms\
+             &connect_timeout=2s&tls_ca_file=%2Fetc%2Fca.pem",
+        )
+        .unwrap();
+        assert_eq!(config.host(), "::1");
+        assert_eq!(config.port(), 7000);
+        assert_eq!(config.database(), Some(15));
+        assert_eq!(config.user(), Some("u:x"));
+        assert_eq!(
+            config.credentials.as_ref().map(|c| c.password.as_str()),
+            Some("p@ss/w")
+        );
+        assert_eq!(
+            config.tls().and_then(|t| t.ca_file.clone()),
+            Some(PathBuf::from("/etc/ca.pem"))
+        );
+        assert_eq!(config.prefix(), "a/b:");
+        assert_eq!(config.request_timeout(), Duration::from_millis(1500));
+        assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+        assert_eq!(config.redacted_url(), "rediss://u:x:***@[::1]:7000/15");
+    }
+
+    #[test]
+    fn password_without_user() {
+        let config = ValkeyConfig::from_url("redis://:secret@h:1").unwrap();
+        assert!(config.has_password());
+        assert_eq!(config.user(), None);
+        assert_eq!(config.redacted_url(), "redis://:***@h:1");
+    }
+
+    #[test]
+    fn bad_urls_have_typed_errors() {
+        let cases: &[(&str, ConfigError)] = &[
+            ("http://h", ConfigError::BadScheme("http".into())),
+            ("redis://h/x", ConfigError::BadDatabase("x".into())),
+            ("redis://h/256", ConfigError::BadDatabase("256".into())),
+            ("redis://u@h", ConfigError::UserWithoutPassword),
+            (
+                "redis://h?prefx=a",
+                ConfigError::UnknownParameter("prefx".into()),
+            ),
+            (
+                "redis://h?prefix=a&prefix=b",
+                ConfigError::DuplicateParameter("prefix".into()),
+            ),
+            (
+                "redis://h?tls_ca_file=/ca.pem",
+                ConfigError::CaFileWithoutTls,
+            ),
+            (
+                "redis://h?timeout=5",
+                ConfigError::BadDuration {
+                    name: "timeout",
+                    value: "5".into(),
+                },
+            ),
+            (
+                "redis://h?connect_timeout=2h",
+                ConfigError::BadDuration {
+                    name: "connect_timeout",
+                    value: "2h".into(),
+                },
+            ),
+            (
+                "redis://:%FF@h",
+                ConfigError::BadPercentEncoding("password"),
+            ),
+        ];
+        for (url, expected) in cases {
+            assert_eq!(ValkeyConfig::from_url(url).as_ref(), Err(expected), "{url}");
+        }
+        assert!(matches!(
+            ValkeyConfig::from_url("not a url"),
+            Err(ConfigError::BadUrl(_))
+        ));
+        assert_eq!(
+            ValkeyConfig::from_url("redis://").err(),
+            Some(ConfigError::NoHost)
+        );
+    }
+
+    #[test]
+    fn errors_never_show_the_password() {
+        let err = ValkeyConfig::from_url("redis://u:hunter2@h?bogus=1").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        let err = ValkeyConfig::from_url("redis://u:hunter2@h:99999").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+}
