@@ -109,6 +109,7 @@ async fn coordinator_url(
     let config = RegistryConfig {
         prefix: prefix.to_owned(),
         cache,
+        ..RegistryConfig::default()
     };
     let registry = Registry::new(client, config, Arc::new(RoundRobin::new())).unwrap();
     let c = Coordinator::new(

@@ -94,6 +94,7 @@
 //! # Ok(()) }
 //! ```
 
+mod address_policy;
 mod cache;
 mod cancel;
 mod error;
@@ -104,8 +105,10 @@ mod member;
 mod record;
 mod registry;
 pub mod strategy;
+mod tls;
 mod valkey;
 
+pub use address_policy::{AddressPolicy, IpNet};
 pub use cache::CacheConfig;
 pub use cancel::{CancelRegistry, Cancelled, InFlight};
 pub use error::{Error, Result};
@@ -117,7 +120,7 @@ pub use record::{LockRecord, MemberAddress, MemberRecord};
 pub use registry::{
     Registry, RegistryConfig, RegistryMetrics, Resolution, ResolveOptions, Route, RouteSource,
 };
-pub use valkey::connect;
+pub use valkey::{ValkeyOptions, connect, connect_with};
 
 /// The fred client type both sides take.
 pub use fred::clients::Client as ValkeyClient;

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "registry/tls.rs"]
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -24,7 +24,7 @@ use axum::{Json, Router};
 use clap::{Parser, ValueEnum};
 use coordinator::http::{Coordinator, CoordinatorConfig, ForwardConfig, Forwarder};
 use coordinator::strategy::{DynStrategy, LeastLoaded, Random, RoundRobin};
-use coordinator::{CacheConfig, LockId, Registry, RegistryConfig, ResolveOptions};
+use coordinator::{CacheConfig, LockId, Registry, RegistryConfig};
 use serde_json::json;
 
 use crate::error::ApiError;
@@ -162,6 +162,7 @@ pub async fn build(args: &CoordArgs) -> anyhow::Result<Coordinator> {
         RegistryConfig {
             prefix: args.prefix.clone(),
             cache,
+            ..RegistryConfig::default()
         },
         strategy,
     )?;
@@ -172,13 +173,8 @@ pub async fn build(args: &CoordArgs) -> anyhow::Result<Coordinator> {
     Ok(Coordinator::new(
         registry,
         Forwarder::new(forward)?,
-        CoordinatorConfig {
-            // a tenant's first call claims a pod; an orphaned tenant moves
-            lookup: ResolveOptions {
-                claim_on_miss: true,
-                reassign_orphans: true,
-            },
-        },
+        // a tenant's first call claims a pod; an orphaned tenant moves
+        CoordinatorConfig::default(),
     ))
 }
 

@@ -5,6 +5,13 @@
 //! on a free loopback port with persistence off, waits until it answers
 //! `PING`, and returns the child process and its `redis://` URL. The caller
 //! kills the child when done (its working files live in `work_dir`).
+//!
+//! The same server also listens with TLS on a second loopback port, with a
+//! throwaway CA and server certificate made by the `openssl` CLI in
+//! `work_dir/tls` (`ca.pem`, `server.pem`, `server.key`; the certificate
+//! names `localhost` and `127.0.0.1`). Tests find that port and the CA file
+//! by asking the server (`CONFIG GET tls-port`, `CONFIG GET tls-ca-cert-file`),
+//! so the plain `VALKEY_URL` is all they are given.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -28,9 +35,11 @@ pub(crate) fn start(work_dir: &Path) -> Result<(Child, String)> {
     let binary = find_binary()?;
     std::fs::create_dir_all(work_dir)
         .with_context(|| format!("cannot create {}", work_dir.display()))?;
+    let tls = make_test_ca(&work_dir.join("tls"))?;
     let mut last_error = None;
     for _ in 0..ATTEMPTS {
         let port = super::free_port()?;
+        let tls_port = super::free_port()?;
         let log_path = work_dir.join(format!("valkey-{port}.log"));
         let log = File::create(&log_path)
             .with_context(|| format!("cannot create {}", log_path.display()))?;
@@ -43,6 +52,14 @@ pub(crate) fn start(work_dir: &Path) -> Result<(Child, String)> {
             .args(["--logfile", ""])
             .arg("--dir")
             .arg(work_dir)
+            .args(["--tls-port", &tls_port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(&tls.cert)
+            .arg("--tls-key-file")
+            .arg(&tls.key)
+            .arg("--tls-ca-cert-file")
+            .arg(&tls.ca)
+            .args(["--tls-auth-clients", "no"])
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
@@ -58,6 +75,102 @@ pub(crate) fn start(work_dir: &Path) -> Result<(Child, String)> {
         }
     }
     Err(last_error.unwrap_or_else(|| anyhow::anyhow!("server did not start")))
+}
+
+/// The files of the throwaway TLS setup.
+struct TestCa {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+/// Makes a throwaway CA and a server certificate for `localhost` /
+/// `127.0.0.1` signed by it (P-256 keys, valid 7 days) with the `openssl` CLI.
+fn make_test_ca(dir: &Path) -> Result<TestCa> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let files = TestCa {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+    };
+    let ext = dir.join("server.ext");
+    std::fs::write(
+        &ext,
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n\
+         basicConstraints=critical,CA:FALSE\n\
+         keyUsage=critical,digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=serverAuth\n",
+    )?;
+    let p = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let steps: [Vec<String>; 3] = [
+        [
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "7",
+            "-subj",
+            "/CN=ttl-cluster test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([p("ca.key"), "-out".into(), p("ca.pem")])
+        .collect(),
+        [
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([p("server.key"), "-out".into(), p("server.csr")])
+        .collect(),
+        ["x509", "-req", "-days", "7", "-CAcreateserial", "-in"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                p("server.csr"),
+                "-CA".into(),
+                p("ca.pem"),
+                "-CAkey".into(),
+                p("ca.key"),
+                "-extfile".into(),
+                p("server.ext"),
+                "-out".into(),
+                p("server.pem"),
+            ])
+            .collect(),
+    ];
+    for args in steps {
+        let out = Command::new("openssl")
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run openssl (Debian: `apt-get install openssl`)")?;
+        if !out.status.success() {
+            bail!(
+                "openssl {} failed: {}",
+                args.first().map_or("", String::as_str),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    Ok(files)
 }
 
 /// The first of [`BINARIES`] found on `PATH`.

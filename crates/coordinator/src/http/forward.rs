@@ -1,12 +1,14 @@
 //! The pooled HTTP client that forwards calls to member addresses.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Version, request};
 use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -35,6 +37,9 @@ pub struct ForwardConfig {
     pub http2_prior_knowledge: bool,
     /// Time allowed for a cancel message (default 2 s).
     pub cancel_timeout: Duration,
+    /// PEM file of the CA that signs `https` members' certificates; `None`
+    /// trusts the system's roots.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for ForwardConfig {
@@ -46,6 +51,7 @@ impl Default for ForwardConfig {
             pool_max_idle_per_host: 64,
             http2_prior_knowledge: false,
             cancel_timeout: Duration::from_secs(2),
+            tls_ca_file: None,
         }
     }
 }
@@ -107,7 +113,7 @@ pub enum ForwardError {
 /// Forwards calls to pods over a pooled hyper client. Cheap to clone.
 #[derive(Clone)]
 pub struct Forwarder {
-    client: Client<HttpConnector, OnceBody>,
+    client: Client<HttpsConnector<HttpConnector>, OnceBody>,
     config: Arc<ForwardConfig>,
     in_flight: Arc<Mutex<HashMap<RequestId, MemberAddress>>>,
 }
@@ -122,11 +128,26 @@ impl std::fmt::Debug for Forwarder {
 
 impl Forwarder {
     /// A forwarder with `config`. Needs a Tokio runtime when used.
+    ///
+    /// `http` members are called in cleartext (HTTP/1.1, or h2c with
+    /// [`ForwardConfig::http2_prior_knowledge`]); `https` members over
+    /// rustls, their certificate verified against
+    /// [`ForwardConfig::tls_ca_file`] or the system roots.
     pub fn new(config: ForwardConfig) -> Result<Self> {
         config.validate()?;
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_nodelay(true);
+        connector.enforce_http(false);
+        let tls = crate::tls::client_config(config.tls_ca_file.as_deref())?;
+        let builder = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http();
+        let connector = if config.http2_prior_knowledge {
+            builder.enable_http2().wrap_connector(connector)
+        } else {
+            builder.enable_http1().wrap_connector(connector)
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
