@@ -65,9 +65,11 @@ fn validate_unreserved(kind: &'static str, s: &str) -> Result<()> {
 fn random_hex128() -> String {
     let mut bytes = [0u8; 16];
     rand::rng().fill_bytes(&mut bytes);
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(32);
     for b in bytes {
-        out.push_str(&format!("{b:02x}"));
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
     }
     out
 }

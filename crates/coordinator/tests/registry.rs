@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "registry/coalesce.rs"]
+mod coalesce;
 mod common;
 #[path = "registry/tls.rs"]
 mod tls;

@@ -1,6 +1,7 @@
 //! The pooled HTTP client that forwards calls to member addresses.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -110,12 +111,51 @@ pub enum ForwardError {
     Request(String),
 }
 
+/// Shards of the in-flight map: forwarded calls register and unregister on
+/// every request, so one lock would be contended by every worker thread.
+const IN_FLIGHT_SHARDS: usize = 16;
+
+/// The calls this forwarder runs, by request id, with the pod address.
+struct InFlightCalls {
+    shards: Vec<Mutex<HashMap<RequestId, MemberAddress>>>,
+    hasher: std::hash::RandomState,
+}
+
+impl InFlightCalls {
+    fn new() -> Self {
+        Self {
+            shards: (0..IN_FLIGHT_SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: std::hash::RandomState::new(),
+        }
+    }
+
+    fn shard(
+        &self,
+        id: &RequestId,
+    ) -> std::sync::MutexGuard<'_, HashMap<RequestId, MemberAddress>> {
+        let index = (self.hasher.hash_one(id) as usize) % self.shards.len();
+        self.shards[index].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn insert(&self, id: RequestId, address: MemberAddress) {
+        self.shard(&id).insert(id, address);
+    }
+
+    fn get(&self, id: &RequestId) -> Option<MemberAddress> {
+        self.shard(id).get(id).cloned()
+    }
+
+    fn remove(&self, id: &RequestId) {
+        self.shard(id).remove(id);
+    }
+}
+
 /// Forwards calls to pods over a pooled hyper client. Cheap to clone.
 #[derive(Clone)]
 pub struct Forwarder {
     client: Client<HttpsConnector<HttpConnector>, OnceBody>,
     config: Arc<ForwardConfig>,
-    in_flight: Arc<Mutex<HashMap<RequestId, MemberAddress>>>,
+    in_flight: Arc<InFlightCalls>,
 }
 
 impl std::fmt::Debug for Forwarder {
@@ -158,7 +198,7 @@ impl Forwarder {
         Ok(Self {
             client,
             config: Arc::new(config),
-            in_flight: Arc::default(),
+            in_flight: Arc::new(InFlightCalls::new()),
         })
     }
 
@@ -253,12 +293,7 @@ impl Forwarder {
     /// Cancels a call this forwarder is running, by request id; `false` if
     /// no such call is in flight here.
     pub async fn cancel(&self, request_id: &RequestId) -> Result<bool, ForwardError> {
-        let address = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(request_id)
-            .cloned();
+        let address = self.in_flight.get(request_id);
         match address {
             Some(a) => self.send_cancel(&a, request_id).await,
             None => Ok(false),
@@ -268,10 +303,7 @@ impl Forwarder {
     /// Registers a call in flight to `address`; the guard sends a cancel
     /// when dropped while armed.
     pub(crate) fn guard(&self, address: MemberAddress, request_id: RequestId) -> CancelGuard {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(request_id.clone(), address.clone());
+        self.in_flight.insert(request_id.clone(), address.clone());
         CancelGuard {
             forwarder: self.clone(),
             address,
@@ -299,11 +331,7 @@ impl CancelGuard {
 
 impl Drop for CancelGuard {
     fn drop(&mut self) {
-        self.forwarder
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.request_id);
+        self.forwarder.in_flight.remove(&self.request_id);
         if !self.armed {
             return;
         }

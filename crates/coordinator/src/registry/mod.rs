@@ -2,6 +2,7 @@
 
 mod metrics;
 mod resolve;
+mod singleflight;
 
 use std::sync::Arc;
 
@@ -58,6 +59,7 @@ struct Inner {
     counters: Counters,
     scripts: Scripts,
     policy: AddressPolicy,
+    flights: singleflight::Flights<(DestinationId, ResolveOptions), Result<Resolution>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -81,6 +83,7 @@ impl Registry {
                 counters: Counters::default(),
                 scripts: Scripts::new(),
                 policy: config.member_addresses,
+                flights: singleflight::Flights::default(),
             }),
         })
     }

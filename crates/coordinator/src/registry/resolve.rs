@@ -17,7 +17,7 @@ use crate::strategy::{self, PickContext, PickPurpose};
 use crate::valkey;
 
 /// What to do when a destination has no usable pod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ResolveOptions {
     /// An empty or missing set: pick a live member and `SADD` it (first
     /// touch). Otherwise the answer is [`Resolution::Unbound`].
@@ -136,7 +136,7 @@ impl Registry {
                         // a member vanished: resolve from scratch
                         i.cache.evict(dest);
                         Counters::add(&i.counters.cache_misses, 1);
-                        return self.resolve_destination(dest, opts).await;
+                        return self.resolve_coalesced(dest, opts).await;
                     }
                 }
             } else {
@@ -146,7 +146,23 @@ impl Registry {
             return Ok(self.pick_from(dest, set, PickPurpose::Request, RouteSource::Cache));
         }
         Counters::add(&i.counters.cache_misses, 1);
-        self.resolve_destination(dest, opts).await
+        self.resolve_coalesced(dest, opts).await
+    }
+
+    /// [`Registry::resolve_destination`], shared by concurrent callers: when
+    /// many calls miss the cache for one destination at once (an entry
+    /// expiring under load), one lookup goes to Valkey and all of them get
+    /// its answer.
+    async fn resolve_coalesced(
+        &self,
+        dest: &DestinationId,
+        opts: ResolveOptions,
+    ) -> Result<Resolution> {
+        let key = (dest.clone(), opts);
+        self.inner
+            .flights
+            .run(&key, || self.resolve_destination(dest, opts))
+            .await
     }
 
     /// Re-reads `load` of every member in `set` (one pipelined round trip).
