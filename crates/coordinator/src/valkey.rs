@@ -38,6 +38,27 @@ fn wants_tls(url: &str) -> bool {
     scheme.starts_with("rediss") || scheme.starts_with("valkeys")
 }
 
+/// `url` with its TLS scheme replaced by the plain one (`rediss-cluster://`
+/// → `redis-cluster://`), so fred parses it without building its own TLS
+/// connector (which would use rustls' process-wide provider, ambiguous when
+/// several are compiled in); the TLS connector is then set explicitly.
+fn plain_scheme(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let lower = scheme.to_ascii_lowercase();
+            let plain = if let Some(suffix) = lower.strip_prefix("rediss") {
+                format!("redis{suffix}")
+            } else if let Some(suffix) = lower.strip_prefix("valkeys") {
+                format!("valkey{suffix}")
+            } else {
+                lower
+            };
+            format!("{plain}://{rest}")
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// Connects a fred [`Client`] to `url` (`redis://host:port[/db]`, or
 /// `rediss://` for TLS) and waits until it is connected. Commands time out
 /// after `command_timeout` (1 ms..=1 h); a lost connection is re-established
@@ -83,7 +104,7 @@ pub async fn connect_with(url: &str, options: &ValkeyOptions) -> Result<Client> 
             "command timeout must be within 1 ms..=1 h, got {command_timeout:?}"
         )));
     }
-    let mut config = Config::from_url(url)?;
+    let mut config = Config::from_url(&plain_scheme(url))?;
     if wants_tls(url) {
         let tls = crate::tls::client_config(options.ca_file.as_deref())?;
         config.tls = Some(fred::types::config::TlsConnector::from(tls).into());
@@ -308,6 +329,19 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    #[test]
+    fn tls_schemes_are_recognised_and_parsed_as_plain() {
+        for (url, tls, plain) in [
+            ("rediss://:pw@h:6380/1", true, "redis://:pw@h:6380/1"),
+            ("valkeys-cluster://h:1", true, "valkey-cluster://h:1"),
+            ("REDISS://h", true, "redis://h"),
+            ("redis://h:1", false, "redis://h:1"),
+        ] {
+            assert_eq!(wants_tls(url), tls, "{url}");
+            assert_eq!(plain_scheme(url), plain, "{url}");
+        }
     }
 
     #[test]
