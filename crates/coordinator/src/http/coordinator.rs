@@ -1,6 +1,8 @@
 //! The coordinator's HTTP entry points: axum handlers and a ready router.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::body::Body;
@@ -11,7 +13,7 @@ use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
 use super::REQUEST_ID_HEADER;
-use super::body::{GuardedBody, RetryableBody};
+use super::body::{CappedBody, GuardedBody, RetryableBody};
 use super::errors::{ApiError, has_dot_segment};
 use super::forward::{ForwardError, Forwarder};
 use crate::error::Error;
@@ -38,6 +40,7 @@ use crate::strategy::PickPurpose;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CoordinatorConfig {
     lookup: ResolveOptions,
+    max_request_body: Option<u64>,
 }
 
 impl Default for CoordinatorConfig {
@@ -54,6 +57,7 @@ impl CoordinatorConfig {
                 claim_on_miss: true,
                 reassign_orphans: true,
             },
+            max_request_body: None,
         }
     }
 
@@ -61,12 +65,18 @@ impl CoordinatorConfig {
     pub fn lookup(&self) -> ResolveOptions {
         self.lookup
     }
+
+    /// The largest request body forwarded, if limited.
+    pub fn max_request_body(&self) -> Option<u64> {
+        self.max_request_body
+    }
 }
 
 /// Builds a [`CoordinatorConfig`].
 #[derive(Clone, Copy, Debug)]
 pub struct CoordinatorConfigBuilder {
     lookup: ResolveOptions,
+    max_request_body: Option<u64>,
 }
 
 impl CoordinatorConfigBuilder {
@@ -85,10 +95,20 @@ impl CoordinatorConfigBuilder {
         self
     }
 
+    /// Largest request body to forward (default: unlimited, bodies are
+    /// streamed). A larger `content-length` answers 413 `payload_too_large`
+    /// before anything is forwarded; a streamed body that grows past it is
+    /// cut off and answers 413 too.
+    pub fn max_request_body(mut self, bytes: u64) -> Self {
+        self.max_request_body = Some(bytes);
+        self
+    }
+
     /// The configuration.
     pub fn build(self) -> CoordinatorConfig {
         CoordinatorConfig {
             lookup: self.lookup,
+            max_request_body: self.max_request_body,
         }
     }
 }
@@ -111,16 +131,45 @@ struct Call {
     parts: Parts,
     body: RetryableBody,
     request_id: RequestId,
+    /// Set when the body went past the configured limit.
+    too_large: Arc<AtomicBool>,
 }
 
 impl Call {
-    fn new(req: Request, request_id: RequestId) -> Self {
+    /// Checks the path and the declared length, and caps the body at
+    /// `limit` bytes.
+    fn new(req: Request, request_id: RequestId, limit: Option<u64>) -> Result<Self, ApiError> {
+        check_path(&req)?;
         let (parts, body) = req.into_parts();
-        Self {
+        let too_large = Arc::new(AtomicBool::new(false));
+        let body = match limit {
+            None => body,
+            Some(limit) => {
+                let declared = parts
+                    .headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                if declared.is_some_and(|n| n > limit) {
+                    return Err(ApiError::PayloadTooLarge);
+                }
+                Body::new(CappedBody::new(body, limit, too_large.clone()))
+            }
+        };
+        Ok(Self {
             parts,
             body: RetryableBody::new(body),
             request_id,
+            too_large,
+        })
+    }
+
+    /// The answer for a failed forward of this call.
+    fn failed(&self, err: &ForwardError) -> Response {
+        if self.too_large.load(Ordering::Relaxed) {
+            return ApiError::PayloadTooLarge.into_response();
         }
+        forward_error(err)
     }
 }
 
@@ -247,15 +296,15 @@ impl Coordinator {
                 self.registry.evict(dest);
                 let retry = match next(member).await {
                     Ok(Some(m)) => m,
-                    Ok(None) => return Err(forward_error(&err)),
+                    Ok(None) => return Err(call.failed(&err)),
                     Err(e) => return Err(store_error(&e)),
                 };
                 match self.forward(call, &retry).await {
                     Ok(resp) => Ok((resp, retry)),
-                    Err(e) => Err(forward_error(&e)),
+                    Err(e) => Err(call.failed(&e)),
                 }
             }
-            Err(err) => Err(forward_error(&err)),
+            Err(err) => Err(call.failed(&err)),
         }
     }
 
@@ -301,15 +350,15 @@ impl Coordinator {
         req: Request,
         request_id: RequestId,
     ) -> Response {
-        if let Err(e) = check_path(&req) {
-            return e.into_response();
-        }
+        let call = match Call::new(req, request_id, self.config.max_request_body) {
+            Ok(call) => call,
+            Err(e) => return e.into_response(),
+        };
         let opts = self.config.lookup;
         let member = match self.routed_member(dest, opts).await {
             Ok(member) => member,
             Err(response) => return response,
         };
-        let call = Call::new(req, request_id);
         match self
             .forward_with_retry(dest, &call, member, |failed| {
                 self.re_resolve(dest, opts, failed)
@@ -326,9 +375,10 @@ impl Coordinator {
     /// and binds it (`SADD`) only if the pod answers 2xx. 503 when no member
     /// is live.
     pub async fn pick_and_register(&self, dest: &DestinationId, req: Request) -> Response {
-        if let Err(e) = check_path(&req) {
-            return e.into_response();
-        }
+        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body) {
+            Ok(call) => call,
+            Err(e) => return e.into_response(),
+        };
         let opts = ResolveOptions {
             claim_on_miss: false,
             reassign_orphans: false,
@@ -344,7 +394,6 @@ impl Coordinator {
             }
             Err(e) => return store_error(&e),
         };
-        let call = Call::new(req, RequestId::generate());
         let registry = self.registry.clone();
         let next = |failed: MemberRecord| async move {
             let live: Vec<MemberRecord> = registry
@@ -374,9 +423,10 @@ impl Coordinator {
     /// tear down on a pod: the set is deleted and the answer is 204 (as the
     /// Node coordinator does).
     pub async fn lookup_and_deregister(&self, dest: &DestinationId, req: Request) -> Response {
-        if let Err(e) = check_path(&req) {
-            return e.into_response();
-        }
+        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body) {
+            Ok(call) => call,
+            Err(e) => return e.into_response(),
+        };
         let opts = ResolveOptions {
             claim_on_miss: false,
             reassign_orphans: false,
@@ -393,7 +443,6 @@ impl Coordinator {
             }
             Err(e) => return store_error(&e),
         };
-        let call = Call::new(req, RequestId::generate());
         let resp = match self
             .forward_with_retry(dest, &call, member, |failed| {
                 self.re_resolve(dest, opts, failed)
@@ -418,9 +467,10 @@ impl Coordinator {
     /// lost: the caller starts a new one), 503 `lock_owner_unreachable` when
     /// its record is live but it refuses connections.
     pub async fn lookup_lock_and_proxy(&self, lock: &LockId, req: Request) -> Response {
-        if let Err(e) = check_path(&req) {
-            return e.into_response();
-        }
+        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body) {
+            Ok(call) => call,
+            Err(e) => return e.into_response(),
+        };
         let record = match self.registry.resolve_lock(lock).await {
             Ok(Some(r)) => r,
             Ok(None) => return ApiError::UnknownLock.into_response(),
@@ -429,11 +479,10 @@ impl Coordinator {
         let Some(owner) = record.owner_record else {
             return ApiError::LockOwnerGone.into_response();
         };
-        let call = Call::new(req, RequestId::generate());
         match self.forward(&call, &owner).await {
             Ok(resp) => resp,
             Err(ForwardError::Connect { .. }) => ApiError::LockOwnerUnreachable.into_response(),
-            Err(e) => forward_error(&e),
+            Err(e) => call.failed(&e),
         }
     }
 

@@ -32,6 +32,9 @@ pub enum ApiError {
     UnknownRequest,
     /// 404 `no_route`: no coordinator route matches the path.
     NoRoute,
+    /// 413 `payload_too_large`: the request body is larger than
+    /// `CoordinatorConfigBuilder::max_request_body`.
+    PayloadTooLarge,
     /// 503 `store_unavailable`: Valkey failed or could not be reached.
     StoreUnavailable,
     /// 502 `upstream_unavailable`: the pod could not be reached (after one
@@ -55,6 +58,7 @@ impl ApiError {
             ApiError::NoLiveMember
             | ApiError::LockOwnerUnreachable
             | ApiError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -72,6 +76,7 @@ impl ApiError {
             ApiError::LockOwnerUnreachable => "lock_owner_unreachable",
             ApiError::UnknownRequest => "unknown_request",
             ApiError::NoRoute => "no_route",
+            ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::StoreUnavailable => "store_unavailable",
             ApiError::UpstreamUnavailable => "upstream_unavailable",
             ApiError::UpstreamTimeout => "upstream_timeout",
@@ -90,6 +95,7 @@ impl ApiError {
             ApiError::LockOwnerUnreachable => "the pod holding the lock is unreachable",
             ApiError::UnknownRequest => "no such request in flight",
             ApiError::NoRoute => "no such route",
+            ApiError::PayloadTooLarge => "request body too large",
             ApiError::StoreUnavailable => "coordination store unavailable",
             ApiError::UpstreamUnavailable => "upstream unavailable",
             ApiError::UpstreamTimeout => "upstream timeout",

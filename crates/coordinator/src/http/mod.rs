@@ -4,6 +4,7 @@
 mod body;
 mod coordinator;
 mod errors;
+pub mod extract;
 mod forward;
 mod headers;
 pub mod pod;
