@@ -281,7 +281,7 @@ impl Fleet {
         let want: BTreeSet<String> = fleet.pods.iter().cloned().collect();
         assert!(
             fleet
-                .eventually(Duration::from_secs(10), async |f| f.live_pods().await
+                .eventually(Duration::from_secs(30), async |f| f.live_pods().await
                     == want)
                 .await,
             "the coordinator does not list every pod"
