@@ -97,6 +97,7 @@
 mod address_policy;
 mod cache;
 mod cancel;
+pub mod client;
 mod error;
 pub mod http;
 pub mod ids;

@@ -5,6 +5,8 @@
 
 #[path = "http/allocation.rs"]
 mod allocation;
+#[path = "http/client.rs"]
+mod client;
 mod common;
 #[path = "http/edge.rs"]
 mod edge;

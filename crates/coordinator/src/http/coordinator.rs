@@ -249,7 +249,7 @@ impl Coordinator {
             .guard(member.address.clone(), call.request_id.clone());
         let sent = self
             .forwarder
-            .send(
+            .send_parts(
                 &member.address,
                 &call.parts,
                 call.body.attempt(),

@@ -215,10 +215,46 @@ impl Forwarder {
         }
     }
 
+    /// Forwards `req` to the member at `address`: same method, path and
+    /// query, hop-by-hop headers removed, `Host` set to the pod and
+    /// `x-request-id: request_id` added; the request body and the pod's
+    /// response body are streamed. The response headers arrive within
+    /// [`ForwardConfig::response_timeout`].
+    ///
+    /// This is the forwarding step of the coordinator's handlers, for
+    /// routes of your own (e.g. *register from response*: pick a member
+    /// with [`crate::Registry::pick_member`], forward, then bind the id the
+    /// pod answered with [`crate::Registry::add_pod_to_destination`]).
+    /// Unlike the handlers it does not retry, and does not send a cancel
+    /// message if the caller gives up (use [`Forwarder::send_cancel`]).
+    ///
+    /// ```no_run
+    /// use coordinator::RequestId;
+    /// use coordinator::http::{ForwardConfig, Forwarder};
+    ///
+    /// # async fn demo(member: coordinator::MemberRecord, req: axum::extract::Request)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// let forwarder = Forwarder::new(ForwardConfig::default())?;
+    /// let resp = forwarder.send(&member.address, req, &RequestId::generate()).await?;
+    /// println!("pod answered {}", resp.status());
+    /// # Ok(()) }
+    /// ```
+    pub async fn send(
+        &self,
+        address: &MemberAddress,
+        req: Request<axum::body::Body>,
+        request_id: &RequestId,
+    ) -> Result<Response<Incoming>, ForwardError> {
+        let (parts, body) = req.into_parts();
+        let body = super::body::RetryableBody::new(body);
+        self.send_parts(address, &parts, body.attempt(), request_id)
+            .await
+    }
+
     /// Sends `parts` + `body` to `address`, same method, path and query,
     /// hop-by-hop headers removed, `Host` set to the pod and the request id
     /// header added.
-    pub(crate) async fn send(
+    pub(crate) async fn send_parts(
         &self,
         address: &MemberAddress,
         parts: &request::Parts,
@@ -401,7 +437,7 @@ mod tests {
         let (parts, body) = parts("payload");
         let id = RequestId::generate();
         let resp = forwarder
-            .send(&address, &parts, body.attempt(), &id)
+            .send_parts(&address, &parts, body.attempt(), &id)
             .await
             .unwrap();
         assert!(resp.status().is_success());
@@ -444,7 +480,7 @@ mod tests {
         .unwrap();
         let (parts, body) = parts("x");
         let resp = forwarder
-            .send(&address, &parts, body.attempt(), &RequestId::generate())
+            .send_parts(&address, &parts, body.attempt(), &RequestId::generate())
             .await
             .unwrap();
         let text = resp.into_body().collect().await.unwrap().to_bytes();
@@ -460,7 +496,7 @@ mod tests {
         let forwarder = Forwarder::new(ForwardConfig::default()).unwrap();
         let (parts, body) = parts("payload");
         let err = forwarder
-            .send(&address, &parts, body.attempt(), &RequestId::generate())
+            .send_parts(&address, &parts, body.attempt(), &RequestId::generate())
             .await
             .unwrap_err();
         assert!(matches!(err, ForwardError::Connect { .. }), "{err}");

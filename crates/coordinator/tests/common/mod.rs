@@ -189,7 +189,12 @@ async fn pod_action(
                 .new_lock(&d, [("kind".to_owned(), "tx".to_owned())])
                 .await
                 .unwrap();
-            lock.to_string().into_response()
+            let mut resp = lock.to_string().into_response();
+            resp.headers_mut().insert(
+                "x-lock-id",
+                axum::http::HeaderValue::from_str(lock.as_str()).unwrap(),
+            );
+            resp
         }
         "slow" => {
             let token = req
