@@ -12,9 +12,12 @@
 //!
 //! The pod, the coordinator and the load generator each run on their own
 //! Tokio runtime with named threads, so the coordinator's CPU time is the sum
-//! of `utime + stime` of its threads (`/proc/self/task/*/stat`), its Valkey
-//! client included. Everything shares the machine's cores: on a small box
-//! the load generator and the pod compete with the coordinator.
+//! of `utime + stime` of its threads (`/proc/self/task/*/stat`, 10 ms
+//! ticks), its Valkey client included; the pod's is printed beside it as a
+//! baseline (the pod does one HTTP exchange per request, the coordinator
+//! two). Everything shares the machine's cores: on a small or busy box the
+//! load generator and the pod compete with the coordinator, and CPU time per
+//! request grows with the contention.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -40,6 +43,9 @@ type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Emp
 
 /// Thread name prefix of the coordinator's runtime.
 const COORD_THREAD: &str = "bench-coord";
+/// Thread name of the pod's runtime (the baseline: one HTTP exchange per
+/// request, where the coordinator does two).
+const POD_THREAD: &str = "bench-pod";
 
 struct Stats {
     requests: usize,
@@ -140,17 +146,31 @@ fn rps(s: &Stats) -> f64 {
     s.requests as f64 / s.elapsed.as_secs_f64()
 }
 
-fn report(name: &str, s: &Stats, direct: Option<f64>, cpu: Option<Duration>, trips: Option<u64>) {
+/// CPU-ms per 1000 requests of `s`.
+fn per_1000(cpu: Duration, s: &Stats) -> String {
+    format!(
+        "{:.1}",
+        cpu.as_secs_f64() * 1e3 * 1000.0 / s.requests as f64
+    )
+}
+
+fn report(
+    name: &str,
+    s: &Stats,
+    direct: Option<f64>,
+    pod_cpu: Duration,
+    cpu: Option<Duration>,
+    trips: Option<u64>,
+) {
     let ratio = direct.map_or("     ".to_owned(), |d| format!("{:.2}x", rps(s) / d));
-    let cpu = cpu.map_or("-".to_owned(), |c| {
-        format!("{:.1}", c.as_secs_f64() * 1e3 * 1000.0 / s.requests as f64)
-    });
+    let pod = per_1000(pod_cpu, s);
+    let cpu = cpu.map_or("-".to_owned(), |c| per_1000(c, s));
     let per = trips.map_or("-".to_owned(), |t| {
         format!("{:.3}", t as f64 / s.requests as f64)
     });
     println!(
         "{name:<26} {:>9.0} req/s {ratio:>6}  p50 {:>6.3} ms  p99 {:>6.3} ms  \
-         coordinator CPU-ms/1000 {cpu:>5}  valkey trips/req {per}",
+         CPU-ms/1000: coordinator {cpu:>5} pod {pod:>5}  valkey trips/req {per}",
         rps(s),
         s.p50.as_secs_f64() * 1e3,
         s.p99.as_secs_f64() * 1e3,
@@ -163,6 +183,7 @@ fn start_coordinator(
     url: &str,
     prefix: &str,
     cache: Option<CacheConfig>,
+    h2c: bool,
 ) -> (String, Registry) {
     let url = url.to_owned();
     let prefix = prefix.to_owned();
@@ -178,7 +199,11 @@ fn start_coordinator(
         let registry = Registry::new(client, config, Arc::new(RoundRobin::new())).unwrap();
         let c = Coordinator::new(
             registry.clone(),
-            Forwarder::new(ForwardConfig::default()).unwrap(),
+            Forwarder::new(ForwardConfig {
+                http2_prior_knowledge: h2c,
+                ..ForwardConfig::default()
+            })
+            .unwrap(),
             CoordinatorConfig::default(),
         );
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -206,7 +231,7 @@ fn main() {
     let secs = env_or("BENCH_SECS", 5);
     let concurrency = env_or("BENCH_CONCURRENCY", 32) as usize;
     let coord_threads = env_or("BENCH_COORD_THREADS", 1) as usize;
-    let pod_rt = runtime("bench-pod", 1);
+    let pod_rt = runtime(POD_THREAD, 1);
     let coord_rt = runtime(COORD_THREAD, coord_threads);
     let load_rt = runtime("bench-load", 1);
 
@@ -248,22 +273,42 @@ fn main() {
 
     let direct_url = format!("{pod_url}{path}");
     load_rt.block_on(load(&http, &direct_url, concurrency, 1)); // warm-up
+    let pod_before = threads_cpu(POD_THREAD);
     let direct = load_rt.block_on(load(&http, &direct_url, concurrency, secs));
-    report("direct to pod", &direct, None, None, None);
+    let pod_cpu = threads_cpu(POD_THREAD).saturating_sub(pod_before);
+    report("direct to pod", &direct, None, pod_cpu, None, None);
 
-    for (name, cache) in [
-        ("coordinator, cache 5 s", Some(CacheConfig::default())),
-        ("coordinator, cache off", None),
+    for (name, cache, h2c) in [
+        (
+            "coordinator, cache 5 s",
+            Some(CacheConfig::default()),
+            false,
+        ),
+        ("coordinator, cache off", None, false),
+        (
+            "coordinator, h2c to pod",
+            Some(CacheConfig::default()),
+            true,
+        ),
     ] {
-        let (base, registry) = start_coordinator(&coord_rt, &valkey, &prefix, cache);
+        let (base, registry) = start_coordinator(&coord_rt, &valkey, &prefix, cache, h2c);
         let url = format!("{base}{path}");
         load_rt.block_on(load(&http, &url, concurrency, 1)); // warm-up
         let trips_before = registry.metrics().valkey_round_trips;
         let cpu_before = threads_cpu(COORD_THREAD);
+        let pod_before = threads_cpu(POD_THREAD);
         let stats = load_rt.block_on(load(&http, &url, concurrency, secs));
         let cpu = threads_cpu(COORD_THREAD).saturating_sub(cpu_before);
+        let pod_cpu = threads_cpu(POD_THREAD).saturating_sub(pod_before);
         let trips = registry.metrics().valkey_round_trips - trips_before;
-        report(name, &stats, Some(rps(&direct)), Some(cpu), Some(trips));
+        report(
+            name,
+            &stats,
+            Some(rps(&direct)),
+            pod_cpu,
+            Some(cpu),
+            Some(trips),
+        );
     }
 
     pod_rt.block_on(async move {

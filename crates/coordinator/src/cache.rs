@@ -6,7 +6,7 @@
 
 use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
@@ -67,7 +67,7 @@ const SHARDED_FROM: usize = 1024;
 /// contend for one lock.
 const SHARDS: usize = 16;
 
-type Shard = Mutex<LruCache<DestinationId, Entry>>;
+type Shard = RwLock<LruCache<DestinationId, Entry>>;
 
 /// LRU + TTL map from destination to pod set; a no-op when disabled.
 /// Large caches are sharded by destination (LRU order is then kept per
@@ -92,7 +92,7 @@ impl DestinationCache {
                 let cap = NonZeroUsize::new(c.capacity.div_ceil(shards))
                     .ok_or_else(|| Error::InvalidConfig("cache capacity is 0".into()))?;
                 let shards = (0..shards)
-                    .map(|_| Mutex::new(LruCache::new(cap)))
+                    .map(|_| RwLock::new(LruCache::new(cap)))
                     .collect();
                 Some((shards, c.ttl))
             }
@@ -103,34 +103,67 @@ impl DestinationCache {
         })
     }
 
-    /// The shard holding `dest`, locked.
-    fn shard<'a>(
-        &self,
-        shards: &'a [Shard],
-        dest: &DestinationId,
-    ) -> std::sync::MutexGuard<'a, LruCache<DestinationId, Entry>> {
+    /// The shard holding `dest`.
+    fn shard<'a>(&self, shards: &'a [Shard], dest: &DestinationId) -> &'a Shard {
         let index = if shards.len() == 1 {
             0
         } else {
             (self.hasher.hash_one(dest) as usize) % shards.len()
         };
-        shards[index].lock().unwrap_or_else(|p| p.into_inner())
+        &shards[index]
+    }
+
+    fn write<'a>(
+        &self,
+        shards: &'a [Shard],
+        dest: &DestinationId,
+    ) -> RwLockWriteGuard<'a, LruCache<DestinationId, Entry>> {
+        self.shard(shards, dest)
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read<'a>(
+        &self,
+        shards: &'a [Shard],
+        dest: &DestinationId,
+    ) -> RwLockReadGuard<'a, LruCache<DestinationId, Entry>> {
+        self.shard(shards, dest)
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn get(&self, dest: &DestinationId) -> Option<PodSet> {
         self.get_at(dest, Instant::now())
     }
 
+    /// A hit takes the shard's lock shared (readers never wait for each
+    /// other); the entry's recency is refreshed only when the exclusive lock
+    /// is free at once, so a hot destination costs no lock contention.
     pub(crate) fn get_at(&self, dest: &DestinationId, now: Instant) -> Option<PodSet> {
         let (shards, _) = self.inner.as_ref()?;
-        let mut cache = self.shard(shards, dest);
-        match cache.get(dest) {
-            Some(e) if e.expires > now => Some(e.members.clone()),
-            Some(_) => {
-                cache.pop(dest);
+        let fresh = {
+            let cache = self.read(shards, dest);
+            match cache.peek(dest) {
+                Some(e) if e.expires > now => Some(e.members.clone()),
+                Some(_) => None,
+                None => return None,
+            }
+        };
+        match fresh {
+            Some(members) => {
+                if let Ok(mut cache) = self.shard(shards, dest).try_write() {
+                    cache.promote(dest);
+                }
+                Some(members)
+            }
+            None => {
+                let mut cache = self.write(shards, dest);
+                if cache.peek(dest).is_some_and(|e| e.expires <= now) {
+                    cache.pop(dest);
+                }
                 None
             }
-            None => None,
         }
     }
 
@@ -144,13 +177,13 @@ impl DestinationCache {
                 members,
                 expires: now + *ttl,
             };
-            self.shard(shards, &dest).put(dest, entry);
+            self.write(shards, &dest).put(dest, entry);
         }
     }
 
     pub(crate) fn evict(&self, dest: &DestinationId) {
         if let Some((shards, _)) = &self.inner {
-            self.shard(shards, dest).pop(dest);
+            self.write(shards, dest).pop(dest);
         }
     }
 
@@ -161,7 +194,7 @@ impl DestinationCache {
             .map(|(shards, _)| {
                 shards
                     .iter()
-                    .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
+                    .map(|s| s.read().unwrap_or_else(|p| p.into_inner()).len())
                     .sum()
             })
             .unwrap_or(0)

@@ -31,9 +31,16 @@
 //! ## Guarantees
 //!
 //! - Calls are forwarded only to addresses read from live member records,
-//!   and only `http://host:port` addresses ([`MemberAddress`]).
+//!   and only `http(s)://host[:port]` addresses without user info
+//!   ([`MemberAddress`]) inside the registry's [`AddressPolicy`]: member
+//!   records are untrusted input (see the crate README's trust boundary).
+//! - `rediss://` Valkey URLs always use TLS ([`connect_with`]), never
+//!   plaintext.
 //! - Ids are validated ([`ids`]) before any Valkey access; the handlers
-//!   answer 400 for malformed ids.
+//!   answer 400 for malformed ids and for `.`/`..` path segments, with JSON
+//!   error bodies ([`http::ApiError`]); [`http::serve`] bounds header time,
+//!   idle time and connection count.
+//! - Concurrent cache misses of one destination share one Valkey lookup.
 //! - A heartbeat is one `MULTI`: it re-creates an expired member record
 //!   (address, load, TTL, membership) and the pod's lock records.
 //! - Lock ids minted by [`LockId::generate`] carry 128 random bits; lock
@@ -52,8 +59,8 @@
 //!   `{coordinator}`, so every key lives in one slot); Lua scripting on.
 //! - Concurrent first-touch claims or reassignments may add several members
 //!   to a destination: all of them are valid serving pods (design invariant).
-//! - Pods speak cleartext HTTP/1.1 (or h2c with
-//!   [`http::ForwardConfig::http2_prior_knowledge`]).
+//! - Pods speak HTTP/1.1 (or h2c with
+//!   [`http::ForwardConfig::http2_prior_knowledge`]), or HTTPS.
 //!
 //! ## Example
 //!
@@ -86,7 +93,13 @@
 //! let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await.map_err(|e| {
 //!     coordinator::Error::InvalidConfig(e.to_string())
 //! })?;
-//! let _server = tokio::spawn(async move { axum::serve(listener, coordinator.router()).await });
+//! let app = coordinator.router();
+//! let _server = tokio::spawn(coordinator::http::serve(
+//!     listener,
+//!     app,
+//!     coordinator::http::ServeConfig::default(),
+//!     std::future::pending(),
+//! ));
 //!
 //! // shutting the pod down
 //! heartbeat.stop().await;
