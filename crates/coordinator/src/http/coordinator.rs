@@ -294,7 +294,7 @@ impl Coordinator {
             Err(err @ ForwardError::Connect { .. }) if call.body.is_untouched() => {
                 tracing::info!(destination = %dest, member = %member.id, %err, "connect failed, re-resolving once");
                 self.registry.evict(dest);
-                let retry = match next(member).await {
+                let retry = match Box::pin(next(member)).await {
                     Ok(Some(m)) => m,
                     Ok(None) => return Err(call.failed(&err)),
                     Err(e) => return Err(store_error(&e)),

@@ -115,24 +115,51 @@ pub enum ForwardError {
 /// every request, so one lock would be contended by every worker thread.
 const IN_FLIGHT_SHARDS: usize = 16;
 
+/// FNV-1a: request ids are minted here from a CSPRNG (or chosen by trusted
+/// in-process callers), so a cheap hash is enough; network input only
+/// looks ids up.
+#[derive(Clone, Copy, Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FnvBuild = std::hash::BuildHasherDefault<Fnv>;
+
 /// The calls this forwarder runs, by request id, with the pod address.
 struct InFlightCalls {
-    shards: Vec<Mutex<HashMap<RequestId, MemberAddress>>>,
-    hasher: std::hash::RandomState,
+    shards: Vec<Mutex<HashMap<RequestId, MemberAddress, FnvBuild>>>,
+    hasher: FnvBuild,
 }
 
 impl InFlightCalls {
     fn new() -> Self {
         Self {
             shards: (0..IN_FLIGHT_SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: std::hash::RandomState::new(),
+            hasher: FnvBuild::default(),
         }
     }
 
     fn shard(
         &self,
         id: &RequestId,
-    ) -> std::sync::MutexGuard<'_, HashMap<RequestId, MemberAddress>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<RequestId, MemberAddress, FnvBuild>> {
         let index = (self.hasher.hash_one(id) as usize) % self.shards.len();
         self.shards[index].lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -151,17 +178,23 @@ impl InFlightCalls {
 }
 
 /// Forwards calls to pods over a pooled hyper client. Cheap to clone.
+///
+/// Clones share one pooled client (a clone is one reference count).
 #[derive(Clone)]
 pub struct Forwarder {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     client: Client<HttpsConnector<HttpConnector>, OnceBody>,
-    config: Arc<ForwardConfig>,
-    in_flight: Arc<InFlightCalls>,
+    config: ForwardConfig,
+    in_flight: InFlightCalls,
 }
 
 impl std::fmt::Debug for Forwarder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Forwarder")
-            .field("config", &self.config)
+            .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
 }
@@ -196,19 +229,21 @@ impl Forwarder {
             .http2_only(config.http2_prior_knowledge)
             .build(connector);
         Ok(Self {
-            client,
-            config: Arc::new(config),
-            in_flight: Arc::new(InFlightCalls::new()),
+            inner: Arc::new(Inner {
+                client,
+                config,
+                in_flight: InFlightCalls::new(),
+            }),
         })
     }
 
     /// The settings.
     pub fn config(&self) -> &ForwardConfig {
-        &self.config
+        &self.inner.config
     }
 
     fn version(&self) -> Version {
-        if self.config.http2_prior_knowledge {
+        if self.inner.config.http2_prior_knowledge {
             Version::HTTP_2
         } else {
             Version::HTTP_11
@@ -276,7 +311,7 @@ impl Forwarder {
         *req.uri_mut() = uri;
         *req.headers_mut() = headers;
         *req.version_mut() = self.version();
-        self.exchange(address, req, self.config.response_timeout)
+        self.exchange(address, req, self.inner.config.response_timeout)
             .await
     }
 
@@ -286,7 +321,7 @@ impl Forwarder {
         req: Request<OnceBody>,
         timeout: Duration,
     ) -> Result<Response<Incoming>, ForwardError> {
-        match tokio::time::timeout(timeout, self.client.request(req)).await {
+        match tokio::time::timeout(timeout, self.inner.client.request(req)).await {
             Err(_) => Err(ForwardError::Timeout {
                 address: address.to_string(),
                 timeout,
@@ -321,7 +356,7 @@ impl Forwarder {
         *req.uri_mut() = uri;
         *req.version_mut() = self.version();
         let resp = self
-            .exchange(address, req, self.config.cancel_timeout)
+            .exchange(address, req, self.inner.config.cancel_timeout)
             .await?;
         Ok(resp.status().is_success())
     }
@@ -329,7 +364,7 @@ impl Forwarder {
     /// Cancels a call this forwarder is running, by request id; `false` if
     /// no such call is in flight here.
     pub async fn cancel(&self, request_id: &RequestId) -> Result<bool, ForwardError> {
-        let address = self.in_flight.get(request_id);
+        let address = self.inner.in_flight.get(request_id);
         match address {
             Some(a) => self.send_cancel(&a, request_id).await,
             None => Ok(false),
@@ -339,7 +374,9 @@ impl Forwarder {
     /// Registers a call in flight to `address`; the guard sends a cancel
     /// when dropped while armed.
     pub(crate) fn guard(&self, address: MemberAddress, request_id: RequestId) -> CancelGuard {
-        self.in_flight.insert(request_id.clone(), address.clone());
+        self.inner
+            .in_flight
+            .insert(request_id.clone(), address.clone());
         CancelGuard {
             forwarder: self.clone(),
             address,
@@ -367,7 +404,7 @@ impl CancelGuard {
 
 impl Drop for CancelGuard {
     fn drop(&mut self) {
-        self.forwarder.in_flight.remove(&self.request_id);
+        self.forwarder.inner.in_flight.remove(&self.request_id);
         if !self.armed {
             return;
         }

@@ -130,13 +130,13 @@ impl Registry {
         let i = &self.inner;
         if let Some(set) = i.cache.get(dest) {
             let set = if i.strategy.uses_load() && set.len() > 1 {
-                match self.refresh_loads(&set).await? {
+                match Box::pin(self.refresh_loads(&set)).await? {
                     Some(fresh) => fresh,
                     None => {
                         // a member vanished: resolve from scratch
                         i.cache.evict(dest);
                         Counters::add(&i.counters.cache_misses, 1);
-                        return self.resolve_coalesced(dest, opts).await;
+                        return Box::pin(self.resolve_coalesced(dest, opts)).await;
                     }
                 }
             } else {
@@ -146,7 +146,9 @@ impl Registry {
             return Ok(self.pick_from(dest, set, PickPurpose::Request, RouteSource::Cache));
         }
         Counters::add(&i.counters.cache_misses, 1);
-        self.resolve_coalesced(dest, opts).await
+        // boxed: the Valkey lookup's large state is allocated only on a miss,
+        // so a cache hit's future stays small
+        Box::pin(self.resolve_coalesced(dest, opts)).await
     }
 
     /// [`Registry::resolve_destination`], shared by concurrent callers: when

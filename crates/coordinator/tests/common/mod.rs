@@ -492,3 +492,30 @@ pub async fn tls_endpoint(plain: &ValkeyClient) -> (String, std::path::PathBuf) 
     assert!(ca.is_absolute(), "tls-ca-cert-file {ca:?} is not absolute");
     (format!("rediss://127.0.0.1:{port}"), ca)
 }
+
+/// The test server certificate and key (for `localhost` / `127.0.0.1`,
+/// signed by the test CA of [`tls_endpoint`]): from `VALKEY_TLS_CERT` +
+/// `VALKEY_TLS_KEY` if set, else asked from the Valkey server.
+pub async fn tls_server_files(plain: &ValkeyClient) -> (std::path::PathBuf, std::path::PathBuf) {
+    if let (Ok(cert), Ok(key)) = (
+        std::env::var("VALKEY_TLS_CERT"),
+        std::env::var("VALKEY_TLS_KEY"),
+    ) {
+        return (cert.into(), key.into());
+    }
+    let config = |name: &'static str| async move {
+        let reply: Vec<String> = plain
+            .custom(
+                fred::types::CustomCommand::new_static(
+                    "CONFIG",
+                    fred::types::ClusterHash::FirstKey,
+                    false,
+                ),
+                vec!["GET", name],
+            )
+            .await
+            .expect("CONFIG GET");
+        std::path::PathBuf::from(reply.get(1).cloned().unwrap_or_default())
+    };
+    (config("tls-cert-file").await, config("tls-key-file").await)
+}
