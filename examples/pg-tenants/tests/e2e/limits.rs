@@ -1,4 +1,5 @@
-//! Bounded resources and hostile inputs: many tenants, NUL bytes, huge bodies.
+//! Bounded resources, hostile inputs and allocation: many tenants, NUL
+//! bytes, huge bodies, first touch with traffic in between.
 
 use std::time::Duration;
 
@@ -142,6 +143,28 @@ async fn nul_bytes_are_400_and_huge_bodies_413_without_leaking_postgres_text() {
         // the value was never written
         let r = f.call("GET", &format!("/tenants/{t}/kv/big"), "").await;
         assert_eq!(r.status, 404, "{r:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and Valkey: run cargo xtask test-drivers --engine pg-example"]
+async fn new_tenants_spread_evenly_with_traffic_in_between() {
+    bounded(async {
+        let f = Fleet::start(Opts::default()).await;
+        let mut per_pod = std::collections::BTreeMap::<String, usize>::new();
+        for i in 0..9 {
+            let t = f.tenant(&format!("mix{i}"));
+            let (pod, _) = f.ok("PUT", &format!("/tenants/{t}/kv/k"), "v").await;
+            *per_pod.entry(pod).or_default() += 1;
+            // 0..=3 calls to earlier tenants between first touches
+            for k in 0..(i % 4) {
+                let earlier = f.tenant(&format!("mix{}", k % (i + 1)));
+                f.ok("GET", &format!("/tenants/{earlier}/kv/k"), "").await;
+            }
+        }
+        let counts: Vec<usize> = per_pod.values().copied().collect();
+        assert_eq!(counts, [3, 3, 3], "round-robin first touch: {per_pod:?}");
     })
     .await;
 }
