@@ -40,6 +40,8 @@ use crate::error::{Error, Result};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServeConfig {
     /// Time allowed for a request's headers to arrive (default 10 s).
+    /// For HTTP/1 the clock starts as soon as the connection waits for a
+    /// request, so a keep-alive connection idle this long is closed too.
     pub header_read_timeout: Duration,
     /// A connection with no request in flight and no traffic for this long
     /// is closed (default 60 s).
