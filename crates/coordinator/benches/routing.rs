@@ -1,12 +1,23 @@
-//! Loopback benchmark: requests/s and p50/p99 latency straight to a pod vs.
-//! through the coordinator (cache on and off), with the Valkey round trips
+//! Loopback benchmark: the same pod straight and through the coordinator,
+//! in one run. Prints requests/s, the ratio to direct, p50/p99 latency, the
+//! coordinator's CPU time per 1000 routed requests and Valkey round trips
 //! per request.
 //!
 //! ```text
 //! VALKEY_URL=redis://127.0.0.1:6379 cargo bench -p coordinator --bench routing
 //! ```
 //!
-//! `BENCH_SECS` (default 5) and `BENCH_CONCURRENCY` (default 32) tune a run.
+//! `BENCH_SECS` (default 5), `BENCH_CONCURRENCY` (default 32) and
+//! `BENCH_COORD_THREADS` (default 1) tune a run.
+//!
+//! The pod, the coordinator and the load generator each run on their own
+//! Tokio runtime with named threads, so the coordinator's CPU time is the sum
+//! of `utime + stime` of its threads (`/proc/self/task/*/stat`, 10 ms
+//! ticks), its Valkey client included; the pod's is printed beside it as a
+//! baseline (the pod does one HTTP exchange per request, the coordinator
+//! two). Everything shares the machine's cores: on a small or busy box the
+//! load generator and the pod compete with the coordinator, and CPU time per
+//! request grows with the contention.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,7 +27,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::get;
 use bytes::Bytes;
-use coordinator::http::{Coordinator, CoordinatorConfig, ForwardConfig, Forwarder};
+use coordinator::http::{Coordinator, CoordinatorConfig, ForwardConfig, Forwarder, ServeConfig};
 use coordinator::strategy::RoundRobin;
 use coordinator::{
     CacheConfig, DestinationId, Member, MemberAddress, MemberConfig, MemberId, Registry,
@@ -26,8 +37,15 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
+use tokio::runtime::Runtime;
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
+
+/// Thread name prefix of the coordinator's runtime.
+const COORD_THREAD: &str = "bench-coord";
+/// Thread name of the pod's runtime (the baseline: one HTTP exchange per
+/// request, where the coordinator does two).
+const POD_THREAD: &str = "bench-pod";
 
 struct Stats {
     requests: usize,
@@ -43,7 +61,45 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-async fn serve(app: Router) -> String {
+fn runtime(name: &'static str, threads: usize) -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// CPU time (user + system) of this process's threads whose name starts
+/// with `prefix`, from `/proc/self/task/*/stat`.
+fn threads_cpu(prefix: &str) -> Duration {
+    // USER_HZ: 100 on every Linux architecture this runs on
+    const TICKS_PER_SEC: u64 = 100;
+    let mut ticks = 0;
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ... ; comm may hold spaces, so split at the last ')'
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if !stat[open + 1..close].starts_with(prefix) {
+            continue;
+        }
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        // after the comm: state is field 3, utime 14, stime 15 (1-based)
+        let utime: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let stime: u64 = fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+        ticks += utime + stime;
+    }
+    Duration::from_millis(ticks * 1000 / TICKS_PER_SEC)
+}
+
+async fn serve_plain(app: Router) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -86,37 +142,81 @@ async fn load(client: &HttpClient, url: &str, concurrency: usize, secs: u64) -> 
     }
 }
 
-fn report(name: &str, s: &Stats, trips: Option<u64>) {
-    let rps = s.requests as f64 / s.elapsed.as_secs_f64();
+fn rps(s: &Stats) -> f64 {
+    s.requests as f64 / s.elapsed.as_secs_f64()
+}
+
+/// CPU-ms per 1000 requests of `s`.
+fn per_1000(cpu: Duration, s: &Stats) -> String {
+    format!(
+        "{:.1}",
+        cpu.as_secs_f64() * 1e3 * 1000.0 / s.requests as f64
+    )
+}
+
+fn report(
+    name: &str,
+    s: &Stats,
+    direct: Option<f64>,
+    pod_cpu: Duration,
+    cpu: Option<Duration>,
+    trips: Option<u64>,
+) {
+    let ratio = direct.map_or("     ".to_owned(), |d| format!("{:.2}x", rps(s) / d));
+    let pod = per_1000(pod_cpu, s);
+    let cpu = cpu.map_or("-".to_owned(), |c| per_1000(c, s));
     let per = trips.map_or("-".to_owned(), |t| {
         format!("{:.3}", t as f64 / s.requests as f64)
     });
     println!(
-        "{name:<28} {rps:>10.0} req/s   p50 {:>8.3} ms   p99 {:>8.3} ms   valkey round trips/req {per}",
+        "{name:<26} {:>9.0} req/s {ratio:>6}  p50 {:>6.3} ms  p99 {:>6.3} ms  \
+         CPU-ms/1000: coordinator {cpu:>5} pod {pod:>5}  valkey trips/req {per}",
+        rps(s),
         s.p50.as_secs_f64() * 1e3,
         s.p99.as_secs_f64() * 1e3,
     );
 }
 
-async fn coordinator_url(
+/// Starts a coordinator on `rt` (its Valkey client too); returns its URL.
+fn start_coordinator(
+    rt: &Runtime,
     url: &str,
     prefix: &str,
     cache: Option<CacheConfig>,
+    h2c: bool,
 ) -> (String, Registry) {
-    let client = coordinator::connect(url, Duration::from_secs(2))
-        .await
-        .unwrap();
-    let config = RegistryConfig {
-        prefix: prefix.to_owned(),
-        cache,
-    };
-    let registry = Registry::new(client, config, Arc::new(RoundRobin::new())).unwrap();
-    let c = Coordinator::new(
-        registry.clone(),
-        Forwarder::new(ForwardConfig::default()).unwrap(),
-        CoordinatorConfig::default(),
-    );
-    (serve(c.router()).await, registry)
+    let url = url.to_owned();
+    let prefix = prefix.to_owned();
+    rt.block_on(async move {
+        let client = coordinator::connect(&url, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let config = RegistryConfig {
+            prefix,
+            cache,
+            ..RegistryConfig::default()
+        };
+        let registry = Registry::new(client, config, Arc::new(RoundRobin::new())).unwrap();
+        let c = Coordinator::new(
+            registry.clone(),
+            Forwarder::new(ForwardConfig {
+                http2_prior_knowledge: h2c,
+                ..ForwardConfig::default()
+            })
+            .unwrap(),
+            CoordinatorConfig::default(),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = c.router();
+        tokio::spawn(coordinator::http::serve(
+            listener,
+            app,
+            ServeConfig::default(),
+            std::future::pending(),
+        ));
+        (format!("http://{addr}"), registry)
+    })
 }
 
 fn main() {
@@ -130,57 +230,93 @@ fn main() {
     };
     let secs = env_or("BENCH_SECS", 5);
     let concurrency = env_or("BENCH_CONCURRENCY", 32) as usize;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let prefix = format!("bench{}", RequestId::generate());
-        let app = Router::new().route("/destinations/{d}/echo", get(|| async { "ok" }));
-        let pod_url = serve(app).await;
-        let client = coordinator::connect(&valkey, Duration::from_secs(2))
-            .await
-            .unwrap();
-        let mut config = MemberConfig::new(
-            MemberId::new("bench-pod").unwrap(),
-            MemberAddress::parse(&pod_url).unwrap(),
-        );
-        config.prefix = prefix.clone();
-        let member = Member::new(client, config).unwrap();
-        let heartbeat = member.start_heartbeat();
-        member.register().await.unwrap();
-        let dest = DestinationId::new("bench").unwrap();
-        member.add_to_destination(&dest).await.unwrap();
+    let coord_threads = env_or("BENCH_COORD_THREADS", 1) as usize;
+    let pod_rt = runtime(POD_THREAD, 1);
+    let coord_rt = runtime(COORD_THREAD, coord_threads);
+    let load_rt = runtime("bench-load", 1);
 
-        let http: HttpClient = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(concurrency)
-            .build_http();
-        let path = "/destinations/bench/echo";
-        println!("loopback, {concurrency} concurrent clients, {secs} s per case");
-
-        let direct = format!("{pod_url}{path}");
-        load(&http, &direct, concurrency, 1).await; // warm-up
-        report(
-            "direct to pod",
-            &load(&http, &direct, concurrency, secs).await,
-            None,
-        );
-
-        for (name, cache) in [
-            ("coordinator, cache 5 s", Some(CacheConfig::default())),
-            ("coordinator, cache off", None),
-        ] {
-            let (base, registry) = coordinator_url(&valkey, &prefix, cache).await;
-            let url = format!("{base}{path}");
-            load(&http, &url, concurrency, 1).await; // warm-up
-            let before = registry.metrics().valkey_round_trips;
-            let stats = load(&http, &url, concurrency, secs).await;
-            let trips = registry.metrics().valkey_round_trips - before;
-            report(name, &stats, Some(trips));
+    let prefix = format!("bench{}", RequestId::generate());
+    let (pod_url, member, heartbeat) = pod_rt.block_on({
+        let valkey = valkey.clone();
+        let prefix = prefix.clone();
+        async move {
+            let app = Router::new().route("/destinations/{d}/echo", get(|| async { "ok" }));
+            let pod_url = serve_plain(app).await;
+            let client = coordinator::connect(&valkey, Duration::from_secs(2))
+                .await
+                .unwrap();
+            let mut config = MemberConfig::new(
+                MemberId::new("bench-pod").unwrap(),
+                MemberAddress::parse(&pod_url).unwrap(),
+            );
+            config.prefix = prefix;
+            let member = Member::new(client, config).unwrap();
+            let heartbeat = member.start_heartbeat();
+            member.register().await.unwrap();
+            let dest = DestinationId::new("bench").unwrap();
+            member.add_to_destination(&dest).await.unwrap();
+            (pod_url, member, heartbeat)
         }
+    });
 
+    let http: HttpClient = load_rt.block_on(async {
+        Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(concurrency)
+            .build_http()
+    });
+    let path = "/destinations/bench/echo";
+    println!(
+        "loopback, {concurrency} concurrent clients, {secs} s per case, \
+         coordinator on {coord_threads} worker thread(s), {} CPU(s)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+
+    let direct_url = format!("{pod_url}{path}");
+    load_rt.block_on(load(&http, &direct_url, concurrency, 1)); // warm-up
+    let pod_before = threads_cpu(POD_THREAD);
+    let direct = load_rt.block_on(load(&http, &direct_url, concurrency, secs));
+    let pod_cpu = threads_cpu(POD_THREAD).saturating_sub(pod_before);
+    report("direct to pod", &direct, None, pod_cpu, None, None);
+
+    for (name, cache, h2c) in [
+        (
+            "coordinator, cache 5 s",
+            Some(CacheConfig::default()),
+            false,
+        ),
+        ("coordinator, cache off", None, false),
+        (
+            "coordinator, h2c to pod",
+            Some(CacheConfig::default()),
+            true,
+        ),
+    ] {
+        let (base, registry) = start_coordinator(&coord_rt, &valkey, &prefix, cache, h2c);
+        let url = format!("{base}{path}");
+        load_rt.block_on(load(&http, &url, concurrency, 1)); // warm-up
+        let trips_before = registry.metrics().valkey_round_trips;
+        let cpu_before = threads_cpu(COORD_THREAD);
+        let pod_before = threads_cpu(POD_THREAD);
+        let stats = load_rt.block_on(load(&http, &url, concurrency, secs));
+        let cpu = threads_cpu(COORD_THREAD).saturating_sub(cpu_before);
+        let pod_cpu = threads_cpu(POD_THREAD).saturating_sub(pod_before);
+        let trips = registry.metrics().valkey_round_trips - trips_before;
+        report(
+            name,
+            &stats,
+            Some(rps(&direct)),
+            pod_cpu,
+            Some(cpu),
+            Some(trips),
+        );
+    }
+
+    pod_rt.block_on(async move {
         heartbeat.stop().await;
         member.deregister().await.unwrap();
-        member.remove_from_destination(&dest).await.unwrap();
+        member
+            .remove_from_destination(&DestinationId::new("bench").unwrap())
+            .await
+            .unwrap();
     });
 }

@@ -4,8 +4,9 @@
 //! picked pod), so a fanned-out destination keeps spreading calls while the
 //! entry is warm: the strategy picks per call from the cached set.
 
+use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
@@ -60,9 +61,20 @@ struct Entry {
     expires: Instant,
 }
 
+/// Caches of at least this capacity are split into [`SHARDS`] shards.
+const SHARDED_FROM: usize = 1024;
+/// Shards of a large cache: lookups of different destinations rarely
+/// contend for one lock.
+const SHARDS: usize = 16;
+
+type Shard = RwLock<LruCache<DestinationId, Entry>>;
+
 /// LRU + TTL map from destination to pod set; a no-op when disabled.
+/// Large caches are sharded by destination (LRU order is then kept per
+/// shard, each holding an equal part of the capacity).
 pub(crate) struct DestinationCache {
-    inner: Option<(Mutex<LruCache<DestinationId, Entry>>, Duration)>,
+    inner: Option<(Vec<Shard>, Duration)>,
+    hasher: std::hash::RandomState,
 }
 
 impl DestinationCache {
@@ -72,28 +84,86 @@ impl DestinationCache {
             None => None,
             Some(c) => {
                 c.validate()?;
-                let cap = NonZeroUsize::new(c.capacity)
+                let shards = if c.capacity >= SHARDED_FROM {
+                    SHARDS
+                } else {
+                    1
+                };
+                let cap = NonZeroUsize::new(c.capacity.div_ceil(shards))
                     .ok_or_else(|| Error::InvalidConfig("cache capacity is 0".into()))?;
-                Some((Mutex::new(LruCache::new(cap)), c.ttl))
+                let shards = (0..shards)
+                    .map(|_| RwLock::new(LruCache::new(cap)))
+                    .collect();
+                Some((shards, c.ttl))
             }
         };
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            hasher: std::hash::RandomState::new(),
+        })
+    }
+
+    /// The shard holding `dest`.
+    fn shard<'a>(&self, shards: &'a [Shard], dest: &DestinationId) -> &'a Shard {
+        let index = if shards.len() == 1 {
+            0
+        } else {
+            (self.hasher.hash_one(dest) as usize) % shards.len()
+        };
+        &shards[index]
+    }
+
+    fn write<'a>(
+        &self,
+        shards: &'a [Shard],
+        dest: &DestinationId,
+    ) -> RwLockWriteGuard<'a, LruCache<DestinationId, Entry>> {
+        self.shard(shards, dest)
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read<'a>(
+        &self,
+        shards: &'a [Shard],
+        dest: &DestinationId,
+    ) -> RwLockReadGuard<'a, LruCache<DestinationId, Entry>> {
+        self.shard(shards, dest)
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn get(&self, dest: &DestinationId) -> Option<PodSet> {
         self.get_at(dest, Instant::now())
     }
 
+    /// A hit takes the shard's lock shared (readers never wait for each
+    /// other); the entry's recency is refreshed only when the exclusive lock
+    /// is free at once, so a hot destination costs no lock contention.
     pub(crate) fn get_at(&self, dest: &DestinationId, now: Instant) -> Option<PodSet> {
-        let (lock, _) = self.inner.as_ref()?;
-        let mut cache = lock.lock().unwrap_or_else(|p| p.into_inner());
-        match cache.get(dest) {
-            Some(e) if e.expires > now => Some(e.members.clone()),
-            Some(_) => {
-                cache.pop(dest);
+        let (shards, _) = self.inner.as_ref()?;
+        let fresh = {
+            let cache = self.read(shards, dest);
+            match cache.peek(dest) {
+                Some(e) if e.expires > now => Some(e.members.clone()),
+                Some(_) => None,
+                None => return None,
+            }
+        };
+        match fresh {
+            Some(members) => {
+                if let Ok(mut cache) = self.shard(shards, dest).try_write() {
+                    cache.promote(dest);
+                }
+                Some(members)
+            }
+            None => {
+                let mut cache = self.write(shards, dest);
+                if cache.peek(dest).is_some_and(|e| e.expires <= now) {
+                    cache.pop(dest);
+                }
                 None
             }
-            None => None,
         }
     }
 
@@ -102,20 +172,18 @@ impl DestinationCache {
     }
 
     pub(crate) fn insert_at(&self, dest: DestinationId, members: PodSet, now: Instant) {
-        if let Some((lock, ttl)) = &self.inner {
+        if let Some((shards, ttl)) = &self.inner {
             let entry = Entry {
                 members,
                 expires: now + *ttl,
             };
-            lock.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .put(dest, entry);
+            self.write(shards, &dest).put(dest, entry);
         }
     }
 
     pub(crate) fn evict(&self, dest: &DestinationId) {
-        if let Some((lock, _)) = &self.inner {
-            lock.lock().unwrap_or_else(|p| p.into_inner()).pop(dest);
+        if let Some((shards, _)) = &self.inner {
+            self.write(shards, dest).pop(dest);
         }
     }
 
@@ -123,7 +191,12 @@ impl DestinationCache {
     fn len(&self) -> usize {
         self.inner
             .as_ref()
-            .map(|(l, _)| l.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .map(|(shards, _)| {
+                shards
+                    .iter()
+                    .map(|s| s.read().unwrap_or_else(|p| p.into_inner()).len())
+                    .sum()
+            })
             .unwrap_or(0)
     }
 }
@@ -203,6 +276,16 @@ mod tests {
         let off = DestinationCache::new(None).unwrap();
         off.insert(dest("a"), set(&["x"]));
         assert!(off.get(&dest("a")).is_none());
+    }
+
+    #[test]
+    fn large_caches_are_sharded_and_keep_their_capacity() {
+        let c = cache(5000, 4096);
+        for i in 0..1000 {
+            c.insert(dest(&format!("d{i}")), set(&["x"]));
+        }
+        assert_eq!(c.len(), 1000);
+        assert!((0..1000).all(|i| c.get(&dest(&format!("d{i}"))).is_some()));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The crate's error type.
 
 /// Everything that can go wrong talking to Valkey or validating inputs.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An id (member, destination, lock or request id) is malformed.

@@ -31,9 +31,16 @@
 //! ## Guarantees
 //!
 //! - Calls are forwarded only to addresses read from live member records,
-//!   and only `http://host:port` addresses ([`MemberAddress`]).
+//!   and only `http(s)://host[:port]` addresses without user info
+//!   ([`MemberAddress`]) inside the registry's [`AddressPolicy`]: member
+//!   records are untrusted input (see the crate README's trust boundary).
+//! - `rediss://` Valkey URLs always use TLS ([`connect_with`]), never
+//!   plaintext.
 //! - Ids are validated ([`ids`]) before any Valkey access; the handlers
-//!   answer 400 for malformed ids.
+//!   answer 400 for malformed ids and for `.`/`..` path segments, with JSON
+//!   error bodies ([`http::ApiError`]); [`http::serve`] bounds header time,
+//!   idle time and connection count.
+//! - Concurrent cache misses of one destination share one Valkey lookup.
 //! - A heartbeat is one `MULTI`: it re-creates an expired member record
 //!   (address, load, TTL, membership) and the pod's lock records.
 //! - Lock ids minted by [`LockId::generate`] carry 128 random bits; lock
@@ -52,8 +59,8 @@
 //!   `{coordinator}`, so every key lives in one slot); Lua scripting on.
 //! - Concurrent first-touch claims or reassignments may add several members
 //!   to a destination: all of them are valid serving pods (design invariant).
-//! - Pods speak cleartext HTTP/1.1 (or h2c with
-//!   [`http::ForwardConfig::http2_prior_knowledge`]).
+//! - Pods speak HTTP/1.1 (or h2c with
+//!   [`http::ForwardConfig::http2_prior_knowledge`]), or HTTPS.
 //!
 //! ## Example
 //!
@@ -86,7 +93,13 @@
 //! let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await.map_err(|e| {
 //!     coordinator::Error::InvalidConfig(e.to_string())
 //! })?;
-//! let _server = tokio::spawn(async move { axum::serve(listener, coordinator.router()).await });
+//! let app = coordinator.router();
+//! let _server = tokio::spawn(coordinator::http::serve(
+//!     listener,
+//!     app,
+//!     coordinator::http::ServeConfig::default(),
+//!     std::future::pending(),
+//! ));
 //!
 //! // shutting the pod down
 //! heartbeat.stop().await;
@@ -94,8 +107,10 @@
 //! # Ok(()) }
 //! ```
 
+mod address_policy;
 mod cache;
 mod cancel;
+pub mod client;
 mod error;
 pub mod http;
 pub mod ids;
@@ -104,8 +119,10 @@ mod member;
 mod record;
 mod registry;
 pub mod strategy;
+mod tls;
 mod valkey;
 
+pub use address_policy::{AddressPolicy, IpNet};
 pub use cache::CacheConfig;
 pub use cancel::{CancelRegistry, Cancelled, InFlight};
 pub use error::{Error, Result};
@@ -117,7 +134,7 @@ pub use record::{LockRecord, MemberAddress, MemberRecord};
 pub use registry::{
     Registry, RegistryConfig, RegistryMetrics, Resolution, ResolveOptions, Route, RouteSource,
 };
-pub use valkey::connect;
+pub use valkey::{ValkeyOptions, connect, connect_with};
 
 /// The fred client type both sides take.
 pub use fred::clients::Client as ValkeyClient;

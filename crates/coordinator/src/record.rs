@@ -5,33 +5,39 @@ use std::fmt;
 
 use http::Uri;
 
+use crate::address_policy::AddressPolicy;
 use crate::error::{Error, Result};
 use crate::ids::{DestinationId, LockId, MemberId};
 
-/// A member's dialable base URL, `http://host:port` with no path or query.
+/// A member's dialable base URL, `http://host[:port]` or
+/// `https://host[:port]`, with no user info, path or query.
 ///
 /// Coordinators forward only to addresses read from member records, and only
-/// after they parse as a `MemberAddress`; a record with anything else is
+/// after they parse as a `MemberAddress` and pass the registry's
+/// [`AddressPolicy`](crate::AddressPolicy); a record with anything else is
 /// treated as dead.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct MemberAddress {
     text: String,
     authority: http::uri::Authority,
+    tls: bool,
 }
 
 impl MemberAddress {
-    /// Parses `address`. Only `http` is accepted (the forwarder speaks
-    /// cleartext HTTP/1.1 or HTTP/2 with prior knowledge); a trailing `/` is
-    /// dropped.
+    /// Parses `address`. Only `http` and `https` are accepted (the Node
+    /// coordinator's members may advertise either); user info, paths other
+    /// than `/` and queries are refused; a trailing `/` is dropped.
     pub fn parse(address: &str) -> Result<Self> {
         let bad = |reason| Error::InvalidAddress {
             address: address.to_owned(),
             reason,
         };
         let uri: Uri = address.parse().map_err(|_| bad("not a URL"))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(bad("scheme must be http"));
-        }
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(bad("scheme must be http or https")),
+        };
         let authority = uri.authority().cloned().ok_or_else(|| bad("no host"))?;
         if authority.as_str().contains('@') {
             return Err(bad("user info is not allowed"));
@@ -42,9 +48,11 @@ impl MemberAddress {
         if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
             return Err(bad("path and query are not allowed"));
         }
+        let scheme = if tls { "https" } else { "http" };
         Ok(Self {
-            text: format!("http://{authority}"),
+            text: format!("{scheme}://{authority}"),
             authority,
+            tls,
         })
     }
 
@@ -58,10 +66,22 @@ impl MemberAddress {
         &self.authority
     }
 
+    /// Whether the member is reached over TLS (`https`).
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The port, explicit or the scheme's default (80 / 443).
+    pub fn port(&self) -> u16 {
+        self.authority
+            .port_u16()
+            .unwrap_or(if self.tls { 443 } else { 80 })
+    }
+
     /// The URI for `path_and_query` on this member.
     pub(crate) fn uri_for(&self, path_and_query: &str) -> Result<Uri> {
         Uri::builder()
-            .scheme("http")
+            .scheme(if self.tls { "https" } else { "http" })
             .authority(self.authority.clone())
             .path_and_query(path_and_query)
             .build()
@@ -97,9 +117,18 @@ pub struct MemberRecord {
 
 impl MemberRecord {
     /// Builds a record from raw Valkey strings; `None` when the id or the
-    /// address is invalid (such a member is never forwarded to).
-    pub(crate) fn from_raw(id: &str, address: &str, load: &str) -> Option<Self> {
-        let id = MemberId::new(id).ok()?;
+    /// address is invalid or outside `policy` (such a member is never
+    /// forwarded to).
+    pub(crate) fn from_raw(
+        id: &str,
+        address: &str,
+        load: &str,
+        policy: &AddressPolicy,
+    ) -> Option<Self> {
+        let Ok(id) = MemberId::new(id) else {
+            tracing::warn!(member = ?id, "ignoring member with an invalid id");
+            return None;
+        };
         let address = match MemberAddress::parse(address) {
             Ok(a) => a,
             Err(err) => {
@@ -107,6 +136,10 @@ impl MemberRecord {
                 return None;
             }
         };
+        if let Err(reason) = policy.check(&address) {
+            tracing::warn!(member = %id, %address, reason, "ignoring member outside the address policy");
+            return None;
+        }
         Some(Self {
             id,
             address,
@@ -157,10 +190,15 @@ mod tests {
 
     #[test]
     fn rejects_other_addresses() {
+        let https = MemberAddress::parse("https://pod.internal:8443/").unwrap();
+        assert!(https.is_tls());
+        assert_eq!(https.as_str(), "https://pod.internal:8443");
+        assert_eq!(MemberAddress::parse("https://p").unwrap().port(), 443);
         for bad in [
             "",
             "10.0.0.7:3000",
-            "https://a:1",
+            "ftp://a:1",
+            "https://u@a:1",
             "http://a:1/path",
             "http://a:1/?q",
             "http://u:p@a:1",

@@ -1,5 +1,12 @@
 //! Allocation strategies: which member gets a destination at first touch and
 //! at failover, and which member of a fanned-out destination serves a call.
+//!
+//! As the design says, the strategy runs only when something is allocated
+//! (first touch, failover) and to spread calls over a fanned-out
+//! destination's pods; a call to a destination bound to one pod goes to that
+//! pod without asking the strategy. The built-in strategies keep their
+//! allocation state (claim cursor) apart from the per-call spreading, so
+//! where new destinations land does not depend on the traffic in between.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -18,7 +25,8 @@ pub enum PickPurpose {
     FirstTouch,
     /// Every member of the destination's set is dead.
     Failover,
-    /// Choosing the target of one call among the destination's live set.
+    /// Choosing the target of one call among a fanned-out destination's
+    /// live set (two or more pods).
     Request,
 }
 
@@ -50,10 +58,24 @@ pub trait Strategy: Send + Sync + Debug {
 /// A shared strategy.
 pub type DynStrategy = Arc<dyn Strategy>;
 
-/// Cycles through the candidates with a per-process cursor; no Valkey reads.
+/// Cycles through the candidates; no Valkey reads. Allocations (first
+/// touch, failover) and per-call spreading each have their own cursor.
 #[derive(Debug, Default)]
 pub struct RoundRobin {
-    cursor: AtomicUsize,
+    claims: AtomicUsize,
+    spread: AtomicUsize,
+}
+
+/// The cursor for `purpose`: allocation or per-call spreading.
+fn cursor<'a>(
+    claims: &'a AtomicUsize,
+    spread: &'a AtomicUsize,
+    purpose: PickPurpose,
+) -> &'a AtomicUsize {
+    match purpose {
+        PickPurpose::Request => spread,
+        _ => claims,
+    }
 }
 
 impl RoundRobin {
@@ -64,18 +86,21 @@ impl RoundRobin {
 }
 
 impl Strategy for RoundRobin {
-    fn pick(&self, candidates: &[MemberRecord], _ctx: &PickContext<'_>) -> Option<usize> {
+    fn pick(&self, candidates: &[MemberRecord], ctx: &PickContext<'_>) -> Option<usize> {
         if candidates.is_empty() {
             return None;
         }
-        Some(self.cursor.fetch_add(1, Ordering::Relaxed) % candidates.len())
+        let cursor = cursor(&self.claims, &self.spread, ctx.purpose);
+        Some(cursor.fetch_add(1, Ordering::Relaxed) % candidates.len())
     }
 }
 
-/// Picks the smallest `load`; ties are broken round-robin.
+/// Picks the smallest `load`; ties are broken round-robin, with separate
+/// cursors for allocations and for per-call spreading.
 #[derive(Debug, Default)]
 pub struct LeastLoaded {
-    cursor: AtomicUsize,
+    claims: AtomicUsize,
+    spread: AtomicUsize,
 }
 
 impl LeastLoaded {
@@ -86,16 +111,16 @@ impl LeastLoaded {
 }
 
 impl Strategy for LeastLoaded {
-    fn pick(&self, candidates: &[MemberRecord], _ctx: &PickContext<'_>) -> Option<usize> {
+    fn pick(&self, candidates: &[MemberRecord], ctx: &PickContext<'_>) -> Option<usize> {
         let min = candidates.iter().map(|m| m.load).min()?;
-        let tied: Vec<usize> = candidates
+        let tied = candidates.iter().filter(|m| m.load == min).count();
+        let turn = cursor(&self.claims, &self.spread, ctx.purpose).fetch_add(1, Ordering::Relaxed);
+        candidates
             .iter()
             .enumerate()
             .filter(|(_, m)| m.load == min)
             .map(|(i, _)| i)
-            .collect();
-        let turn = self.cursor.fetch_add(1, Ordering::Relaxed);
-        tied.get(turn % tied.len()).copied()
+            .nth(turn % tied)
     }
 
     fn uses_load(&self) -> bool {
@@ -185,6 +210,29 @@ mod tests {
         let c = [member("a", 2), member("b", 7), member("c", 2)];
         let picks: Vec<_> = (0..4).map(|_| ll.pick(&c, &ctx()).unwrap()).collect();
         assert_eq!(picks, [0, 2, 0, 2]);
+    }
+
+    #[test]
+    fn requests_do_not_move_the_claim_cursor() {
+        let c = [member("a", 0), member("b", 0)];
+        let claim = PickContext {
+            destination: None,
+            purpose: PickPurpose::FirstTouch,
+        };
+        for strategy in [&RoundRobin::new() as &dyn Strategy, &LeastLoaded::new()] {
+            let mut claims = Vec::new();
+            for i in 0..10 {
+                claims.push(strategy.pick(&c, &claim).unwrap());
+                for _ in 0..(i % 4) {
+                    strategy.pick(&c, &ctx()).unwrap();
+                }
+            }
+            assert_eq!(
+                claims.iter().filter(|&&i| i == 0).count(),
+                5,
+                "{strategy:?}"
+            );
+        }
     }
 
     #[test]

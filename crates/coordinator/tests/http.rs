@@ -3,7 +3,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "http/allocation.rs"]
+mod allocation;
+#[path = "http/client.rs"]
+mod client;
 mod common;
+#[path = "http/edge.rs"]
+mod edge;
+#[path = "http/https_member.rs"]
+mod https_member;
+#[path = "http/status.rs"]
+mod status;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,11 +33,14 @@ async fn malformed_ids_are_rejected_before_touching_valkey() {
     let c = TestCoordinator::start(&p, CoordinatorOptions::default()).await;
     let http = Http::new();
     for path in [
-        "/destinations/a:b/x",
-        "/destinations/a%20b/x",
-        "/destinations/%C3%A9",
-        "/locks/bad*lock/x",
+        "/destinations/%2E%2E/x",
+        "/destinations/./x",
+        "/destinations/a%0Ab/x",
+        "/destinations/a%2Fb",
+        "/destinations/a%5Cb",
+        "/locks/%00/x",
         "/locks/a%2Fb",
+        "/locks/..",
         "/cancel/no:pe",
     ] {
         let method = if path.starts_with("/cancel") {
@@ -52,7 +65,16 @@ async fn malformed_ids_are_rejected_before_touching_valkey() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn bind_on_2xx_only_then_proxy_then_deregister() {
     let p = prefix();
-    let c = TestCoordinator::start(&p, CoordinatorOptions::default()).await;
+    let c = TestCoordinator::start(
+        &p,
+        CoordinatorOptions {
+            config: coordinator::http::CoordinatorConfig::builder()
+                .claim_on_miss(false)
+                .build(),
+            ..CoordinatorOptions::default()
+        },
+    )
+    .await;
     let http = Http::new();
     let url = |path: &str| format!("{}{path}", c.base);
 

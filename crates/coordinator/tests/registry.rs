@@ -2,7 +2,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "registry/coalesce.rs"]
+mod coalesce;
 mod common;
+#[path = "registry/tls.rs"]
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -22,9 +22,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::{Json, Router};
 use clap::{Parser, ValueEnum};
-use coordinator::http::{Coordinator, CoordinatorConfig, ForwardConfig, Forwarder};
+use coordinator::http::{Coordinator, CoordinatorConfig, ForwardConfig, Forwarder, ServeConfig};
 use coordinator::strategy::{DynStrategy, LeastLoaded, Random, RoundRobin};
-use coordinator::{CacheConfig, LockId, Registry, RegistryConfig, ResolveOptions};
+use coordinator::{CacheConfig, LockId, Registry, RegistryConfig};
 use serde_json::json;
 
 use crate::error::ApiError;
@@ -63,6 +63,13 @@ pub struct CoordArgs {
     /// Time allowed for a pod's response headers, milliseconds.
     #[arg(long, env = "RESPONSE_TIMEOUT_MS", default_value_t = 30_000)]
     pub response_timeout_ms: u64,
+    /// Largest request body forwarded to a pod, bytes (larger: 413); the
+    /// default fits the pods' largest value (1 MiB).
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = (1 << 20) + (64 << 10))]
+    pub max_body_bytes: u64,
+    /// Most client connections open at once.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
 }
 
 /// The coordinator's routes over `coordinator`.
@@ -162,6 +169,7 @@ pub async fn build(args: &CoordArgs) -> anyhow::Result<Coordinator> {
         RegistryConfig {
             prefix: args.prefix.clone(),
             cache,
+            ..RegistryConfig::default()
         },
         strategy,
     )?;
@@ -172,13 +180,11 @@ pub async fn build(args: &CoordArgs) -> anyhow::Result<Coordinator> {
     Ok(Coordinator::new(
         registry,
         Forwarder::new(forward)?,
-        CoordinatorConfig {
-            // a tenant's first call claims a pod; an orphaned tenant moves
-            lookup: ResolveOptions {
-                claim_on_miss: true,
-                reassign_orphans: true,
-            },
-        },
+        // a tenant's first call claims a pod; an orphaned tenant moves;
+        // bodies larger than any value a pod accepts answer 413 here
+        CoordinatorConfig::builder()
+            .max_request_body(args.max_body_bytes)
+            .build(),
     ))
 }
 
@@ -189,10 +195,18 @@ pub async fn run(args: CoordArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(listen = %listener.local_addr()?, strategy = ?args.strategy, "coordinator serving");
-    axum::serve(listener, router(coordinator))
-        .with_graceful_shutdown(crate::shutdown_signal())
-        .await
-        .context("server failed")
+    let limits = ServeConfig {
+        max_connections: args.max_connections,
+        ..ServeConfig::default()
+    };
+    coordinator::http::serve(
+        listener,
+        router(coordinator),
+        limits,
+        crate::shutdown_signal(),
+    )
+    .await
+    .context("server failed")
 }
 
 #[cfg(test)]

@@ -31,7 +31,18 @@ pub enum ApiError {
 
 impl From<deadpool_postgres::PoolError> for ApiError {
     fn from(err: deadpool_postgres::PoolError) -> Self {
-        Self::Unavailable(format!("connection pool: {err}"))
+        use deadpool_postgres::PoolError;
+        // the backend's text is logged, not answered
+        tracing::warn!(error = %err, "connection pool error");
+        Self::Unavailable(
+            match err {
+                PoolError::Timeout(_) => "connection pool: timed out",
+                PoolError::Closed => "connection pool: closed",
+                PoolError::Backend(_) => "connection pool: database unavailable",
+                _ => "connection pool: unavailable",
+            }
+            .into(),
+        )
     }
 }
 
@@ -64,13 +75,16 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::warn!(error = %self, "call failed");
         }
-        let msg = match &self {
-            Self::Db(e) => match e.as_db_error() {
-                Some(db) => format!("database error: {}", db.message()),
-                None => self.to_string(),
-            },
-            _ => self.to_string(),
+        let body = match &self {
+            // PostgreSQL's text stays in the log: it can reveal schema,
+            // data or server details to an untrusted caller
+            Self::Db(e) => {
+                tracing::warn!(error = %e, "database error");
+                let sqlstate = e.code().map(|c| c.code().to_owned());
+                serde_json::json!({ "error": "database error", "sqlstate": sqlstate })
+            }
+            _ => serde_json::json!({ "error": self.to_string() }),
         };
-        (status, Json(serde_json::json!({ "error": msg }))).into_response()
+        (status, Json(body)).into_response()
     }
 }

@@ -22,6 +22,9 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
+#[path = "e2e/limits.rs"]
+mod limits;
+
 /// Upper bound of every test.
 const TEST_LIMIT: Duration = Duration::from_secs(120);
 /// Upper bound of one HTTP call.
@@ -53,6 +56,7 @@ struct Opts {
     tx_idle_timeout_ms: u64,
     tx_max_lifetime_ms: u64,
     cache_ttl_ms: u64,
+    max_tenant_pools: usize,
 }
 
 impl Default for Opts {
@@ -63,6 +67,7 @@ impl Default for Opts {
             tx_idle_timeout_ms: 30_000,
             tx_max_lifetime_ms: 300_000,
             cache_ttl_ms: 500,
+            max_tenant_pools: 8,
         }
     }
 }
@@ -207,6 +212,8 @@ impl Fleet {
                 &opts.tx_idle_timeout_ms.to_string(),
                 "--tx-max-lifetime-ms",
                 &opts.tx_max_lifetime_ms.to_string(),
+                "--max-tenant-pools",
+                &opts.max_tenant_pools.to_string(),
             ]
             .iter()
             .map(|s| s.to_string())
@@ -274,7 +281,7 @@ impl Fleet {
         let want: BTreeSet<String> = fleet.pods.iter().cloned().collect();
         assert!(
             fleet
-                .eventually(Duration::from_secs(10), async |f| f.live_pods().await
+                .eventually(Duration::from_secs(30), async |f| f.live_pods().await
                     == want)
                 .await,
             "the coordinator does not list every pod"

@@ -1,6 +1,8 @@
 //! The coordinator's HTTP entry points: axum handlers and a ready router.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::body::Body;
@@ -11,28 +13,102 @@ use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
 use super::REQUEST_ID_HEADER;
-use super::body::{GuardedBody, RetryableBody};
+use super::body::{CappedBody, GuardedBody, RetryableBody};
+use super::errors::{ApiError, has_dot_segment};
 use super::forward::{ForwardError, Forwarder};
 use crate::error::Error;
 use crate::ids::{DestinationId, LockId, RequestId};
 use crate::record::MemberRecord;
 use crate::registry::{Registry, Resolution, ResolveOptions};
+use crate::strategy::PickPurpose;
 
-/// Behaviour of the handlers.
+/// Behaviour of the handlers; built with [`CoordinatorConfig::builder`].
+///
+/// Defaults follow the design: a call to a destination nobody owns yet
+/// claims a live member (*first touch*), and a destination whose members
+/// are all dead is reassigned (*failover*).
+///
+/// ```
+/// use coordinator::http::CoordinatorConfig;
+///
+/// // opt out of first touch: unbound destinations answer 404 until a
+/// // `PUT /destinations/{d}` binds them
+/// let config = CoordinatorConfig::builder().claim_on_miss(false).build();
+/// assert!(!config.lookup().claim_on_miss);
+/// assert!(CoordinatorConfig::default().lookup().claim_on_miss);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CoordinatorConfig {
-    /// Resolution used by *lookup and proxy* (default: no claim on miss, so
-    /// unbound destinations answer 404; orphans are reassigned).
-    pub lookup: ResolveOptions,
+    lookup: ResolveOptions,
+    max_request_body: Option<u64>,
 }
 
 impl Default for CoordinatorConfig {
     fn default() -> Self {
-        Self {
+        Self::builder().build()
+    }
+}
+
+impl CoordinatorConfig {
+    /// A builder starting from the defaults (first touch and failover on).
+    pub fn builder() -> CoordinatorConfigBuilder {
+        CoordinatorConfigBuilder {
             lookup: ResolveOptions {
-                claim_on_miss: false,
+                claim_on_miss: true,
                 reassign_orphans: true,
             },
+            max_request_body: None,
+        }
+    }
+
+    /// The resolution used by *lookup and proxy*.
+    pub fn lookup(&self) -> ResolveOptions {
+        self.lookup
+    }
+
+    /// The largest request body forwarded, if limited.
+    pub fn max_request_body(&self) -> Option<u64> {
+        self.max_request_body
+    }
+}
+
+/// Builds a [`CoordinatorConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct CoordinatorConfigBuilder {
+    lookup: ResolveOptions,
+    max_request_body: Option<u64>,
+}
+
+impl CoordinatorConfigBuilder {
+    /// First touch (default on): a call to an unbound destination claims a
+    /// live member with the strategy. Off: such calls answer 404
+    /// `unknown_destination` until `PUT /destinations/{d}` binds one.
+    pub fn claim_on_miss(mut self, on: bool) -> Self {
+        self.lookup.claim_on_miss = on;
+        self
+    }
+
+    /// Failover (default on): a destination whose members are all dead gets
+    /// a fresh live member. Off: such calls answer 503 `no_live_member`.
+    pub fn reassign_orphans(mut self, on: bool) -> Self {
+        self.lookup.reassign_orphans = on;
+        self
+    }
+
+    /// Largest request body to forward (default: unlimited, bodies are
+    /// streamed). A larger `content-length` answers 413 `payload_too_large`
+    /// before anything is forwarded; a streamed body that grows past it is
+    /// cut off and answers 413 too.
+    pub fn max_request_body(mut self, bytes: u64) -> Self {
+        self.max_request_body = Some(bytes);
+        self
+    }
+
+    /// The configuration.
+    pub fn build(self) -> CoordinatorConfig {
+        CoordinatorConfig {
+            lookup: self.lookup,
+            max_request_body: self.max_request_body,
         }
     }
 }
@@ -40,10 +116,9 @@ impl Default for CoordinatorConfig {
 /// Routes calls by destination or lock and forwards them to the owning pod.
 /// Cheap to clone.
 ///
-/// Status codes: 400 malformed id (before any Valkey access); 404 unbound
-/// destination or unknown lock; 503 no live member, lock owner dead, or
-/// Valkey unavailable; 502 the pod could not be reached (after one
-/// re-resolve) or failed; 504 the pod did not answer in time.
+/// The coordinator's own answers are JSON `{"error", "code"}` bodies
+/// ([`ApiError`]); the table of every route and status is
+/// `docs/coordinator-http.md`.
 #[derive(Clone, Debug)]
 pub struct Coordinator {
     registry: Registry,
@@ -56,37 +131,68 @@ struct Call {
     parts: Parts,
     body: RetryableBody,
     request_id: RequestId,
+    /// Set when the body went past the configured limit.
+    too_large: Arc<AtomicBool>,
 }
 
 impl Call {
-    fn new(req: Request, request_id: RequestId) -> Self {
+    /// Checks the path and the declared length, and caps the body at
+    /// `limit` bytes.
+    fn new(req: Request, request_id: RequestId, limit: Option<u64>) -> Result<Self, ApiError> {
+        check_path(&req)?;
         let (parts, body) = req.into_parts();
-        Self {
+        let too_large = Arc::new(AtomicBool::new(false));
+        let body = match limit {
+            None => body,
+            Some(limit) => {
+                let declared = parts
+                    .headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                if declared.is_some_and(|n| n > limit) {
+                    return Err(ApiError::PayloadTooLarge);
+                }
+                Body::new(CappedBody::new(body, limit, too_large.clone()))
+            }
+        };
+        Ok(Self {
             parts,
             body: RetryableBody::new(body),
             request_id,
-        }
+            too_large,
+        })
     }
-}
 
-fn status(code: StatusCode, msg: &'static str) -> Response {
-    (code, msg).into_response()
+    /// The answer for a failed forward of this call.
+    fn failed(&self, err: &ForwardError) -> Response {
+        if self.too_large.load(Ordering::Relaxed) {
+            return ApiError::PayloadTooLarge.into_response();
+        }
+        forward_error(err)
+    }
 }
 
 fn store_error(err: &Error) -> Response {
     tracing::warn!(%err, "coordination store error");
-    status(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "coordination store unavailable",
-    )
+    ApiError::StoreUnavailable.into_response()
 }
 
 fn forward_error(err: &ForwardError) -> Response {
     tracing::warn!(%err, "forward failed");
     match err {
-        ForwardError::Timeout { .. } => status(StatusCode::GATEWAY_TIMEOUT, "upstream timeout"),
-        _ => status(StatusCode::BAD_GATEWAY, "upstream unavailable"),
+        ForwardError::Timeout { .. } => ApiError::UpstreamTimeout.into_response(),
+        _ => ApiError::UpstreamUnavailable.into_response(),
     }
+}
+
+/// 400 for a path with a dot segment: a pod normalising it could serve
+/// another route than the one the coordinator routed by.
+fn check_path(req: &Request) -> Result<(), ApiError> {
+    if has_dot_segment(req.uri().path()) {
+        return Err(ApiError::InvalidPath);
+    }
+    Ok(())
 }
 
 impl Coordinator {
@@ -132,6 +238,7 @@ impl Coordinator {
             .route("/locks/{lock}", any(lock_handler))
             .route("/locks/{lock}/{*rest}", any(lock_handler))
             .route("/cancel/{request_id}", post(cancel_handler))
+            .fallback(|| async { ApiError::NoRoute })
             .with_state(self.clone())
     }
 
@@ -142,7 +249,7 @@ impl Coordinator {
             .guard(member.address.clone(), call.request_id.clone());
         let sent = self
             .forwarder
-            .send(
+            .send_parts(
                 &member.address,
                 &call.parts,
                 call.body.attempt(),
@@ -187,17 +294,17 @@ impl Coordinator {
             Err(err @ ForwardError::Connect { .. }) if call.body.is_untouched() => {
                 tracing::info!(destination = %dest, member = %member.id, %err, "connect failed, re-resolving once");
                 self.registry.evict(dest);
-                let retry = match next(member).await {
+                let retry = match Box::pin(next(member)).await {
                     Ok(Some(m)) => m,
-                    Ok(None) => return Err(forward_error(&err)),
+                    Ok(None) => return Err(call.failed(&err)),
                     Err(e) => return Err(store_error(&e)),
                 };
                 match self.forward(call, &retry).await {
                     Ok(resp) => Ok((resp, retry)),
-                    Err(e) => Err(forward_error(&e)),
+                    Err(e) => Err(call.failed(&e)),
                 }
             }
-            Err(err) => Err(forward_error(&err)),
+            Err(err) => Err(call.failed(&err)),
         }
     }
 
@@ -219,7 +326,9 @@ impl Coordinator {
                 if route.member.id != failed.id || others.is_empty() {
                     return Ok(Some(route.member));
                 }
-                Ok(self.registry.pick_in(Some(dest), &others))
+                Ok(self
+                    .registry
+                    .pick_in(Some(dest), &others, PickPurpose::Request))
             }
             _ => Ok(None),
         }
@@ -241,12 +350,15 @@ impl Coordinator {
         req: Request,
         request_id: RequestId,
     ) -> Response {
+        let call = match Call::new(req, request_id, self.config.max_request_body) {
+            Ok(call) => call,
+            Err(e) => return e.into_response(),
+        };
         let opts = self.config.lookup;
         let member = match self.routed_member(dest, opts).await {
             Ok(member) => member,
             Err(response) => return response,
         };
-        let call = Call::new(req, request_id);
         match self
             .forward_with_retry(dest, &call, member, |failed| {
                 self.re_resolve(dest, opts, failed)
@@ -263,6 +375,10 @@ impl Coordinator {
     /// and binds it (`SADD`) only if the pod answers 2xx. 503 when no member
     /// is live.
     pub async fn pick_and_register(&self, dest: &DestinationId, req: Request) -> Response {
+        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body) {
+            Ok(call) => call,
+            Err(e) => return e.into_response(),
+        };
         let opts = ResolveOptions {
             claim_on_miss: false,
             reassign_orphans: false,
@@ -272,13 +388,12 @@ impl Coordinator {
             Ok(Resolution::Unbound | Resolution::NoLiveMember) => {
                 match self.registry.pick_member(Some(dest)).await {
                     Ok(Some(m)) => (m, false),
-                    Ok(None) => return status(StatusCode::SERVICE_UNAVAILABLE, "no live member"),
+                    Ok(None) => return ApiError::NoLiveMember.into_response(),
                     Err(e) => return store_error(&e),
                 }
             }
             Err(e) => return store_error(&e),
         };
-        let call = Call::new(req, RequestId::generate());
         let registry = self.registry.clone();
         let next = |failed: MemberRecord| async move {
             let live: Vec<MemberRecord> = registry
@@ -287,7 +402,7 @@ impl Coordinator {
                 .into_iter()
                 .filter(|m| m.id != failed.id)
                 .collect();
-            Ok(registry.pick_in(Some(dest), &live))
+            Ok(registry.pick_in(Some(dest), &live, PickPurpose::FirstTouch))
         };
         let (resp, member) = match self.forward_with_retry(dest, &call, member, next).await {
             Ok(x) => x,
@@ -304,17 +419,30 @@ impl Coordinator {
 
     /// *Lookup and deregister*: forwards to a live member of `dest` and, if
     /// the pod answers 2xx, deletes the destination's pod set. 404 when
-    /// unbound, 503 when no member is live.
+    /// unbound; when every member of the set is dead there is nothing to
+    /// tear down on a pod: the set is deleted and the answer is 204 (as the
+    /// Node coordinator does).
     pub async fn lookup_and_deregister(&self, dest: &DestinationId, req: Request) -> Response {
+        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body) {
+            Ok(call) => call,
+            Err(e) => return e.into_response(),
+        };
         let opts = ResolveOptions {
             claim_on_miss: false,
             reassign_orphans: false,
         };
-        let member = match self.routed_member(dest, opts).await {
-            Ok(member) => member,
-            Err(response) => return response,
+        let member = match self.registry.route(dest, opts).await {
+            Ok(Resolution::Routed(r)) => r.member,
+            Ok(Resolution::Unbound) => return ApiError::UnknownDestination.into_response(),
+            Ok(Resolution::NoLiveMember) => {
+                if let Err(e) = self.registry.deregister_destination(dest).await {
+                    return store_error(&e);
+                }
+                tracing::info!(destination = %dest, "deregistered a destination whose members are all dead");
+                return StatusCode::NO_CONTENT.into_response();
+            }
+            Err(e) => return store_error(&e),
         };
-        let call = Call::new(req, RequestId::generate());
         let resp = match self
             .forward_with_retry(dest, &call, member, |failed| {
                 self.re_resolve(dest, opts, failed)
@@ -334,25 +462,27 @@ impl Coordinator {
     }
 
     /// *Lookup lock and proxy*: resolves the lock record and forwards to the
-    /// pod that minted it. 404 for an unknown (or expired) lock, 503 when the
-    /// owner is dead or unreachable: the session is gone and the caller
-    /// retries at request level.
+    /// pod that minted it. 404 `unknown_lock` for an unknown (or expired)
+    /// lock, 404 `lock_owner_gone` when the owner is dead (the session is
+    /// lost: the caller starts a new one), 503 `lock_owner_unreachable` when
+    /// its record is live but it refuses connections.
     pub async fn lookup_lock_and_proxy(&self, lock: &LockId, req: Request) -> Response {
+        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body) {
+            Ok(call) => call,
+            Err(e) => return e.into_response(),
+        };
         let record = match self.registry.resolve_lock(lock).await {
             Ok(Some(r)) => r,
-            Ok(None) => return status(StatusCode::NOT_FOUND, "unknown lock"),
+            Ok(None) => return ApiError::UnknownLock.into_response(),
             Err(e) => return store_error(&e),
         };
         let Some(owner) = record.owner_record else {
-            return status(StatusCode::SERVICE_UNAVAILABLE, "lock owner is gone");
+            return ApiError::LockOwnerGone.into_response();
         };
-        let call = Call::new(req, RequestId::generate());
         match self.forward(&call, &owner).await {
             Ok(resp) => resp,
-            Err(ForwardError::Connect { .. }) => {
-                status(StatusCode::SERVICE_UNAVAILABLE, "lock owner is unreachable")
-            }
-            Err(e) => forward_error(&e),
+            Err(ForwardError::Connect { .. }) => ApiError::LockOwnerUnreachable.into_response(),
+            Err(e) => call.failed(&e),
         }
     }
 
@@ -376,7 +506,7 @@ fn param<T: std::str::FromStr>(params: &HashMap<String, String>, name: &str) -> 
 }
 
 fn malformed() -> Response {
-    status(StatusCode::BAD_REQUEST, "malformed id")
+    ApiError::InvalidId.into_response()
 }
 
 async fn proxy_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {
@@ -414,7 +544,7 @@ async fn lock_handler(State(c): State<Coordinator>, Path(p): Params, req: Reques
 async fn cancel_handler(State(c): State<Coordinator>, Path(p): Params) -> Response {
     match param::<RequestId>(&p, "request_id") {
         Some(id) if c.cancel(&id).await => StatusCode::NO_CONTENT.into_response(),
-        Some(_) => StatusCode::NOT_FOUND.into_response(),
+        Some(_) => ApiError::UnknownRequest.into_response(),
         None => malformed(),
     }
 }
@@ -430,11 +560,8 @@ impl Coordinator {
     ) -> Result<MemberRecord, Response> {
         match self.registry.route(dest, opts).await {
             Ok(Resolution::Routed(r)) => Ok(r.member),
-            Ok(Resolution::Unbound) => Err(status(StatusCode::NOT_FOUND, "unknown destination")),
-            Ok(Resolution::NoLiveMember) => Err(status(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "no live member for destination",
-            )),
+            Ok(Resolution::Unbound) => Err(ApiError::UnknownDestination.into_response()),
+            Ok(Resolution::NoLiveMember) => Err(ApiError::NoLiveMember.into_response()),
             Err(e) => Err(store_error(&e)),
         }
     }

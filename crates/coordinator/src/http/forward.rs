@@ -1,12 +1,15 @@
 //! The pooled HTTP client that forwards calls to member addresses.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Version, request};
 use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -35,6 +38,9 @@ pub struct ForwardConfig {
     pub http2_prior_knowledge: bool,
     /// Time allowed for a cancel message (default 2 s).
     pub cancel_timeout: Duration,
+    /// PEM file of the CA that signs `https` members' certificates; `None`
+    /// trusts the system's roots.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for ForwardConfig {
@@ -46,6 +52,7 @@ impl Default for ForwardConfig {
             pool_max_idle_per_host: 64,
             http2_prior_knowledge: false,
             cancel_timeout: Duration::from_secs(2),
+            tls_ca_file: None,
         }
     }
 }
@@ -104,29 +111,116 @@ pub enum ForwardError {
     Request(String),
 }
 
+/// Shards of the in-flight map: forwarded calls register and unregister on
+/// every request, so one lock would be contended by every worker thread.
+const IN_FLIGHT_SHARDS: usize = 16;
+
+/// FNV-1a: request ids are minted here from a CSPRNG (or chosen by trusted
+/// in-process callers), so a cheap hash is enough; network input only
+/// looks ids up.
+#[derive(Clone, Copy, Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FnvBuild = std::hash::BuildHasherDefault<Fnv>;
+
+/// The calls this forwarder runs, by request id, with the pod address.
+struct InFlightCalls {
+    shards: Vec<Mutex<HashMap<RequestId, MemberAddress, FnvBuild>>>,
+    hasher: FnvBuild,
+}
+
+impl InFlightCalls {
+    fn new() -> Self {
+        Self {
+            shards: (0..IN_FLIGHT_SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: FnvBuild::default(),
+        }
+    }
+
+    fn shard(
+        &self,
+        id: &RequestId,
+    ) -> std::sync::MutexGuard<'_, HashMap<RequestId, MemberAddress, FnvBuild>> {
+        let index = (self.hasher.hash_one(id) as usize) % self.shards.len();
+        self.shards[index].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn insert(&self, id: RequestId, address: MemberAddress) {
+        self.shard(&id).insert(id, address);
+    }
+
+    fn get(&self, id: &RequestId) -> Option<MemberAddress> {
+        self.shard(id).get(id).cloned()
+    }
+
+    fn remove(&self, id: &RequestId) {
+        self.shard(id).remove(id);
+    }
+}
+
 /// Forwards calls to pods over a pooled hyper client. Cheap to clone.
+///
+/// Clones share one pooled client (a clone is one reference count).
 #[derive(Clone)]
 pub struct Forwarder {
-    client: Client<HttpConnector, OnceBody>,
-    config: Arc<ForwardConfig>,
-    in_flight: Arc<Mutex<HashMap<RequestId, MemberAddress>>>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client<HttpsConnector<HttpConnector>, OnceBody>,
+    config: ForwardConfig,
+    in_flight: InFlightCalls,
 }
 
 impl std::fmt::Debug for Forwarder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Forwarder")
-            .field("config", &self.config)
+            .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
 }
 
 impl Forwarder {
     /// A forwarder with `config`. Needs a Tokio runtime when used.
+    ///
+    /// `http` members are called in cleartext (HTTP/1.1, or h2c with
+    /// [`ForwardConfig::http2_prior_knowledge`]); `https` members over
+    /// rustls, their certificate verified against
+    /// [`ForwardConfig::tls_ca_file`] or the system roots.
     pub fn new(config: ForwardConfig) -> Result<Self> {
         config.validate()?;
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_nodelay(true);
+        connector.enforce_http(false);
+        let tls = crate::tls::client_config(config.tls_ca_file.as_deref())?;
+        let builder = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http();
+        let connector = if config.http2_prior_knowledge {
+            builder.enable_http2().wrap_connector(connector)
+        } else {
+            builder.enable_http1().wrap_connector(connector)
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
@@ -135,29 +229,67 @@ impl Forwarder {
             .http2_only(config.http2_prior_knowledge)
             .build(connector);
         Ok(Self {
-            client,
-            config: Arc::new(config),
-            in_flight: Arc::default(),
+            inner: Arc::new(Inner {
+                client,
+                config,
+                in_flight: InFlightCalls::new(),
+            }),
         })
     }
 
     /// The settings.
     pub fn config(&self) -> &ForwardConfig {
-        &self.config
+        &self.inner.config
     }
 
     fn version(&self) -> Version {
-        if self.config.http2_prior_knowledge {
+        if self.inner.config.http2_prior_knowledge {
             Version::HTTP_2
         } else {
             Version::HTTP_11
         }
     }
 
+    /// Forwards `req` to the member at `address`: same method, path and
+    /// query, hop-by-hop headers removed, `Host` set to the pod and
+    /// `x-request-id: request_id` added; the request body and the pod's
+    /// response body are streamed. The response headers arrive within
+    /// [`ForwardConfig::response_timeout`].
+    ///
+    /// This is the forwarding step of the coordinator's handlers, for
+    /// routes of your own (e.g. *register from response*: pick a member
+    /// with [`crate::Registry::pick_member`], forward, then bind the id the
+    /// pod answered with [`crate::Registry::add_pod_to_destination`]).
+    /// Unlike the handlers it does not retry, and does not send a cancel
+    /// message if the caller gives up (use [`Forwarder::send_cancel`]).
+    ///
+    /// ```no_run
+    /// use coordinator::RequestId;
+    /// use coordinator::http::{ForwardConfig, Forwarder};
+    ///
+    /// # async fn demo(member: coordinator::MemberRecord, req: axum::extract::Request)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// let forwarder = Forwarder::new(ForwardConfig::default())?;
+    /// let resp = forwarder.send(&member.address, req, &RequestId::generate()).await?;
+    /// println!("pod answered {}", resp.status());
+    /// # Ok(()) }
+    /// ```
+    pub async fn send(
+        &self,
+        address: &MemberAddress,
+        req: Request<axum::body::Body>,
+        request_id: &RequestId,
+    ) -> Result<Response<Incoming>, ForwardError> {
+        let (parts, body) = req.into_parts();
+        let body = super::body::RetryableBody::new(body);
+        self.send_parts(address, &parts, body.attempt(), request_id)
+            .await
+    }
+
     /// Sends `parts` + `body` to `address`, same method, path and query,
     /// hop-by-hop headers removed, `Host` set to the pod and the request id
     /// header added.
-    pub(crate) async fn send(
+    pub(crate) async fn send_parts(
         &self,
         address: &MemberAddress,
         parts: &request::Parts,
@@ -179,7 +311,7 @@ impl Forwarder {
         *req.uri_mut() = uri;
         *req.headers_mut() = headers;
         *req.version_mut() = self.version();
-        self.exchange(address, req, self.config.response_timeout)
+        self.exchange(address, req, self.inner.config.response_timeout)
             .await
     }
 
@@ -189,7 +321,7 @@ impl Forwarder {
         req: Request<OnceBody>,
         timeout: Duration,
     ) -> Result<Response<Incoming>, ForwardError> {
-        match tokio::time::timeout(timeout, self.client.request(req)).await {
+        match tokio::time::timeout(timeout, self.inner.client.request(req)).await {
             Err(_) => Err(ForwardError::Timeout {
                 address: address.to_string(),
                 timeout,
@@ -224,7 +356,7 @@ impl Forwarder {
         *req.uri_mut() = uri;
         *req.version_mut() = self.version();
         let resp = self
-            .exchange(address, req, self.config.cancel_timeout)
+            .exchange(address, req, self.inner.config.cancel_timeout)
             .await?;
         Ok(resp.status().is_success())
     }
@@ -232,12 +364,7 @@ impl Forwarder {
     /// Cancels a call this forwarder is running, by request id; `false` if
     /// no such call is in flight here.
     pub async fn cancel(&self, request_id: &RequestId) -> Result<bool, ForwardError> {
-        let address = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(request_id)
-            .cloned();
+        let address = self.inner.in_flight.get(request_id);
         match address {
             Some(a) => self.send_cancel(&a, request_id).await,
             None => Ok(false),
@@ -247,9 +374,8 @@ impl Forwarder {
     /// Registers a call in flight to `address`; the guard sends a cancel
     /// when dropped while armed.
     pub(crate) fn guard(&self, address: MemberAddress, request_id: RequestId) -> CancelGuard {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.inner
+            .in_flight
             .insert(request_id.clone(), address.clone());
         CancelGuard {
             forwarder: self.clone(),
@@ -278,11 +404,7 @@ impl CancelGuard {
 
 impl Drop for CancelGuard {
     fn drop(&mut self) {
-        self.forwarder
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.request_id);
+        self.forwarder.inner.in_flight.remove(&self.request_id);
         if !self.armed {
             return;
         }
@@ -352,7 +474,7 @@ mod tests {
         let (parts, body) = parts("payload");
         let id = RequestId::generate();
         let resp = forwarder
-            .send(&address, &parts, body.attempt(), &id)
+            .send_parts(&address, &parts, body.attempt(), &id)
             .await
             .unwrap();
         assert!(resp.status().is_success());
@@ -395,7 +517,7 @@ mod tests {
         .unwrap();
         let (parts, body) = parts("x");
         let resp = forwarder
-            .send(&address, &parts, body.attempt(), &RequestId::generate())
+            .send_parts(&address, &parts, body.attempt(), &RequestId::generate())
             .await
             .unwrap();
         let text = resp.into_body().collect().await.unwrap().to_bytes();
@@ -411,7 +533,7 @@ mod tests {
         let forwarder = Forwarder::new(ForwardConfig::default()).unwrap();
         let (parts, body) = parts("payload");
         let err = forwarder
-            .send(&address, &parts, body.attempt(), &RequestId::generate())
+            .send_parts(&address, &parts, body.attempt(), &RequestId::generate())
             .await
             .unwrap_err();
         assert!(matches!(err, ForwardError::Connect { .. }), "{err}");

@@ -3,12 +3,17 @@
 
 mod body;
 mod coordinator;
+mod errors;
+pub mod extract;
 mod forward;
 mod headers;
 pub mod pod;
+mod serve;
 
-pub use coordinator::{Coordinator, CoordinatorConfig};
+pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorConfigBuilder};
+pub use errors::ApiError;
 pub use forward::{ForwardConfig, ForwardError, Forwarder};
+pub use serve::{ServeConfig, serve};
 
 /// The header carrying the request id on forwarded calls (and echoed on
 /// the coordinator's responses).

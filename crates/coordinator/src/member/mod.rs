@@ -233,7 +233,7 @@ impl Member {
             .live_members
             .run(&i.client, i.keys.members(), vec![i.keys.member_prefix()])
             .await?;
-        let (_, mut live) = valkey::parse_live_members(raw)?;
+        let (_, mut live) = valkey::parse_live_members(raw, &crate::AddressPolicy::default())?;
         live.retain(|m| m.id != i.config.id);
         Ok(live)
     }

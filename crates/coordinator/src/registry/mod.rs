@@ -2,6 +2,7 @@
 
 mod metrics;
 mod resolve;
+mod singleflight;
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use fred::prelude::*;
 pub use metrics::RegistryMetrics;
 pub use resolve::{Resolution, ResolveOptions, Route, RouteSource};
 
+use crate::address_policy::AddressPolicy;
 use crate::cache::{CacheConfig, DestinationCache};
 use crate::error::Result;
 use crate::ids::{DestinationId, LockId, MemberId};
@@ -26,6 +28,9 @@ pub struct RegistryConfig {
     pub prefix: String,
     /// The local pod-set cache; `None` turns it off (default 5 s / 10 000).
     pub cache: Option<CacheConfig>,
+    /// Which member addresses may be forwarded to (default: any
+    /// `http(s)://host[:port]`); records outside it count as dead.
+    pub member_addresses: AddressPolicy,
 }
 
 impl Default for RegistryConfig {
@@ -33,6 +38,7 @@ impl Default for RegistryConfig {
         Self {
             prefix: DEFAULT_PREFIX.to_owned(),
             cache: Some(CacheConfig::default()),
+            member_addresses: AddressPolicy::default(),
         }
     }
 }
@@ -52,6 +58,8 @@ struct Inner {
     cache: DestinationCache,
     counters: Counters,
     scripts: Scripts,
+    policy: AddressPolicy,
+    flights: singleflight::Flights<(DestinationId, ResolveOptions), Result<Resolution>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -74,6 +82,8 @@ impl Registry {
                 cache: DestinationCache::new(config.cache)?,
                 counters: Counters::default(),
                 scripts: Scripts::new(),
+                policy: config.member_addresses,
+                flights: singleflight::Flights::default(),
             }),
         })
     }
@@ -108,7 +118,7 @@ impl Registry {
             .run(&i.client, i.keys.members(), vec![i.keys.member_prefix()])
             .await?;
         self.round_trips(rt);
-        let (pruned, live) = valkey::parse_live_members(raw)?;
+        let (pruned, live) = valkey::parse_live_members(raw, &i.policy)?;
         if pruned > 0 {
             tracing::debug!(pruned, "pruned dead ids from the members set");
             Counters::add(&i.counters.pruned, pruned as u64);
@@ -170,20 +180,25 @@ impl Registry {
             .run(&i.client, i.keys.lock(lock), vec![i.keys.member_prefix()])
             .await?;
         self.round_trips(rt);
-        resolve::parse_lock(lock, raw)
+        resolve::parse_lock(lock, raw, &i.policy)
     }
 }
 
 impl Registry {
-    /// Runs the strategy over `candidates` for one call of `dest`.
+    /// Runs the strategy over `candidates` for `dest` (a single candidate
+    /// is taken as is).
     pub(crate) fn pick_in(
         &self,
         dest: Option<&DestinationId>,
         candidates: &[MemberRecord],
+        purpose: PickPurpose,
     ) -> Option<MemberRecord> {
+        if candidates.len() == 1 {
+            return candidates.first().cloned();
+        }
         let ctx = PickContext {
             destination: dest,
-            purpose: PickPurpose::Request,
+            purpose,
         };
         strategy::pick(self.inner.strategy.as_ref(), candidates, &ctx).cloned()
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use fred::prelude::*;
 
 use super::{Counters, Registry};
+use crate::address_policy::AddressPolicy;
 use crate::cache::PodSet;
 use crate::error::{Error, Result};
 use crate::ids::{DestinationId, LockId, MemberId};
@@ -16,7 +17,7 @@ use crate::strategy::{self, PickContext, PickPurpose};
 use crate::valkey;
 
 /// What to do when a destination has no usable pod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ResolveOptions {
     /// An empty or missing set: pick a live member and `SADD` it (first
     /// touch). Otherwise the answer is [`Resolution::Unbound`].
@@ -97,6 +98,15 @@ impl Registry {
         purpose: PickPurpose,
         source: RouteSource,
     ) -> Resolution {
+        // a destination bound to one pod goes to it: the strategy runs only
+        // to allocate (first touch, failover) or to spread a fan-out
+        if purpose == PickPurpose::Request && set.len() == 1 {
+            return Resolution::Routed(Route {
+                member: set[0].clone(),
+                set,
+                source,
+            });
+        }
         let ctx = PickContext {
             destination: Some(dest),
             purpose,
@@ -112,19 +122,21 @@ impl Registry {
     }
 
     /// Routes one call for `dest`: from the local cache when warm, otherwise
-    /// through [`Registry::resolve_destination`]. The strategy picks per call
-    /// from the cached pod set, so a fanned-out destination keeps spreading.
+    /// through [`Registry::resolve_destination`]. A destination bound to one
+    /// pod goes to it without running the strategy; for a fanned-out
+    /// destination the strategy picks per call from the cached pod set
+    /// ([`PickPurpose::Request`]), so it keeps spreading.
     pub async fn route(&self, dest: &DestinationId, opts: ResolveOptions) -> Result<Resolution> {
         let i = &self.inner;
         if let Some(set) = i.cache.get(dest) {
             let set = if i.strategy.uses_load() && set.len() > 1 {
-                match self.refresh_loads(&set).await? {
+                match Box::pin(self.refresh_loads(&set)).await? {
                     Some(fresh) => fresh,
                     None => {
                         // a member vanished: resolve from scratch
                         i.cache.evict(dest);
                         Counters::add(&i.counters.cache_misses, 1);
-                        return self.resolve_destination(dest, opts).await;
+                        return Box::pin(self.resolve_coalesced(dest, opts)).await;
                     }
                 }
             } else {
@@ -134,7 +146,25 @@ impl Registry {
             return Ok(self.pick_from(dest, set, PickPurpose::Request, RouteSource::Cache));
         }
         Counters::add(&i.counters.cache_misses, 1);
-        self.resolve_destination(dest, opts).await
+        // boxed: the Valkey lookup's large state is allocated only on a miss,
+        // so a cache hit's future stays small
+        Box::pin(self.resolve_coalesced(dest, opts)).await
+    }
+
+    /// [`Registry::resolve_destination`], shared by concurrent callers: when
+    /// many calls miss the cache for one destination at once (an entry
+    /// expiring under load), one lookup goes to Valkey and all of them get
+    /// its answer.
+    async fn resolve_coalesced(
+        &self,
+        dest: &DestinationId,
+        opts: ResolveOptions,
+    ) -> Result<Resolution> {
+        let key = (dest.clone(), opts);
+        self.inner
+            .flights
+            .run(&key, || self.resolve_destination(dest, opts))
+            .await
     }
 
     /// Re-reads `load` of every member in `set` (one pipelined round trip).
@@ -185,7 +215,7 @@ impl Registry {
             )
             .await?;
         self.round_trips(rt);
-        let reply = valkey::parse_resolve(raw)?;
+        let reply = valkey::parse_resolve(raw, &i.policy)?;
 
         if !reply.live.is_empty() {
             if !reply.dead.is_empty() {
@@ -255,7 +285,11 @@ impl Registry {
 
 /// Parses the reply of the lock script: `[]` or
 /// `[owner address or '', owner load, field, value, ...]`.
-pub(super) fn parse_lock(lock: &LockId, raw: Vec<String>) -> Result<Option<LockRecord>> {
+pub(super) fn parse_lock(
+    lock: &LockId,
+    raw: Vec<String>,
+    policy: &AddressPolicy,
+) -> Result<Option<LockRecord>> {
     if raw.is_empty() {
         return Ok(None);
     }
@@ -279,7 +313,7 @@ pub(super) fn parse_lock(lock: &LockId, raw: Vec<String>) -> Result<Option<LockR
     let owner_record = if raw[0].is_empty() {
         None
     } else {
-        MemberRecord::from_raw(owner.as_str(), &raw[0], &raw[1])
+        MemberRecord::from_raw(owner.as_str(), &raw[0], &raw[1], policy)
     };
     Ok(Some(LockRecord {
         lock_id: lock.clone(),
@@ -301,7 +335,8 @@ mod tests {
     #[test]
     fn lock_replies_parse() {
         let lock = LockId::new("l1").unwrap();
-        assert!(parse_lock(&lock, vec![]).unwrap().is_none());
+        let p = AddressPolicy::default();
+        assert!(parse_lock(&lock, vec![], &p).unwrap().is_none());
 
         let live = parse_lock(
             &lock,
@@ -315,6 +350,7 @@ mod tests {
                 "kind",
                 "tx",
             ]),
+            &p,
         )
         .unwrap()
         .unwrap();
@@ -323,16 +359,16 @@ mod tests {
         assert_eq!(live.owner_record.unwrap().load, 3);
         assert_eq!(live.metadata.get("kind").map(String::as_str), Some("tx"));
 
-        let dead = parse_lock(&lock, s(&["", "0", "podId", "p"]))
+        let dead = parse_lock(&lock, s(&["", "0", "podId", "p"]), &p)
             .unwrap()
             .unwrap();
         assert!(dead.owner_record.is_none());
 
         assert!(
-            parse_lock(&lock, s(&["", "0", "kind", "tx"]))
+            parse_lock(&lock, s(&["", "0", "kind", "tx"]), &p)
                 .unwrap()
                 .is_none()
         );
-        assert!(parse_lock(&lock, s(&["", "0", "podId"])).is_err());
+        assert!(parse_lock(&lock, s(&["", "0", "podId"]), &p).is_err());
     }
 }

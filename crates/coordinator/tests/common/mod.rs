@@ -15,7 +15,9 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use bytes::Bytes;
-use coordinator::http::{Coordinator, CoordinatorConfig, ForwardConfig, Forwarder, pod};
+use coordinator::http::{
+    Coordinator, CoordinatorConfig, ForwardConfig, Forwarder, ServeConfig, pod,
+};
 use coordinator::strategy::{DynStrategy, RoundRobin};
 use coordinator::{
     CacheConfig, DestinationId, LockId, Member, MemberAddress, MemberConfig, MemberId, Registry,
@@ -187,7 +189,12 @@ async fn pod_action(
                 .new_lock(&d, [("kind".to_owned(), "tx".to_owned())])
                 .await
                 .unwrap();
-            lock.to_string().into_response()
+            let mut resp = lock.to_string().into_response();
+            resp.headers_mut().insert(
+                "x-lock-id",
+                axum::http::HeaderValue::from_str(lock.as_str()).unwrap(),
+            );
+            resp
         }
         "slow" => {
             let token = req
@@ -362,6 +369,8 @@ pub struct CoordinatorOptions {
     pub strategy: DynStrategy,
     pub forward: ForwardConfig,
     pub config: CoordinatorConfig,
+    /// Listener limits of the coordinator's server.
+    pub serve: ServeConfig,
 }
 
 impl Default for CoordinatorOptions {
@@ -371,6 +380,7 @@ impl Default for CoordinatorOptions {
             strategy: Arc::new(RoundRobin::new()),
             forward: ForwardConfig::default(),
             config: CoordinatorConfig::default(),
+            serve: ServeConfig::default(),
         }
     }
 }
@@ -379,6 +389,7 @@ pub async fn registry(prefix: &str, cache: Option<CacheConfig>, strategy: DynStr
     let config = RegistryConfig {
         prefix: prefix.to_owned(),
         cache,
+        ..RegistryConfig::default()
     };
     Registry::new(valkey().await, config, strategy).unwrap()
 }
@@ -394,8 +405,11 @@ impl TestCoordinator {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = coordinator.router();
+        let limits = opts.serve;
         let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
+            coordinator::http::serve(listener, app, limits, std::future::pending())
+                .await
+                .unwrap();
         });
         TestCoordinator {
             registry,
@@ -441,4 +455,67 @@ impl Http {
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         (status, String::from_utf8_lossy(&body).into_owned())
     }
+}
+
+/// The TLS port and CA file of the `VALKEY_URL` server: from
+/// `VALKEY_TLS_URL` + `VALKEY_TLS_CA` if set, else asked from the server
+/// itself (`cargo xtask test-drivers` starts it with a TLS port and a test CA).
+pub async fn tls_endpoint(plain: &ValkeyClient) -> (String, std::path::PathBuf) {
+    if let (Ok(url), Ok(ca)) = (
+        std::env::var("VALKEY_TLS_URL"),
+        std::env::var("VALKEY_TLS_CA"),
+    ) {
+        return (url, ca.into());
+    }
+    let config = |name: &'static str| async move {
+        let reply: Vec<String> = plain
+            .custom(
+                fred::types::CustomCommand::new_static(
+                    "CONFIG",
+                    fred::types::ClusterHash::FirstKey,
+                    false,
+                ),
+                vec!["GET", name],
+            )
+            .await
+            .expect("CONFIG GET");
+        reply.get(1).cloned().unwrap_or_default()
+    };
+    let port = config("tls-port").await;
+    let ca = config("tls-ca-cert-file").await;
+    assert!(
+        !port.is_empty() && port != "0" && !ca.is_empty(),
+        "the Valkey server has no TLS port: run `cargo xtask test-drivers --engine valkey` \
+         or set VALKEY_TLS_URL and VALKEY_TLS_CA"
+    );
+    let ca = std::path::PathBuf::from(ca);
+    assert!(ca.is_absolute(), "tls-ca-cert-file {ca:?} is not absolute");
+    (format!("rediss://127.0.0.1:{port}"), ca)
+}
+
+/// The test server certificate and key (for `localhost` / `127.0.0.1`,
+/// signed by the test CA of [`tls_endpoint`]): from `VALKEY_TLS_CERT` +
+/// `VALKEY_TLS_KEY` if set, else asked from the Valkey server.
+pub async fn tls_server_files(plain: &ValkeyClient) -> (std::path::PathBuf, std::path::PathBuf) {
+    if let (Ok(cert), Ok(key)) = (
+        std::env::var("VALKEY_TLS_CERT"),
+        std::env::var("VALKEY_TLS_KEY"),
+    ) {
+        return (cert.into(), key.into());
+    }
+    let config = |name: &'static str| async move {
+        let reply: Vec<String> = plain
+            .custom(
+                fred::types::CustomCommand::new_static(
+                    "CONFIG",
+                    fred::types::ClusterHash::FirstKey,
+                    false,
+                ),
+                vec!["GET", name],
+            )
+            .await
+            .expect("CONFIG GET");
+        std::path::PathBuf::from(reply.get(1).cloned().unwrap_or_default())
+    };
+    (config("tls-cert-file").await, config("tls-key-file").await)
 }

@@ -57,6 +57,14 @@ pub struct PodArgs {
     /// Longest wait for a pooled connection (or a new one), milliseconds.
     #[arg(long, env = "POOL_TIMEOUT_MS", default_value_t = 30_000)]
     pub pool_timeout_ms: u64,
+    /// Tenants with an open pool at once; with `--pool-size` this bounds the
+    /// pod's PostgreSQL connections (`pool_size * max_tenant_pools`). The
+    /// least recently used idle pool is closed to make room.
+    #[arg(long, env = "MAX_TENANT_POOLS", default_value_t = 8)]
+    pub max_tenant_pools: usize,
+    /// A tenant pool unused for this long is closed, milliseconds.
+    #[arg(long, env = "POOL_IDLE_MS", default_value_t = 60_000)]
+    pub pool_idle_ms: u64,
 }
 
 /// Invalid settings.
@@ -85,6 +93,12 @@ impl PodArgs {
         }
         if self.pool_timeout_ms == 0 {
             return bad("pool timeout must be positive");
+        }
+        if !(1..=10_000).contains(&self.max_tenant_pools) {
+            return bad("max tenant pools must be within 1..=10000");
+        }
+        if self.pool_idle_ms == 0 {
+            return bad("pool idle timeout must be positive");
         }
         Ok(())
     }

@@ -23,7 +23,7 @@ use anyhow::Context;
 use coordinator::{Member, MemberAddress, MemberConfig, MemberId, SaturationConfig};
 
 pub use config::{ConfigError, PodArgs};
-use pools::Pools;
+use pools::{PoolLimits, Pools};
 use tx::Transactions;
 
 /// Shared state of a running pod. Cheap to clone.
@@ -101,8 +101,12 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
     let pools = Arc::new(Pools::new(
         pg,
         args.pod_id.clone(),
-        args.pool_size,
-        Duration::from_millis(args.pool_timeout_ms),
+        PoolLimits {
+            size: args.pool_size,
+            max_pools: args.max_tenant_pools,
+            idle_timeout: Duration::from_millis(args.pool_idle_ms),
+            timeout: Duration::from_millis(args.pool_timeout_ms),
+        },
     ));
     let valkey = coordinator::connect(&args.valkey_url, Duration::from_secs(5))
         .await
@@ -133,6 +137,7 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
             loop {
                 tokio::time::sleep(period).await;
                 pod.reap().await;
+                pod.pools().close_idle();
             }
         }
     });

@@ -71,6 +71,10 @@ fn check_key(key: &str) -> Result<(), ApiError> {
             "keys are 1..={MAX_KEY_LEN} bytes"
         )));
     }
+    // PostgreSQL text cannot hold NUL
+    if key.contains('\0') {
+        return Err(ApiError::BadRequest("keys cannot contain NUL".into()));
+    }
     Ok(())
 }
 
@@ -79,6 +83,9 @@ fn check_value(value: &str) -> Result<(), ApiError> {
         return Err(ApiError::BadRequest(format!(
             "values are at most {MAX_VALUE_LEN} bytes"
         )));
+    }
+    if value.contains('\0') {
+        return Err(ApiError::BadRequest("values cannot contain NUL".into()));
     }
     Ok(())
 }
@@ -118,8 +125,7 @@ async fn checkout(
     t: &TenantId,
 ) -> Result<(coordinator::DestinationPermit, Object), ApiError> {
     let permit = pod.member().acquire(&t.destination()?).await?;
-    let pool = pod.pools().pool(t).await?;
-    let conn = pool.get().await?;
+    let conn = pod.pools().get(t).await?;
     Ok((permit, conn))
 }
 

@@ -1,0 +1,56 @@
+//! Axum extractors for the ids in a route's path, usable on any route:
+//! `Destination` reads `{destination}`, `Lock` reads `{lock}`; a malformed
+//! id is rejected with 400 `invalid_id` before the handler runs.
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use coordinator::http::extract::{Destination, Lock};
+//!
+//! let app: Router = Router::new()
+//!     .route("/tenants/{destination}/report", get(|Destination(d): Destination| async move {
+//!         format!("report of {d}")
+//!     }))
+//!     .route("/sessions/{lock}", get(|Lock(l): Lock| async move { l.to_string() }));
+//! ```
+
+use std::collections::HashMap;
+
+use axum::extract::{FromRequestParts, Path};
+use http::request::Parts;
+
+use super::errors::ApiError;
+use crate::ids::{DestinationId, LockId};
+
+/// The `{destination}` path parameter as a validated [`DestinationId`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Destination(pub DestinationId);
+
+/// The `{lock}` path parameter as a validated [`LockId`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lock(pub LockId);
+
+async fn param<T: std::str::FromStr>(parts: &mut Parts, name: &str) -> Result<T, ApiError> {
+    let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, &())
+        .await
+        .map_err(|_| ApiError::InvalidId)?;
+    params
+        .get(name)
+        .and_then(|v| v.parse().ok())
+        .ok_or(ApiError::InvalidId)
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Destination {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        param(parts, "destination").await.map(Destination)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Lock {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        param(parts, "lock").await.map(Lock)
+    }
+}

@@ -1,0 +1,408 @@
+//! Serving a router at an untrusted edge: header-read timeout, idle timeout
+//! and a connection cap that sheds idle connections first.
+//!
+//! `axum::serve` keeps every connection open for as long as the peer wants:
+//! a few hundred silent or trickling TCP connections exhaust the process's
+//! file descriptors and lock every other client out. [`serve`] bounds that:
+//!
+//! - a request's headers must arrive within
+//!   [`ServeConfig::header_read_timeout`] (slowloris), else the connection
+//!   is closed;
+//! - a connection with no request in flight and no bytes moving for
+//!   [`ServeConfig::idle_timeout`] is closed;
+//! - at most [`ServeConfig::max_connections`] connections are open: when a
+//!   new one arrives at the cap, the connection idle the longest (no request
+//!   in flight) is closed to make room; if every connection is busy, the new
+//!   one is refused (closed at once).
+
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower_service::Service;
+
+use crate::error::{Error, Result};
+
+/// Limits of [`serve`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// Time allowed for a request's headers to arrive (default 10 s).
+    /// For HTTP/1 the clock starts as soon as the connection waits for a
+    /// request, so a keep-alive connection idle this long is closed too.
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight and no traffic for this long
+    /// is closed (default 60 s).
+    pub idle_timeout: Duration,
+    /// Most connections open at once (default 1024); keep it below the
+    /// process's file-descriptor limit.
+    pub max_connections: usize,
+    /// Time a closing connection gets to finish before it is dropped
+    /// (default 1 s).
+    pub close_grace: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            close_grace: Duration::from_secs(1),
+        }
+    }
+}
+
+impl ServeConfig {
+    /// Checks the bounds: timeouts within 1 ms..=1 h, 1..=1 000 000
+    /// connections.
+    pub fn validate(&self) -> Result<()> {
+        for (name, d) in [
+            ("header_read_timeout", self.header_read_timeout),
+            ("idle_timeout", self.idle_timeout),
+            ("close_grace", self.close_grace),
+        ] {
+            if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
+                return Err(Error::InvalidConfig(format!(
+                    "{name} must be within 1 ms..=1 h, got {d:?}"
+                )));
+            }
+        }
+        if self.max_connections == 0 || self.max_connections > 1_000_000 {
+            return Err(Error::InvalidConfig(format!(
+                "max_connections must be within 1..=1000000, got {}",
+                self.max_connections
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What one open connection is doing.
+struct ConnState {
+    /// Milliseconds since the server's start of the last byte read or written.
+    last_active: AtomicU64,
+    /// Requests whose response headers are not sent yet.
+    in_flight: AtomicUsize,
+    /// Asks the connection to close.
+    close: CancellationToken,
+}
+
+impl ConnState {
+    fn touch(&self, clock: &Clock) {
+        self.last_active.store(clock.now_ms(), Ordering::Relaxed);
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Clock(Instant);
+
+impl Clock {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The open connections, for the cap.
+#[derive(Default)]
+struct Table {
+    conns: Mutex<HashMap<u64, Arc<ConnState>>>,
+}
+
+impl Table {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<ConnState>>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes room for one more connection: `true` if there is room (perhaps
+    /// after asking the longest-idle connection to close), `false` if every
+    /// connection is busy.
+    fn admit(&self, max: usize) -> bool {
+        let conns = self.lock();
+        let open = conns.values().filter(|c| !c.close.is_cancelled()).count();
+        if open < max {
+            return true;
+        }
+        let victim = conns
+            .values()
+            .filter(|c| !c.close.is_cancelled() && c.in_flight.load(Ordering::Relaxed) == 0)
+            .min_by_key(|c| c.last_active.load(Ordering::Relaxed));
+        match victim {
+            Some(v) => {
+                v.close.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A socket that records when bytes last moved.
+struct Tracked {
+    inner: TcpStream,
+    state: Arc<ConnState>,
+    clock: Clock,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.state.touch(&self.clock);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.state.touch(&self.clock);
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.state.touch(&self.clock);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Counts a request in flight until dropped.
+struct Busy(Arc<ConnState>);
+
+impl Busy {
+    fn new(state: &Arc<ConnState>) -> Self {
+        state.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(state.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether an accept error concerns only the one connection (retry at once)
+/// rather than the process (back off, e.g. out of file descriptors).
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Serves `app` on `listener` with the limits of `config` until `shutdown`
+/// completes; then stops accepting, asks every connection to close and
+/// waits for them (each gets [`ServeConfig::close_grace`]).
+///
+/// HTTP/1.1 and HTTP/2 (h2c) are both spoken.
+///
+/// ```no_run
+/// use coordinator::http::{ServeConfig, serve};
+///
+/// # async fn demo(app: axum::Router) -> Result<(), coordinator::Error> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080")
+///     .await
+///     .map_err(|e| coordinator::Error::InvalidConfig(e.to_string()))?;
+/// serve(listener, app, ServeConfig::default(), async {
+///     let _ = tokio::signal::ctrl_c().await;
+/// })
+/// .await?;
+/// # Ok(()) }
+/// ```
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<()> {
+    config.validate()?;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout)
+        .keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
+    let builder = Arc::new(builder);
+    let config = Arc::new(config);
+    let table = Arc::new(Table::default());
+    let clock = Clock(Instant::now());
+    let stop = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let mut next_id: u64 = 0;
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                tracing::warn!(err = %e, "accept failed; backing off");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if !table.admit(config.max_connections) {
+            tracing::debug!(%peer, "connection cap reached and every connection is busy: refusing");
+            drop(stream);
+            continue;
+        }
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, err = %e, "cannot set TCP_NODELAY");
+        }
+        next_id = next_id.wrapping_add(1);
+        let id = next_id;
+        let state = Arc::new(ConnState {
+            last_active: AtomicU64::new(clock.now_ms()),
+            in_flight: AtomicUsize::new(0),
+            close: stop.child_token(),
+        });
+        table.lock().insert(id, state.clone());
+        let conn = ConnTask {
+            builder: builder.clone(),
+            config: config.clone(),
+            app: app.clone(),
+            state,
+            clock,
+        };
+        let table = table.clone();
+        tasks.spawn(async move {
+            conn.run(stream).await;
+            table.lock().remove(&id);
+        });
+    }
+    stop.cancel();
+    tasks.close();
+    tasks.wait().await;
+    Ok(())
+}
+
+/// One connection's task.
+struct ConnTask {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    config: Arc<ServeConfig>,
+    app: Router,
+    state: Arc<ConnState>,
+    clock: Clock,
+}
+
+impl ConnTask {
+    /// When the connection becomes idle-closable if nothing happens first.
+    fn idle_deadline(&self) -> tokio::time::Instant {
+        if self.state.in_flight.load(Ordering::Relaxed) > 0 {
+            return tokio::time::Instant::now() + self.config.idle_timeout;
+        }
+        let last = self.state.last_active.load(Ordering::Relaxed);
+        let idle_for = Duration::from_millis(self.clock.now_ms().saturating_sub(last));
+        tokio::time::Instant::now() + self.config.idle_timeout.saturating_sub(idle_for)
+    }
+
+    fn is_idle(&self) -> bool {
+        let last = self.state.last_active.load(Ordering::Relaxed);
+        let idle_for = Duration::from_millis(self.clock.now_ms().saturating_sub(last));
+        self.state.in_flight.load(Ordering::Relaxed) == 0 && idle_for >= self.config.idle_timeout
+    }
+
+    async fn run(self, stream: TcpStream) {
+        let io = TokioIo::new(Tracked {
+            inner: stream,
+            state: self.state.clone(),
+            clock: self.clock,
+        });
+        let app = self.app.clone();
+        let state = self.state.clone();
+        let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+            let busy = Busy::new(&state);
+            let mut app = app.clone();
+            async move {
+                let resp = app.call(req.map(Body::new)).await;
+                drop(busy);
+                resp
+            }
+        });
+        let conn = self.builder.serve_connection_with_upgrades(io, service);
+        tokio::pin!(conn);
+        let mut closing: Option<tokio::time::Instant> = None;
+        loop {
+            let idle_at = self.idle_deadline();
+            tokio::select! {
+                done = conn.as_mut() => {
+                    if let Err(e) = done {
+                        tracing::debug!(err = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                () = self.state.close.cancelled(), if closing.is_none() => {
+                    conn.as_mut().graceful_shutdown();
+                    closing = Some(tokio::time::Instant::now() + self.config.close_grace);
+                }
+                () = tokio::time::sleep_until(idle_at), if closing.is_none() => {
+                    if self.is_idle() {
+                        tracing::debug!("closing an idle connection");
+                        self.state.close.cancel();
+                    }
+                }
+                () = sleep_until_opt(closing) => {
+                    tracing::debug!("connection did not close within the grace period: dropping it");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
