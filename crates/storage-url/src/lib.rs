@@ -12,6 +12,9 @@
 //! | `redb:///path/file.redb?mode=exclusive` | `storage-redb`'s `RedbStorage`: one process at a time, group commit | `redb` (default) |
 //! | `scylla://[user:pw@]host[:port][,host...]/keyspace[?...]`, `cassandra://` | `storage-scylla` | `scylla` |
 //! | `dynamodb://TABLE?region=R[&endpoint=URL...]` | `storage-dynamo` | `dynamodb` |
+//! | `redis://`, `rediss://` (TLS), `valkey://`, `valkeys://` | `storage-valkey` | `valkey` |
+//! | `postgres://`, `postgresql://` | `storage-postgres` | `postgres` |
+//! | `etcd://`, `etcds://` (TLS) | `storage-etcd` | `etcd` |
 //!
 //! A URL is checked when parsed ([`StorageUrl::from_str`](std::str::FromStr)),
 //! so a bad one is a usage error before anything connects; a scheme whose
@@ -66,6 +69,12 @@ enum Kind {
     Scylla,
     #[cfg(feature = "dynamodb")]
     Dynamo,
+    #[cfg(feature = "valkey")]
+    Valkey,
+    #[cfg(feature = "postgres")]
+    Postgres,
+    #[cfg(feature = "etcd")]
+    Etcd,
 }
 
 /// Opens the storage `url` names: parses, validates, connects.
@@ -96,6 +105,16 @@ pub fn schemes_help() -> String {
     );
     #[cfg(feature = "dynamodb")]
     lines.push("dynamodb://TABLE?region=R[&endpoint=URL] (DynamoDB)".to_owned());
+    #[cfg(feature = "valkey")]
+    lines.push(
+        "redis://[user:password@]host[:port][/db] (Valkey, Redis; rediss:// for TLS)".to_owned(),
+    );
+    #[cfg(feature = "postgres")]
+    lines.push(
+        "postgres://user:password@host[:port]/database[?sslmode=require] (PostgreSQL)".to_owned(),
+    );
+    #[cfg(feature = "etcd")]
+    lines.push("etcd://host[:port] (etcd v3; etcds:// for TLS)".to_owned());
     lines.join("\n")
 }
 
@@ -180,6 +199,21 @@ impl StorageUrl {
             },
             #[cfg(feature = "scylla")]
             Kind::Scylla => match storage_scylla::ScyllaStorage::from_url(&self.raw).await {
+                Ok(storage) => Ok(Arc::new(storage)),
+                Err(err) => Err(connect(Box::new(err))),
+            },
+            #[cfg(feature = "valkey")]
+            Kind::Valkey => match storage_valkey::ValkeyStorage::from_url(&self.raw).await {
+                Ok(storage) => Ok(Arc::new(storage)),
+                Err(err) => Err(connect(Box::new(err))),
+            },
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => match storage_postgres::PostgresStorage::from_url(&self.raw).await {
+                Ok(storage) => Ok(Arc::new(storage)),
+                Err(err) => Err(connect(Box::new(err))),
+            },
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => match storage_etcd::EtcdStorage::from_url(&self.raw).await {
                 Ok(storage) => Ok(Arc::new(storage)),
                 Err(err) => Err(connect(Box::new(err))),
             },

@@ -36,6 +36,29 @@ pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
             Ok(_) => Ok(Kind::Dynamo),
             Err(err) => Err(invalid(Box::new(err))),
         },
+        #[cfg(feature = "valkey")]
+        "redis" | "rediss" | "valkey" | "valkeys" => {
+            match storage_valkey::ValkeyConfig::from_url(raw) {
+                Ok(_) => Ok(Kind::Valkey),
+                Err(err) => Err(invalid(Box::new(err))),
+            }
+        }
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => match storage_postgres::PostgresConfig::from_url(raw) {
+            Ok(_) => Ok(Kind::Postgres),
+            Err(err) => Err(invalid(Box::new(err))),
+        },
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => match storage_etcd::EtcdConfig::from_url(raw) {
+            Ok(_) => Ok(Kind::Etcd),
+            Err(err) => Err(invalid(Box::new(err))),
+        },
+        #[cfg(not(feature = "valkey"))]
+        "redis" | "rediss" | "valkey" | "valkeys" => not_built_in(scheme, "valkey"),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => not_built_in(scheme, "postgres"),
+        #[cfg(not(feature = "etcd"))]
+        "etcd" | "etcds" => not_built_in(scheme, "etcd"),
         #[cfg(not(feature = "redb"))]
         "redb" => not_built_in(scheme, "redb"),
         #[cfg(not(feature = "scylla"))]
@@ -109,6 +132,17 @@ pub(crate) fn endpoint(kind: &Kind, raw: &str) -> Option<String> {
                 endpoint.port_or_known_default()?
             ))
         }
+        #[cfg(any(feature = "valkey", feature = "postgres", feature = "etcd"))]
+        Kind::Valkey | Kind::Postgres | Kind::Etcd => {
+            let url = url::Url::parse(raw).ok()?;
+            let port = url.port().or(match url.scheme() {
+                "redis" | "rediss" | "valkey" | "valkeys" => Some(6379),
+                "postgres" | "postgresql" => Some(5432),
+                "etcd" | "etcds" => Some(2379),
+                _ => None,
+            })?;
+            Some(format!("{}:{port}", url.host_str()?))
+        }
         _ => {
             let _ = raw;
             None
@@ -152,6 +186,15 @@ pub(crate) fn with_endpoint(kind: &Kind, raw: &str, addr: &str) -> Result<String
             url.query_pairs_mut().clear().extend_pairs(pairs);
             Ok(url.to_string())
         }
+        #[cfg(any(feature = "valkey", feature = "postgres", feature = "etcd"))]
+        Kind::Valkey | Kind::Postgres | Kind::Etcd => {
+            let (host, port) = addr.rsplit_once(':').ok_or_else(no_endpoint)?;
+            let port: u16 = port.parse().map_err(|_| no_endpoint())?;
+            let mut url = url::Url::parse(raw).map_err(|_| no_endpoint())?;
+            url.set_host(Some(host)).map_err(|_| no_endpoint())?;
+            url.set_port(Some(port)).map_err(|()| no_endpoint())?;
+            Ok(url.to_string())
+        }
         _ => {
             let _ = addr;
             Err(no_endpoint())
@@ -170,7 +213,7 @@ mod tests {
         assert_eq!("mem".parse::<StorageUrl>().unwrap(), StorageUrl::mem());
         assert!(matches!("".parse::<StorageUrl>(), Err(UrlError::Empty)));
         assert!(matches!(
-            "postgres://x/y".parse::<StorageUrl>(),
+            "mysql://x/y".parse::<StorageUrl>(),
             Err(UrlError::Unknown { .. })
         ));
         assert!(matches!(
@@ -188,7 +231,9 @@ mod tests {
         let exclusive: StorageUrl = "redb:///var/lib/x.redb?mode=exclusive".parse().unwrap();
         assert_ne!(exclusive, StorageUrl::redb("/var/lib/x.redb"));
         assert_eq!(
-            "redb:///var/lib/x.redb?mode=shared".parse::<StorageUrl>().unwrap(),
+            "redb:///var/lib/x.redb?mode=shared"
+                .parse::<StorageUrl>()
+                .unwrap(),
             StorageUrl::redb("/var/lib/x.redb")
         );
         assert!(matches!(
@@ -235,6 +280,27 @@ mod tests {
             .parse::<StorageUrl>()
             .unwrap_err();
         assert!(matches!(err, UrlError::Invalid { .. }), "{err}");
+    }
+
+    #[cfg(all(feature = "valkey", feature = "postgres"))]
+    #[test]
+    fn host_port_urls() {
+        let url: StorageUrl = "rediss://app:pw@cache.internal/2".parse().unwrap();
+        assert_eq!(url.to_string(), "rediss://app:***@cache.internal/2");
+        assert_eq!(url.endpoint().as_deref(), Some("cache.internal:6379"));
+        let proxied = url.with_endpoint("127.0.0.1:7001").unwrap();
+        assert_eq!(proxied.endpoint().as_deref(), Some("127.0.0.1:7001"));
+        assert!(
+            proxied
+                .as_str()
+                .starts_with("rediss://app:pw@127.0.0.1:7001")
+        );
+        let pg: StorageUrl = "postgres://u:p@db/leases".parse().unwrap();
+        assert_eq!(pg.endpoint().as_deref(), Some("db:5432"));
+        assert!(matches!(
+            "postgres://u:p@db/leases?sslmode=prefer".parse::<StorageUrl>(),
+            Err(UrlError::Invalid { .. })
+        ));
     }
 
     #[cfg(feature = "dynamodb")]

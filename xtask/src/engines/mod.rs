@@ -105,7 +105,11 @@ pub(crate) fn all() -> Vec<Engine> {
             endpoint_var: "SCYLLA_URI",
             passthrough_vars: &[],
             start: cassandra::start,
-            suites: &[("storage-scylla", "suite"), ("fence", "cassandra")],
+            suites: &[
+                ("storage-scylla", "suite"),
+                ("fence", "cassandra"),
+                ("vvm-host", "failover"),
+            ],
         },
         Engine {
             name: "dynamodb",
