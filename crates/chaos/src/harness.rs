@@ -417,7 +417,8 @@ mod tests {
             assert!(keeps, "{proxied}");
         }
         assert!(proxied_url("dynamodb://tbl?region=r", addr).is_err());
-        assert!(proxied_url("redis://x", addr).is_err());
+        assert!(proxied_url("mysql://x", addr).is_err());
+        assert!(proxied_url("redb:///tmp/x.redb", addr).is_err());
         assert!(proxied_url("scylla://host", addr).is_err());
     }
 }

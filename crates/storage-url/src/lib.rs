@@ -77,6 +77,28 @@ enum Kind {
     Etcd,
 }
 
+/// The engine a URL names, for programs that talk to the same engine
+/// beside the storage (the chaos harness's guarded table, say) without
+/// matching on schemes themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Engine {
+    /// `mem`.
+    Mem,
+    /// `redb://`.
+    Redb,
+    /// `scylla://`, `cassandra://`.
+    Cassandra,
+    /// `dynamodb://`.
+    DynamoDb,
+    /// `redis://`, `rediss://`, `valkey://`, `valkeys://`.
+    Valkey,
+    /// `postgres://`, `postgresql://`.
+    Postgres,
+    /// `etcd://`, `etcds://`.
+    Etcd,
+}
+
 /// Opens the storage `url` names: parses, validates, connects.
 ///
 /// # Errors
@@ -149,6 +171,25 @@ impl StorageUrl {
         self.raw
             .split_once("://")
             .map_or("mem", |(scheme, _)| scheme)
+    }
+
+    /// The engine this URL names.
+    pub fn engine(&self) -> Engine {
+        match &self.kind {
+            Kind::Mem => Engine::Mem,
+            #[cfg(feature = "redb")]
+            Kind::Redb { .. } => Engine::Redb,
+            #[cfg(feature = "scylla")]
+            Kind::Scylla => Engine::Cassandra,
+            #[cfg(feature = "dynamodb")]
+            Kind::Dynamo => Engine::DynamoDb,
+            #[cfg(feature = "valkey")]
+            Kind::Valkey => Engine::Valkey,
+            #[cfg(feature = "postgres")]
+            Kind::Postgres => Engine::Postgres,
+            #[cfg(feature = "etcd")]
+            Kind::Etcd => Engine::Etcd,
+        }
     }
 
     /// The network address (`host:port`) of the engine, for a URL that

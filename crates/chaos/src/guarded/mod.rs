@@ -84,13 +84,15 @@ enum Scheme {
     Dynamo,
 }
 
+/// The engine of `url`, as the storage registry reads it.
 fn scheme(url: &str) -> Result<Scheme, GuardedError> {
-    if url.starts_with("scylla://") {
-        Ok(Scheme::Scylla)
-    } else if url.starts_with("dynamodb://") {
-        Ok(Scheme::Dynamo)
-    } else {
-        Err(GuardedError::Scheme(url.to_string()))
+    let parsed: storage_url::StorageUrl = url
+        .parse()
+        .map_err(|_| GuardedError::Scheme(url.to_string()))?;
+    match parsed.engine() {
+        storage_url::Engine::Cassandra => Ok(Scheme::Scylla),
+        storage_url::Engine::DynamoDb => Ok(Scheme::Dynamo),
+        _ => Err(GuardedError::Scheme(parsed.to_string())),
     }
 }
 
