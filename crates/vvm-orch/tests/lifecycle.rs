@@ -584,8 +584,9 @@ async fn without_watch_the_standby_polls() {
     );
 }
 
-/// With `ACQUIRE_FOREVER` a standby never gives up: after a year of a key
-/// held by someone else it still waits, and leads once the key is free.
+/// With `ACQUIRE_FOREVER` a standby never gives up: after a day of a key
+/// held by someone else (the default gives up after 120 s) it still waits,
+/// and leads once the key is free.
 #[tokio::test(start_paused = true)]
 async fn a_standby_acquiring_forever_never_gives_up() {
     let storage = MemStorage::new();
@@ -595,8 +596,9 @@ async fn a_standby_acquiring_forever_never_gives_up() {
         .unwrap();
     let mut config = config("standby");
     config.acquisition_duration = vvm_orch::ACQUIRE_FOREVER;
+    config.acquisition_retry_pause = Duration::from_secs(60);
     let (vvm, problem, _) = launch(config, storage.clone(), idle());
-    tokio::time::sleep(Duration::from_secs(365 * 24 * 3600)).await;
+    tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
     assert_eq!(vvm.status(), VvmStatus::Acquiring);
     assert!(!problem.is_raised());
 
@@ -606,7 +608,7 @@ async fn a_standby_acquiring_forever_never_gives_up() {
             .await
             .unwrap()
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(61)).await;
     assert!(matches!(vvm.status(), VvmStatus::Leading(_)));
     vvm.shutdown().await.unwrap();
 }
