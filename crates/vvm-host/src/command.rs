@@ -70,7 +70,7 @@ impl ServicePipeline for CommandPipeline {
                 return Err(err.into());
             }
         };
-        tracing::info!(pid = %job.pid(), program = ?self.program, "command started");
+        tracing::info!(pid = job.pid().map_or(0, nix::unistd::Pid::as_raw), program = ?self.program, "command started");
 
         tokio::select! {
             ended = job.wait() => {

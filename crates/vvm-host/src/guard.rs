@@ -9,7 +9,9 @@
 //! 1. makes itself a child subreaper, so descendants that leave the
 //!    command's process group (`setsid`, double forks) are re-parented to it
 //!    when their parent dies, instead of to init;
-//! 2. starts the command in a new process group and reports `started PID`;
+//! 2. waits for the killer deadline (`deadline N` or `disarm`, which
+//!    `vvm-host` writes as soon as the guard exists), then starts the
+//!    command in a new process group and reports `started PID`;
 //! 3. obeys `T` (SIGTERM to the command's group and to every orphan it
 //!    adopted) and `K` (SIGKILL to all of them) read from the lifeline;
 //! 4. when the lifeline closes, which the kernel does whenever `vvm-host`
@@ -124,6 +126,30 @@ async fn guard(program: OsString, args: Vec<OsString>) -> io::Result<()> {
     let mut quit = signal(SignalKind::quit())?;
     let mut children = signal(SignalKind::child())?;
 
+    let mut lines = BufReader::new(lifeline).lines();
+    // The first line is the killer deadline: a vvm-host stopped right after
+    // the start cannot leave the command without one.
+    let mut deadline: Option<u128> = match lines.next_line().await {
+        Ok(Some(line)) => match parse_request(&line) {
+            Request::Deadline(at) => at,
+            _ => {
+                writeln!(
+                    reports,
+                    "spawn-failed other no killer deadline first: {line:?}"
+                )?;
+                return Ok(());
+            }
+        },
+        // vvm-host is gone before the command started: nothing to do.
+        Ok(None) | Err(_) => return Ok(()),
+    };
+    if let (Some(at), Some(now)) = (deadline, boot_time())
+        && now >= at
+    {
+        writeln!(reports, "spawn-failed other the killer deadline has passed")?;
+        return Ok(());
+    }
+
     let command = match Command::new(&program)
         .args(&args)
         .stdin(Stdio::null())
@@ -150,9 +176,7 @@ async fn guard(program: OsString, args: Vec<OsString>) -> io::Result<()> {
         command: pid,
         status: None,
     };
-    let mut lines = BufReader::new(lifeline).lines();
     let mut lifeline_open = true;
-    let mut deadline: Option<u128> = None;
     while job.status.is_none() {
         let check = match deadline {
             Some(_) => DEADLINE_CHECK,
@@ -161,12 +185,15 @@ async fn guard(program: OsString, args: Vec<OsString>) -> io::Result<()> {
         tokio::select! {
             _ = children.recv() => job.reap(),
             line = lines.next_line(), if lifeline_open => match line {
-                Ok(Some(line)) => match line.split_once(' ').unwrap_or((&line, "")) {
-                    ("term", _) => job.signal_all(Signal::SIGTERM),
-                    ("kill", _) => job.signal_all(Signal::SIGKILL),
-                    ("disarm", _) => deadline = None,
-                    ("deadline", at) => deadline = at.trim().parse().ok(),
-                    _ => eprintln!("vvm-host guard: unknown request {line:?}"),
+                Ok(Some(line)) => match parse_request(&line) {
+                    Request::Terminate => job.signal_all(Signal::SIGTERM),
+                    Request::Kill => job.signal_all(Signal::SIGKILL),
+                    Request::Deadline(at) => deadline = at,
+                    Request::Unknown => {
+                        // Fail safe: a garbled line may have been a kill.
+                        eprintln!("vvm-host guard: unknown request {line:?}: SIGKILL to the command");
+                        job.signal_all(Signal::SIGKILL);
+                    }
                 },
                 Ok(None) | Err(_) => {
                     // vvm-host is gone, whatever ended it: end the job.
@@ -203,6 +230,32 @@ async fn guard(program: OsString, args: Vec<OsString>) -> io::Result<()> {
     // vvm-host may be gone already: then nobody needs the report.
     let _ = writeln!(reports, "{report} swept {killed}");
     Ok(())
+}
+
+/// A line read from the lifeline.
+#[derive(Debug, PartialEq, Eq)]
+enum Request {
+    /// `term`.
+    Terminate,
+    /// `kill`.
+    Kill,
+    /// `deadline N` (`Some(N)`) or `disarm` (`None`).
+    Deadline(Option<u128>),
+    /// Anything else.
+    Unknown,
+}
+
+fn parse_request(line: &str) -> Request {
+    match line.split_once(' ').unwrap_or((line, "")) {
+        ("term", "") => Request::Terminate,
+        ("kill", "") => Request::Kill,
+        ("disarm", "") => Request::Deadline(None),
+        ("deadline", at) => match at.trim().parse() {
+            Ok(at) => Request::Deadline(Some(at)),
+            Err(_) => Request::Unknown,
+        },
+        _ => Request::Unknown,
+    }
 }
 
 /// The command (leader of its own process group) and its fate.
@@ -291,6 +344,16 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn requests_parse() {
+        assert_eq!(parse_request("term"), Request::Terminate);
+        assert_eq!(parse_request("kill"), Request::Kill);
+        assert_eq!(parse_request("disarm"), Request::Deadline(None));
+        assert_eq!(parse_request("deadline 42"), Request::Deadline(Some(42)));
+        assert_eq!(parse_request("deadline x"), Request::Unknown);
+        assert_eq!(parse_request("kill now"), Request::Unknown);
+    }
 
     #[test]
     fn finds_its_own_children() {

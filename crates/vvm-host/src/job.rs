@@ -7,7 +7,7 @@ use std::{
     io::{self, Write},
     os::unix::net::UnixStream as StdUnixStream,
     process::Stdio,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, OnceLock, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -96,7 +96,8 @@ pub(crate) enum JobError {
 #[derive(Debug)]
 pub(crate) struct JobHandle {
     guard: Pid,
-    command: Pid,
+    /// Known once the guard has reported it started the command.
+    command: OnceLock<Pid>,
     lifeline: StdUnixStream,
 }
 
@@ -123,9 +124,13 @@ impl JobHandle {
     /// to kill every descendant, and waits up to `limit` for the guard to
     /// report that the whole job is gone (by exiting). True if it did.
     pub(crate) fn kill_now(&self, limit: Duration) -> bool {
-        match killpg(self.command, Signal::SIGKILL) {
-            Ok(()) | Err(Errno::ESRCH) => {}
-            Err(err) => tracing::error!(%err, "SIGKILL to the command's process group failed"),
+        // Before the guard reported the command's pid, the `kill` request
+        // below is enough: the guard reads it once the command runs.
+        if let Some(&command) = self.command.get() {
+            match killpg(command, Signal::SIGKILL) {
+                Ok(()) | Err(Errno::ESRCH) => {}
+                Err(err) => tracing::error!(%err, "SIGKILL to the command's process group failed"),
+            }
         }
         match (&self.lifeline).write_all(KILL) {
             Ok(()) => {}
@@ -171,6 +176,10 @@ impl RunningJob {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Publishes `handle` (or clears it). A new guard is told the current
+    /// deadline first, under the same lock as every later change, so it
+    /// never misses one: the guard waits for this line before it starts the
+    /// command.
     fn set(&self, handle: Option<Arc<JobHandle>>) {
         let mut shared = self.lock();
         if let Some(handle) = &handle {
@@ -197,10 +206,12 @@ impl RunningJob {
 /// A command running under its guard.
 pub(crate) struct Job {
     guard: Child,
-    reports: Lines<BufReader<OwnedReadHalf>>,
-    /// Kept open: dropping it would shut the lifeline's write direction,
-    /// which the guard reads as "vvm-host is gone".
-    _lifeline: OwnedWriteHalf,
+    /// The guard's reports (`None` only while starting).
+    reports: Option<Lines<BufReader<OwnedReadHalf>>>,
+    /// Kept open (`None` only while starting): dropping it would shut the
+    /// lifeline's write direction, which the guard reads as "vvm-host is
+    /// gone".
+    lifeline_write: Option<OwnedWriteHalf>,
     handle: Arc<JobHandle>,
     running: RunningJob,
 }
@@ -238,7 +249,22 @@ impl Job {
             .map(Pid::from_raw)
             .ok_or_else(|| JobError::Guard(io::Error::other("the guard has no pid")))?;
 
-        let writer = host_end.try_clone().map_err(JobError::Guard)?;
+        let handle = Arc::new(JobHandle {
+            guard: guard_pid,
+            command: OnceLock::new(),
+            lifeline: host_end.try_clone().map_err(JobError::Guard)?,
+        });
+        // At once: the guard does not start the command before it knows the
+        // killer deadline, so a vvm-host stopped from here on cannot leave
+        // the command running past its lease.
+        running.set(Some(handle.clone()));
+        let mut job = Job {
+            guard,
+            reports: None,
+            lifeline_write: None,
+            handle,
+            running: running.clone(),
+        };
         host_end.set_nonblocking(true).map_err(JobError::Guard)?;
         let (read, write) = UnixStream::from_std(host_end)
             .map_err(JobError::Guard)?
@@ -251,19 +277,11 @@ impl Job {
                 let pid: i32 = pid
                     .parse()
                     .map_err(|_| JobError::GuardLost(format!("bad report {first:?}")))?;
-                let handle = Arc::new(JobHandle {
-                    guard: guard_pid,
-                    command: Pid::from_raw(pid),
-                    lifeline: writer,
-                });
-                running.set(Some(handle.clone()));
-                Ok(Job {
-                    guard,
-                    reports,
-                    _lifeline: write,
-                    handle,
-                    running: running.clone(),
-                })
+                // Set once, here, before anyone else can read it.
+                let _ = job.handle.command.set(Pid::from_raw(pid));
+                job.reports = Some(reports);
+                job.lifeline_write = Some(write);
+                Ok(job)
             }
             (Some("spawn-failed"), Some(kind), message) => Err(JobError::Spawn {
                 program: program.clone(),
@@ -282,8 +300,8 @@ impl Job {
     }
 
     /// The command's pid (the leader of its process group).
-    pub(crate) fn pid(&self) -> Pid {
-        self.handle.command
+    pub(crate) fn pid(&self) -> Option<Pid> {
+        self.handle.command.get().copied()
     }
 
     /// SIGTERM to the command's process group and adopted orphans.
@@ -300,14 +318,19 @@ impl Job {
     /// reaped everything of the job; returns how it ended and how many
     /// other processes of the job were killed.
     pub(crate) async fn wait(&mut self) -> Result<(Outcome, usize), JobError> {
-        let report = self.reports.next_line().await;
+        let report = match &mut self.reports {
+            Some(reports) => reports.next_line().await,
+            None => Ok(None),
+        };
         let status = self.guard.wait().await;
         self.running.set(None);
         let line = match report {
             Ok(Some(line)) => line,
             other => {
                 // The guard died (SIGKILLed?): kill what we know of the job.
-                let _ = killpg(self.handle.command, Signal::SIGKILL);
+                if let Some(pid) = self.pid() {
+                    let _ = killpg(pid, Signal::SIGKILL);
+                }
                 return Err(JobError::GuardLost(format!(
                     "report {other:?}, guard {status:?}"
                 )));

@@ -133,6 +133,37 @@ fn a_stopped_vvm_host_has_its_command_killed_by_the_guard_before_the_lease_expir
     assert_eq!(code, Some(123), "{log}");
 }
 
+/// The earliest stop there is: the command itself stops vvm-host (its
+/// guard's parent) as its first act, before vvm-host has even read the
+/// guard's "started" report. The guard must already know the deadline.
+#[test]
+fn a_vvm_host_stopped_as_the_command_starts_still_has_it_killed_in_time() {
+    let script = format!(
+        "read -r _ _ _ host _ < /proc/$PPID/stat; kill -STOP $host; echo stopped=$host; {}",
+        job_with_escaping_grandchild("trap '' TERM; exec sleep 1000")
+    );
+    let mut host = Host::start(&[], &script);
+    let stopped = read_number(&host.out, "stopped=");
+    let (pid, grandchild) = job_pids(&host.out);
+    assert_eq!(
+        stopped,
+        i32::try_from(host.child.id()).unwrap(),
+        "the script stopped vvm-host"
+    );
+    for pid in [pid, grandchild] {
+        wait_gone(pid);
+    }
+    let lease_end = host.lease_end();
+    signal(&host.child, Signal::SIGCONT);
+    let (code, log) = host.finish();
+    assert_gone_before([pid, grandchild], lease_end, &log);
+    assert!(
+        log.contains("the leadership deadline passed without word from vvm-host"),
+        "{log}"
+    );
+    assert_eq!(code, Some(123), "{log}");
+}
+
 #[test]
 fn sigkill_of_vvm_host_kills_the_command_and_its_escaped_grandchild() {
     let script = job_with_escaping_grandchild("trap '' TERM; exec sleep 1000");
