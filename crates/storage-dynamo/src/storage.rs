@@ -5,7 +5,7 @@ use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
 use async_trait::async_trait;
 use aws_config::{BehaviorVersion, Region, retry::RetryConfig, timeout::TimeoutConfig};
 use aws_sdk_dynamodb::{Client, config::Credentials, types::AttributeValue};
-use rand::Rng;
+use backon::{ExponentialBuilder, Retryable};
 use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage, check_value};
 
 use crate::{
@@ -87,24 +87,18 @@ impl DynamoStorage {
 
     /// Runs `attempt` until it succeeds, fails for good, or `max_attempts`
     /// transient failures (which prove the request was not applied) pass.
-    async fn retrying<T, F, Fut>(&self, what: &'static str, mut attempt: F) -> Result<T>
+    async fn retrying<T, F, Fut>(&self, what: &'static str, attempt: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let mut tries = 1;
-        loop {
-            match attempt().await {
-                Err(err) if err.is_transient() && tries < self.max_attempts => {
-                    let base = 20u64 << tries.min(6);
-                    let pause = Duration::from_millis(rand::rng().random_range(base / 2..=base));
-                    tracing::debug!(what, tries, ?pause, error = %err, "transient DynamoDB error, retrying");
-                    tokio::time::sleep(pause).await;
-                    tries += 1;
-                }
-                result => return result,
-            }
-        }
+        attempt
+            .retry(retry_policy(self.max_attempts))
+            .when(StorageError::is_transient)
+            .notify(|err, pause| {
+                tracing::debug!(what, ?pause, error = %err, "transient DynamoDB error, retrying");
+            })
+            .await
     }
 
     /// A PutItem of `item` under `condition`: `Ok(false)` if it failed.
@@ -241,4 +235,16 @@ impl TtlStorage for DynamoStorage {
         })
         .await
     }
+}
+
+/// The pauses between attempts: exponential from 40 ms, doubling up to
+/// 1.28 s, each with random jitter so contenders do not retry in step;
+/// `max_attempts - 1` retries at most.
+fn retry_policy(max_attempts: u32) -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(40))
+        .with_max_delay(Duration::from_millis(1_280))
+        .with_factor(2.0)
+        .with_jitter()
+        .with_max_times(usize::try_from(max_attempts.saturating_sub(1)).unwrap_or(usize::MAX))
 }

@@ -145,22 +145,24 @@
 //!   millisecond for [`RedbStorage`]. An election writes once per TTL/4, so
 //!   either is far below the load it needs.
 
-mod builder;
 mod change_feed;
+mod config;
 mod error;
 mod events_file;
 mod fs_check;
 mod ops;
 mod record;
 mod schema;
-mod shared_builder;
+mod shared_config;
 mod shared_storage;
 mod storage;
 mod sweep;
+mod url;
 mod writer;
 
-pub use builder::RedbStorageBuilder;
-pub use error::{CloseError, OpenError};
-pub use shared_builder::SharedRedbStorageBuilder;
+pub use config::RedbStorageBuilder;
+pub use error::{CloseError, OpenError, UrlError};
+pub use shared_config::SharedRedbStorageBuilder;
 pub use shared_storage::SharedRedbStorage;
 pub use storage::RedbStorage;
+pub use url::{RedbMode, RedbUrl};

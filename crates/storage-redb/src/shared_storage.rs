@@ -10,6 +10,7 @@ use std::{
 use async_trait::async_trait;
 use redb::Database;
 use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
 use ttl_storage::{
     Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
 };
@@ -77,6 +78,8 @@ pub(crate) struct Inner {
 pub struct SharedRedbStorage {
     pub(crate) inner: Arc<Inner>,
     _close: Arc<CloseOnBlockingThread>,
+    /// Every blocking task of the operations, so closing can wait for them.
+    tasks: TaskTracker,
 }
 
 /// Owned by the clones of one handle: when the last one is dropped, hands
@@ -109,6 +112,7 @@ impl SharedRedbStorage {
         SharedRedbStorage {
             _close: Arc::new(CloseOnBlockingThread(Some(Arc::clone(&inner)))),
             inner,
+            tasks: TaskTracker::new(),
         }
     }
 
@@ -145,23 +149,22 @@ impl SharedRedbStorage {
     /// Fails with [`CloseError::InUse`] (and closes nothing) while other
     /// clones of this handle are alive (a pending watch holds one).
     pub async fn close(self) -> Result<(), CloseError> {
-        let SharedRedbStorage { inner, _close } = self;
+        let SharedRedbStorage {
+            inner,
+            _close,
+            tasks,
+        } = self;
         let path = inner.path.clone();
         let Ok(mut close) = Arc::try_unwrap(_close) else {
             return Err(CloseError::InUse { path });
         };
         drop(close.0.take());
-        // Blocking tasks of operations that already returned may still hold
-        // the state for a moment (a drain that found the queue empty).
-        let mut inner = inner;
-        let inner = loop {
-            match Arc::try_unwrap(inner) {
-                Ok(inner) => break inner,
-                Err(still) => {
-                    inner = still;
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
+        // Blocking tasks of operations that already returned (a drain that
+        // found the queue empty) or were cancelled may still hold the state.
+        tasks.close();
+        tasks.wait().await;
+        let Ok(inner) = Arc::try_unwrap(inner) else {
+            return Err(CloseError::InUse { path });
         };
         let Inner { db, feed, .. } = inner;
         drop(feed);
@@ -182,7 +185,7 @@ impl SharedRedbStorage {
         inner.writer.push(Pending { op, reply });
         // Not awaited: the answer comes through `reply`, possibly from the
         // task of another operation of the same batch.
-        drop(tokio::task::spawn_blocking(move || {
+        drop(self.tasks.spawn_blocking(move || {
             inner.writer.drain_with(|batch| commit_batch(&inner, batch));
         }));
         answer.await.unwrap_or_else(|_| {
@@ -196,7 +199,7 @@ impl SharedRedbStorage {
     async fn read(&self, key: &Key) -> Result<Option<(u64, Vec<u8>)>> {
         let inner = Arc::clone(&self.inner);
         let key = key.as_str().to_owned();
-        let read = tokio::task::spawn_blocking(move || {
+        let read = self.tasks.spawn_blocking(move || {
             let now = record::now_millis()?;
             ops::get_record(&inner.db, &key, now)
         });

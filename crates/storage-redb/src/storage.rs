@@ -9,6 +9,7 @@ use std::{
 use async_trait::async_trait;
 use redb::Database;
 use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
 use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage, check_value};
 
 use crate::{
@@ -79,6 +80,8 @@ impl Drop for Guard {
 pub struct RedbStorage {
     shared: Arc<Shared>,
     guard: Arc<Guard>,
+    /// Every blocking task of the operations, so closing can wait for them.
+    tasks: TaskTracker,
 }
 
 impl std::fmt::Debug for RedbStorage {
@@ -112,6 +115,7 @@ impl RedbStorage {
         RedbStorage {
             shared,
             guard: Arc::new(guard),
+            tasks: TaskTracker::new(),
         }
     }
 
@@ -125,7 +129,9 @@ impl RedbStorage {
     /// periodically; this is for tests and maintenance.
     pub async fn sweep_now(&self, limit: usize) -> Result<usize> {
         let shared = Arc::clone(&self.shared);
-        let pass = tokio::task::spawn_blocking(move || crate::sweep::sweep_once(&shared.db, limit));
+        let pass = self
+            .tasks
+            .spawn_blocking(move || crate::sweep::sweep_once(&shared.db, limit));
         match pass.await {
             Ok(Ok(removed)) => Ok(removed),
             Ok(Err(err)) => Err(not_applied("sweep failed", &Arc::new(err))),
@@ -143,7 +149,11 @@ impl RedbStorage {
     /// Fails with [`CloseError::InUse`] (and closes nothing) while other clones
     /// of this handle are alive.
     pub async fn close(self) -> Result<(), CloseError> {
-        let RedbStorage { shared, guard } = self;
+        let RedbStorage {
+            shared,
+            guard,
+            tasks,
+        } = self;
         let path = shared.path.clone();
         let Ok(mut guard) = Arc::try_unwrap(guard) else {
             return Err(CloseError::InUse { path });
@@ -153,17 +163,12 @@ impl RedbStorage {
         }
         drop(guard.shared.take());
         drop(guard);
-        // Blocking tasks of operations that already returned may still hold
-        // the shared state for a moment (a drain that found the queue empty).
-        let mut shared = shared;
-        let shared = loop {
-            match Arc::try_unwrap(shared) {
-                Ok(shared) => break shared,
-                Err(still) => {
-                    shared = still;
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
+        // Blocking tasks of operations that already returned (a drain that
+        // found the queue empty) or were cancelled may still hold the state.
+        tasks.close();
+        tasks.wait().await;
+        let Ok(shared) = Arc::try_unwrap(shared) else {
+            return Err(CloseError::InUse { path });
         };
         let closing = tokio::task::spawn_blocking(move || shared.db.close());
         match closing.await {
@@ -183,9 +188,10 @@ impl RedbStorage {
         shared.writer.push(Pending { op, reply });
         // Not awaited: the answer comes through `reply`, possibly from the
         // task of another operation of the same batch.
-        drop(tokio::task::spawn_blocking(move || {
-            shared.writer.drain(&shared.db)
-        }));
+        drop(
+            self.tasks
+                .spawn_blocking(move || shared.writer.drain(&shared.db)),
+        );
         answer.await.unwrap_or_else(|_| {
             Err(StorageError::outcome_unknown(
                 "the write task panicked or was cancelled before answering",
@@ -230,7 +236,7 @@ impl TtlStorage for RedbStorage {
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
         let shared = Arc::clone(&self.shared);
         let key = key.as_str().to_owned();
-        let read = tokio::task::spawn_blocking(move || {
+        let read = self.tasks.spawn_blocking(move || {
             let now = record::now_millis()?;
             ops::get(&shared.db, &key, now)
         });

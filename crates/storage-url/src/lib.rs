@@ -58,7 +58,7 @@ pub struct StorageUrl {
 /// The driver a URL selects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Kind {
-    Mem,
+    Mem(storage_mem::MemConfig),
     #[cfg(feature = "redb")]
     Redb {
         path: PathBuf,
@@ -114,7 +114,7 @@ pub async fn open(url: &str) -> Result<DynTtlStorage, OpenError> {
 
 /// One line per scheme compiled into this build, for `--help` texts.
 pub fn schemes_help() -> String {
-    let mut lines = vec!["mem (this process only)".to_owned()];
+    let mut lines = vec!["mem[://?max_records=N] (this process only)".to_owned()];
     #[cfg(feature = "redb")]
     lines.push(
         "redb:///path/file.redb[?mode=exclusive] (an embedded file, shared by the processes of one host; exclusive: one process, faster)"
@@ -144,7 +144,7 @@ impl StorageUrl {
     /// The `mem` URL.
     pub fn mem() -> StorageUrl {
         StorageUrl {
-            kind: Kind::Mem,
+            kind: Kind::Mem(storage_mem::MemConfig::new()),
             raw: "mem".to_owned(),
         }
     }
@@ -176,7 +176,7 @@ impl StorageUrl {
     /// The engine this URL names.
     pub fn engine(&self) -> Engine {
         match &self.kind {
-            Kind::Mem => Engine::Mem,
+            Kind::Mem(_) => Engine::Mem,
             #[cfg(feature = "redb")]
             Kind::Redb { .. } => Engine::Redb,
             #[cfg(feature = "scylla")]
@@ -222,7 +222,9 @@ impl StorageUrl {
             source,
         };
         match &self.kind {
-            Kind::Mem => Ok(Arc::new(storage_mem::MemStorage::new())),
+            Kind::Mem(config) => Ok(Arc::new(storage_mem::MemStorage::with_config(
+                config.clone(),
+            ))),
             #[cfg(feature = "redb")]
             Kind::Redb { path, shared: true } => {
                 match storage_redb::SharedRedbStorage::open(path).await {
@@ -274,7 +276,7 @@ impl StorageUrl {
 impl PartialEq for StorageUrl {
     fn eq(&self, other: &Self) -> bool {
         match (&self.kind, &other.kind) {
-            (Kind::Mem, Kind::Mem) => true,
+            (Kind::Mem(a), Kind::Mem(b)) => a == b,
             #[cfg(feature = "redb")]
             (Kind::Redb { .. }, Kind::Redb { .. }) => self.kind == other.kind,
             (a, b) => a == b && self.raw == other.raw,

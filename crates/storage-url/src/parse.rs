@@ -1,8 +1,5 @@
 //! The one place that matches on storage URL schemes.
 
-#[cfg(feature = "redb")]
-use std::path::PathBuf;
-
 use crate::{Kind, UrlError, redact::redact};
 
 /// The driver `raw` selects, after the driver has validated it.
@@ -10,11 +7,10 @@ pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
     if raw.is_empty() {
         return Err(UrlError::Empty);
     }
-    if raw == "mem" || raw == "mem://" {
-        return Ok(Kind::Mem);
-    }
-    let Some((scheme, _)) = raw.split_once("://") else {
-        return Err(UrlError::Unknown { url: redact(raw) });
+    let scheme = match raw.split_once("://") {
+        Some((scheme, _)) => scheme,
+        None if raw == "mem" => "mem",
+        None => return Err(UrlError::Unknown { url: redact(raw) }),
     };
     let invalid = |source: Box<dyn std::error::Error + Send + Sync>| UrlError::Invalid {
         scheme: scheme.to_owned(),
@@ -22,10 +18,18 @@ pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
         source,
     };
     match scheme {
+        "mem" => match storage_mem::MemConfig::from_url(raw) {
+            Ok(config) => Ok(Kind::Mem(config)),
+            Err(err) => Err(invalid(Box::new(err))),
+        },
         #[cfg(feature = "redb")]
-        "redb" => redb(raw)
-            .map(|(path, shared)| Kind::Redb { path, shared })
-            .map_err(|e| invalid(e.into())),
+        "redb" => match storage_redb::RedbUrl::parse(raw) {
+            Ok(url) => Ok(Kind::Redb {
+                path: url.path().to_owned(),
+                shared: url.mode() == storage_redb::RedbMode::Shared,
+            }),
+            Err(err) => Err(invalid(Box::new(err))),
+        },
         #[cfg(feature = "scylla")]
         "scylla" | "cassandra" => match storage_scylla::ScyllaConfig::from_url(raw) {
             Ok(_) => Ok(Kind::Scylla),
@@ -75,36 +79,6 @@ fn not_built_in(scheme: &str, feature: &'static str) -> Result<Kind, UrlError> {
         scheme: scheme.to_owned(),
         feature,
     })
-}
-
-/// `redb:///absolute/path` or `redb://relative/path`, percent-decoded, and
-/// `?mode=shared` (the default: several processes) or `?mode=exclusive`.
-#[cfg(feature = "redb")]
-fn redb(raw: &str) -> Result<(PathBuf, bool), String> {
-    let rest = raw.strip_prefix("redb://").unwrap_or(raw);
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path.is_empty() {
-        return Err("no file path (expected redb:///path/to/file.redb)".to_owned());
-    }
-    if rest.contains('#') {
-        return Err("a redb:// URL takes no fragment".to_owned());
-    }
-    let mut shared = true;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair {
-            "mode=shared" => shared = true,
-            "mode=exclusive" => shared = false,
-            other => {
-                return Err(format!(
-                    "unknown option {other:?} (redb:// takes mode=shared or mode=exclusive)"
-                ));
-            }
-        }
-    }
-    let decoded = percent_encoding::percent_decode_str(path)
-        .decode_utf8()
-        .map_err(|err| format!("the path is not UTF-8 once decoded: {err}"))?;
-    Ok((PathBuf::from(decoded.into_owned()), shared))
 }
 
 /// The one network address of a URL, if it names exactly one.

@@ -30,9 +30,10 @@ use nix::sys::signal::Signal;
 const SCRIPT: &str = r#"
 exec 9>>"$LOCK"
 flock -n 9 || { echo "overlap $NODE" >> "$EVENTS"; exit 99; }
+# Before "leading": the test stops the leader as soon as it reads that.
+trap 'echo "stop $NODE $(date +%s%N)" >> "$EVENTS"; exit 0' TERM
 echo "start $NODE $(date +%s%N)" >> "$EVENTS"
 echo "leading $NODE"
-trap 'echo "stop $NODE $(date +%s%N)" >> "$EVENTS"; exit 0' TERM
 while :; do sleep 0.05; done
 "#;
 

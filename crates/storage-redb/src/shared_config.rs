@@ -6,8 +6,8 @@ use redb::ConcurrencyMode;
 
 use crate::{
     OpenError, SharedRedbStorage,
-    builder::{check_magic, check_path, create_checked, ensure_parent, probe},
     change_feed::ChangeFeed,
+    config::{check_magic, check_path, create_checked, ensure_parent, probe},
     events_file::EventsFile,
     fs_check,
     shared_storage::Inner,
