@@ -1,6 +1,6 @@
 //! # storage-mem
 //!
-//! A concurrent, in-memory [`TtlStorage`] driver. Useful for tests, for
+//! A concurrent, in-memory [`TtlStorage`](ttl_storage::TtlStorage) driver. Useful for tests, for
 //! single-process programs, and as the reference implementation of the
 //! contract: every other driver must behave exactly like it.
 //!
@@ -13,7 +13,7 @@
 //! - **Expired records** are invisible to every operation and are reclaimed
 //!   on touch, plus a full sweep once the map has grown by half since the
 //!   last one, so memory stays bounded by the live records.
-//! - **Watch** ([`TtlStorage::watch`]) is supported: the future completes
+//! - **Watch** ([`TtlStorage::watch`](ttl_storage::TtlStorage::watch)) is supported: the future completes
 //!   when a record is deleted (any delete wakes every waiter: spurious wake-ups
 //!   are allowed), at the record's expiry on tokio's clock, or at once when
 //!   the key holds no live record.
