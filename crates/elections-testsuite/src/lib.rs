@@ -44,6 +44,7 @@
 pub mod cases;
 mod ctx;
 mod faults;
+pub mod proxy;
 
 pub use ctx::{Ctx, Mode, sleep};
 pub use faults::{Fault, FaultyStorage, Op};

@@ -15,8 +15,6 @@
 // Test code: a panic with a clear message is how a case fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod proxy;
-
 use std::{
     net::SocketAddr,
     sync::Arc,
@@ -180,7 +178,9 @@ fn server_addr() -> SocketAddr {
 #[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
 async fn lost_answers_and_lost_connections() {
     let direct = connect_url(&base_url()).await;
-    let proxy = proxy::Proxy::start(server_addr()).await;
+    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
+        .await
+        .unwrap();
     let url = format!("etcd://{}?timeout=1s&connect_timeout=1s", proxy.addr);
     let s = connect_url(&url).await;
     let k = key("lost");

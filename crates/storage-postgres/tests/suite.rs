@@ -15,8 +15,6 @@
 // Test code: a panic with a clear message is how a case fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod proxy;
-
 use std::{
     net::SocketAddr,
     sync::Arc,
@@ -317,7 +315,9 @@ async fn refused_connection_is_transient() {
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
 async fn lost_answers_and_lost_connections() {
     let direct = connect_url(&base_url()).await;
-    let proxy = proxy::Proxy::start(server_addr()).await;
+    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
+        .await
+        .unwrap();
     let url = url_with(|u| {
         u.set_port(Some(proxy.addr.port())).unwrap();
         u.set_query(Some("timeout=1s&connect_timeout=1s&pool_size=1"));

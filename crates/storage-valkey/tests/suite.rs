@@ -16,8 +16,6 @@
 // Test code: a panic with a clear message is how a case fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod proxy;
-
 use std::{
     net::SocketAddr,
     sync::Arc,
@@ -307,7 +305,9 @@ async fn refused_connection_is_transient() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn lost_answers_and_lost_connections() {
     let direct = connect().await;
-    let proxy = proxy::Proxy::start(server_addr()).await;
+    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
+        .await
+        .unwrap();
     let url = format!("redis://{}?timeout=500ms&connect_timeout=500ms", proxy.addr);
     let s = ValkeyStorage::from_url(&url).await.unwrap();
     let k = key("lost");

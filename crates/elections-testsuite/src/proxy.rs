@@ -1,5 +1,18 @@
-//! A TCP proxy in front of the real server that can swallow answers or cut
-//! every connection, to check error classification on real traffic.
+//! A TCP proxy in front of a real server that can swallow answers or cut
+//! every connection: driver tests use it to check, on real traffic, that a
+//! lost answer is reported as an unknown outcome and a dead connection as
+//! a transient error.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use elections_testsuite::proxy::Proxy;
+//!
+//! let proxy = Proxy::start("127.0.0.1:6379".parse().unwrap()).await?;
+//! // Point the driver at `proxy.addr`, then:
+//! proxy.swallow_answers(true); // requests arrive, answers are lost
+//! proxy.shut_down(); // every connection is cut, new ones refused
+//! # Ok(()) }
+//! ```
 
 use std::{
     net::SocketAddr,
@@ -16,8 +29,10 @@ use tokio::{
 };
 
 /// The proxy; dropping it closes the listener and every connection.
-pub(crate) struct Proxy {
-    pub(crate) addr: SocketAddr,
+#[derive(Debug)]
+pub struct Proxy {
+    /// Where clients connect (a loopback address).
+    pub addr: SocketAddr,
     swallow: Arc<AtomicBool>,
     cut: watch::Sender<bool>,
     accept: tokio::task::JoinHandle<()>,
@@ -25,9 +40,13 @@ pub(crate) struct Proxy {
 
 impl Proxy {
     /// Listens on a free loopback port and forwards to `upstream`.
-    pub(crate) async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+    ///
+    /// # Errors
+    ///
+    /// When no loopback port can be bound.
+    pub async fn start(upstream: SocketAddr) -> std::io::Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
         let swallow = Arc::new(AtomicBool::new(false));
         let (cut, cut_rx) = watch::channel(false);
         let swallow2 = swallow.clone();
@@ -39,21 +58,21 @@ impl Proxy {
                 tokio::spawn(pipe(client, server, swallow2.clone(), cut_rx.clone()));
             }
         });
-        Proxy {
+        Ok(Proxy {
             addr,
             swallow,
             cut,
             accept,
-        }
+        })
     }
 
     /// From now on, requests still reach the server but answers are dropped.
-    pub(crate) fn swallow_answers(&self, on: bool) {
+    pub fn swallow_answers(&self, on: bool) {
         self.swallow.store(on, Ordering::SeqCst);
     }
 
     /// Closes the listener and every connection: later connects are refused.
-    pub(crate) fn shut_down(&self) {
+    pub fn shut_down(&self) {
         self.accept.abort();
         let _ = self.cut.send(true);
     }
