@@ -59,6 +59,7 @@ impl Renewal {
                         };
                         telemetry::renewal_slack(&self.key, slack);
                     }
+                    telemetry::leading(&self.key, true);
                     self.killer.renewed(start, self.timing.kill_after_success());
                     self.lease_start = start;
                     renewals += 1;

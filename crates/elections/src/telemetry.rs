@@ -4,7 +4,7 @@
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
-//! | `elections_leader` | gauge | `key` | 1 while this process holds the leadership, 0 once it is lost or released |
+//! | `elections_leader` | gauge | `key` | 1 while this process holds the leadership (set at acquisition and at every renewal); 0 once it is lost or released, and after every attempt that did not acquire it (a standby) |
 //! | `elections_acquisitions_total` | counter | `key` | leaderships acquired |
 //! | `elections_acquisition_attempts_total` | counter | `key`, `outcome` | acquisition attempts: `acquired`, `held_by_other`, `error` |
 //! | `elections_losses_total` | counter | `key`, `cause` | leaderships lost: `taken`, `renewal_failed`, `elections_dropped` |
@@ -51,10 +51,15 @@ pub(crate) fn leading(key: &Key, leading: bool) {
     metrics::gauge!(names::LEADER, "key" => key_label(key)).set(if leading { 1.0 } else { 0.0 });
 }
 
-/// One acquisition attempt ended with `outcome`.
+/// One acquisition attempt ended with `outcome`. An attempt that did not
+/// acquire sets the leader gauge to 0, so a standby reports 0 (not nothing)
+/// for the keys it tries.
 pub(crate) fn attempt(key: &Key, outcome: &'static str) {
     metrics::counter!(names::ACQUISITION_ATTEMPTS_TOTAL, "key" => key_label(key), "outcome" => outcome)
         .increment(1);
+    if outcome != "acquired" {
+        leading(key, false);
+    }
 }
 
 /// A leadership was acquired.
