@@ -221,7 +221,9 @@ impl StorageUrl {
     ///
     /// [`OpenError::Connect`] naming the URL (password redacted) and why.
     pub async fn open(&self) -> Result<DynTtlStorage, OpenError> {
-        let driver = self.open_driver().await?;
+        // Boxed: the drivers' connect futures are deep, and nesting them one
+        // level further overflows the layout depth of callers' futures.
+        let driver = Box::pin(self.open_driver()).await?;
         Ok(Arc::new(Instrumented::new(driver, self.engine().label())))
     }
 
