@@ -20,6 +20,12 @@
 //!   proxy* over a pooled hyper client; [`http::pod`] — the pod's cancel
 //!   endpoint and cancellation middleware.
 //!
+//! ## Metrics
+//!
+//! Calls by outcome, route lookups (cache hit, miss, coalesced), forwarding
+//! latency and Valkey errors are recorded through the `metrics` facade: see
+//! [`telemetry`].
+//!
 //! ## Key layout (shared with the Node `@platformatic/coordinator`)
 //!
 //! With prefix `P` (default `coordinator`): `P:members` (set of member ids),
@@ -119,6 +125,7 @@ mod member;
 mod record;
 mod registry;
 pub mod strategy;
+pub mod telemetry;
 mod tls;
 mod valkey;
 

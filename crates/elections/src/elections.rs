@@ -22,6 +22,7 @@ use crate::{
     leadership::{EndReason, EndSignal, Leadership, LossCause},
     record,
     renewal::Renewal,
+    telemetry,
     timing::Timing,
 };
 
@@ -141,8 +142,10 @@ impl Elections {
         let acquired = self
             .try_acquire(key, &counter, &value, timing)
             .instrument(span.clone())
-            .await?;
+            .await
+            .inspect_err(|_| telemetry::attempt(key, "error"))?;
         let Some((fencing_token, lease_start)) = acquired else {
+            telemetry::attempt(key, "held_by_other");
             return Ok(None);
         };
         self.install(reservation, value, timing, fencing_token, lease_start)
@@ -260,6 +263,8 @@ impl Elections {
                     }),
                 );
                 reservation.fulfil();
+                telemetry::attempt(&key, "acquired");
+                telemetry::acquired(&key);
                 return Ok(Some(Leadership {
                     key,
                     record: value,
@@ -315,6 +320,7 @@ impl Elections {
                 tracing::error!(error = %err, "renewal task panicked");
             }
             entry.end.end(EndReason::Released);
+            telemetry::released(key);
             // The owner says its work has stopped: nothing is left for the
             // killer to stop, so disarm it *before* the delete, which may
             // take up to two call timeouts on a failing store.
@@ -478,6 +484,7 @@ impl Drop for Inner {
                 tracing::warn!(%key, "elections and every leadership handle dropped without release; renewal stops, the record is left to expire");
                 entry.stop.cancel();
                 entry.end.end(EndReason::Lost(LossCause::ElectionsDropped));
+                telemetry::lost(&key, &LossCause::ElectionsDropped);
                 entry.killer.disarm();
             }
         }

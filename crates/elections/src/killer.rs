@@ -221,6 +221,11 @@ impl KillerTimer {
         );
     }
 
+    /// The deadline in force; `None` when disarmed.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        *self.deadline.borrow()
+    }
+
     /// Disarms the deadline: the owner released the leadership.
     pub(crate) fn disarm(&self) {
         self.change(ArmReason::Disarmed, Instant::now(), None, |_, _| None);
@@ -257,12 +262,14 @@ async fn run(key: Key, killer: Arc<dyn Killer>, mut rx: watch::Receiver<Option<I
         };
         if owner_gone {
             tokio::time::sleep_until(deadline).await;
+            crate::telemetry::killer_fired(&key);
             killer.kill(&key, deadline);
             return;
         }
         tokio::select! {
             biased;
             () = tokio::time::sleep_until(deadline) => {
+                crate::telemetry::killer_fired(&key);
                 killer.kill(&key, deadline);
                 return;
             }

@@ -33,6 +33,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Metrics
+//!
+//! Elections record a leader gauge, acquisitions, losses by cause,
+//! renewal failures, renewal latency and the slack left before the killer
+//! deadline through the `metrics` facade: see [`telemetry`].
+//!
 //! ## Protocol
 //!
 //! With leadership duration `d` (the record's TTL):
@@ -83,6 +89,7 @@ pub mod killer;
 mod leadership;
 pub mod record;
 mod renewal;
+pub mod telemetry;
 mod timing;
 
 pub use crate::elections::{Elections, ElectionsBuilder};

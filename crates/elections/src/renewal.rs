@@ -10,6 +10,7 @@ use crate::{
     fencing::timed,
     killer::KillerTimer,
     leadership::{EndReason, EndSignal, LossCause},
+    telemetry,
     timing::{RENEWAL_ATTEMPTS, Timing},
 };
 
@@ -49,6 +50,16 @@ impl Renewal {
             }
             match self.round().await {
                 Round::Renewed(start) => {
+                    if let Some(deadline) = self.killer.deadline() {
+                        let now = Instant::now();
+                        let slack = if deadline >= now {
+                            (deadline - now).as_secs_f64()
+                        } else {
+                            -(now - deadline).as_secs_f64()
+                        };
+                        telemetry::renewal_slack(&self.key, slack);
+                    }
+                    telemetry::leading(&self.key, true);
                     self.killer.renewed(start, self.timing.kill_after_success());
                     self.lease_start = start;
                     renewals += 1;
@@ -63,6 +74,7 @@ impl Renewal {
                         reason = %EndReason::Lost(cause.clone()),
                         "leadership lost; the killer stays armed until the owner releases the key"
                     );
+                    telemetry::lost(&self.key, &cause);
                     // No compare-and-delete here: the owner's services may
                     // still be running, so the record must keep others out
                     // until the owner releases it or it expires.
@@ -94,6 +106,11 @@ impl Renewal {
                 () = self.stop.cancelled() => return Round::Stopped,
                 result = cas => result,
             };
+            telemetry::renewal_attempt(
+                &self.key,
+                start.elapsed(),
+                result.as_ref().err().map(ttl_storage::StorageError::kind),
+            );
             match result {
                 Ok(true) => return Round::Renewed(start),
                 Ok(false) => return Round::Lost(LossCause::Taken),

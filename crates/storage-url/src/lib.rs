@@ -42,7 +42,7 @@ mod redact;
 
 use std::{fmt, path::PathBuf, sync::Arc};
 
-use ttl_storage::DynTtlStorage;
+use ttl_storage::{DynTtlStorage, Instrumented};
 
 pub use error::{OpenError, UrlError};
 
@@ -99,7 +99,8 @@ pub enum Engine {
     Etcd,
 }
 
-/// Opens the storage `url` names: parses, validates, connects.
+/// Opens the storage `url` names: parses, validates, connects. The store
+/// is instrumented (see [`StorageUrl::open`]).
 ///
 /// # Errors
 ///
@@ -211,12 +212,23 @@ impl StorageUrl {
         parse::with_endpoint(&self.kind, &self.raw, addr)?.parse()
     }
 
-    /// Connects to (or opens) the storage.
+    /// Connects to (or opens) the storage, wrapped in
+    /// [`ttl_storage::Instrumented`]: every operation records the
+    /// `ttl_storage_*` metrics (labelled `store` = [`Engine::label`]) and a
+    /// tracing span.
     ///
     /// # Errors
     ///
     /// [`OpenError::Connect`] naming the URL (password redacted) and why.
     pub async fn open(&self) -> Result<DynTtlStorage, OpenError> {
+        // Boxed: the drivers' connect futures are deep, and nesting them one
+        // level further overflows the layout depth of callers' futures.
+        let driver = Box::pin(self.open_driver()).await?;
+        Ok(Arc::new(Instrumented::new(driver, self.engine().label())))
+    }
+
+    /// The driver itself, not instrumented.
+    async fn open_driver(&self) -> Result<DynTtlStorage, OpenError> {
         let connect = |source: Box<dyn std::error::Error + Send + Sync>| OpenError::Connect {
             url: self.to_string(),
             source,
@@ -269,6 +281,22 @@ impl StorageUrl {
                     Err(err) => Err(connect(Box::new(err))),
                 }
             }
+        }
+    }
+}
+
+impl Engine {
+    /// A short lowercase name (`mem`, `redb`, `cassandra`, `dynamodb`,
+    /// `valkey`, `postgres`, `etcd`): the `store` label of the metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Engine::Mem => "mem",
+            Engine::Redb => "redb",
+            Engine::Cassandra => "cassandra",
+            Engine::DynamoDb => "dynamodb",
+            Engine::Valkey => "valkey",
+            Engine::Postgres => "postgres",
+            Engine::Etcd => "etcd",
         }
     }
 }

@@ -11,6 +11,9 @@
 //! | [`TtlStorage::get`] | read the live record |
 //! | [`TtlStorage::watch`] | optional: be woken when a record may have gone (deleted or expired) instead of polling |
 //!
+//! [`Instrumented`] wraps any driver to record metrics (the `metrics`
+//! facade) and a tracing span for every operation.
+//!
 //! Every driver (in-memory, redb, Cassandra/ScyllaDB, DynamoDB, ...) implements
 //! [`TtlStorage`] and proves it with the shared `elections-testsuite`.
 //!
@@ -35,6 +38,7 @@
 //! ```
 
 mod error;
+pub mod instrumented;
 mod key;
 mod storage;
 mod ttl;
@@ -42,6 +46,7 @@ mod value;
 mod watch;
 
 pub use error::{BoxError, ErrorKind, StorageError, ValidationError};
+pub use instrumented::Instrumented;
 pub use key::{Key, MAX_KEY_LEN};
 pub use storage::{DynTtlStorage, TtlStorage};
 pub use ttl::{MAX_TTL, Ttl};

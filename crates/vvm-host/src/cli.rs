@@ -1,6 +1,6 @@
 //! Command-line options (each also read from an environment variable).
 
-use std::{ffi::OsString, time::Duration};
+use std::{ffi::OsString, net::SocketAddr, time::Duration};
 
 use clap::Parser;
 use storage_url::StorageUrl;
@@ -43,6 +43,13 @@ pub(crate) struct Args {
     /// Time the command gets between SIGTERM and SIGKILL.
     #[arg(long, env = "VVM_HOST_GRACE_PERIOD", default_value = "10s", value_parser = parse_duration)]
     pub(crate) grace_period: Duration,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics and a health report
+    /// at /healthz (200 while healthy as leader or standby, 503 otherwise).
+    /// ADDR is IP:PORT, e.g. 127.0.0.1:9187; port 0 picks a free port (the
+    /// log says which). Default: off.
+    #[arg(long, env = "VVM_HOST_METRICS_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
+    pub(crate) metrics_listen: Option<SocketAddr>,
 
     /// Log filter (tracing-subscriber syntax), e.g. `info` or `vvm_orch=debug`.
     #[arg(long, env = "VVM_HOST_LOG", default_value = "info")]
@@ -183,6 +190,13 @@ fn parse_acquisition(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// An `IP:PORT` listen address (host names are refused: say which interface).
+pub(crate) fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    text.trim().parse().map_err(|_| {
+        format!("{text:?} is not an IP:PORT listen address (examples: 127.0.0.1:9187, [::1]:9187, 0.0.0.0:9187)")
+    })
+}
+
 /// Parses a duration with `humantime` (`1500ms`, `20s`, `2m`, `1h 30m`),
 /// or a bare number of seconds.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -209,6 +223,17 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn metrics_listen_takes_ip_and_port_only() {
+        let args = Args::parse_from(["vvm-host", "--metrics-listen", "127.0.0.1:0"]);
+        assert_eq!(args.metrics_listen, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(Args::parse_from(["vvm-host"]).metrics_listen, None);
+        for bad in ["localhost:9187", "127.0.0.1", "9187", "1.2.3.4:99999", ""] {
+            let err = Args::try_parse_from(["vvm-host", "--metrics-listen", bad]).unwrap_err();
+            assert!(err.to_string().contains("IP:PORT"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -21,8 +21,10 @@ mod demo;
 mod exit;
 mod fault;
 mod guard;
+mod health;
 mod job;
 mod killer;
+mod observe;
 mod signals;
 mod status;
 
@@ -46,6 +48,7 @@ use crate::{
     demo::DemoPipeline,
     exit::ExitCodes,
     fault::FaultyStorage,
+    health::{Health, HealthStorage},
     job::{Outcome, RunningJob},
     killer::HostKiller,
     signals::ShutdownSignals,
@@ -102,8 +105,19 @@ async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<
         Some(url) => url.clone(),
         None => default_storage::default_url()?,
     };
+    // Bind the endpoint first: a bad address is an error before anything
+    // is acquired.
+    let health = Health::new(config.leadership_duration);
+    if let Some(addr) = args.metrics_listen {
+        observe::start(addr, health.clone()).await?;
+    }
     let storage = url.open().await?;
     let storage = FaultyStorage::wrap_if_requested(storage);
+    let storage = if args.metrics_listen.is_some() {
+        HealthStorage::wrap(storage, health.clone())
+    } else {
+        storage
+    };
     tracing::info!(storage = %url, address = %config.address, cluster_size = config.cluster_size, "vvm-host starting");
     let running = RunningJob::default();
     let killer = Arc::new(HostKiller {
@@ -112,9 +126,18 @@ async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<
     });
     match CommandPipeline::new(args.command, args.grace_period, running) {
         Some((pipeline, outcome)) => {
-            host(config, storage, pipeline, killer, codes, Some(outcome)).await
+            host(
+                config,
+                storage,
+                pipeline,
+                killer,
+                codes,
+                health,
+                Some(outcome),
+            )
+            .await
         }
-        None => host(config, storage, DemoPipeline, killer, codes, None).await,
+        None => host(config, storage, DemoPipeline, killer, codes, health, None).await,
     }
 }
 
@@ -126,17 +149,20 @@ async fn host<P: ServicePipeline>(
     pipeline: P,
     killer: Arc<dyn Killer>,
     codes: ExitCodes,
+    health: Arc<Health>,
     child: Option<Arc<Mutex<Option<Outcome>>>>,
 ) -> anyhow::Result<u8> {
     let mut signals = ShutdownSignals::new().context("cannot watch the shutdown signals")?;
     let vvm = Vvm::provide(config, storage, pipeline)?.with_killer(killer);
     tracing::info!(value = vvm.value(), "acquiring leadership");
     let (vvm, problem) = vvm.launch();
+    health.follow(vvm.status_watch());
 
     let requested_by = tokio::select! {
         () = problem.raised() => None,
         signal = signals.recv() => Some(signal),
     };
+    health.shutting_down();
     if let Some(signal) = requested_by {
         tracing::info!(signal, "signal received; shutting down");
     }

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use axum::Router;
 use axum::body::Body;
@@ -21,6 +22,7 @@ use crate::ids::{DestinationId, LockId, RequestId};
 use crate::record::MemberRecord;
 use crate::registry::{Registry, Resolution, ResolveOptions};
 use crate::strategy::PickPurpose;
+use crate::telemetry;
 
 /// Behaviour of the handlers; built with [`CoordinatorConfig::builder`].
 ///
@@ -175,6 +177,7 @@ impl Call {
 
 fn store_error(err: &Error) -> Response {
     tracing::warn!(%err, "coordination store error");
+    telemetry::store_error("coordinator", err);
     ApiError::StoreUnavailable.into_response()
 }
 
@@ -247,6 +250,7 @@ impl Coordinator {
         let guard = self
             .forwarder
             .guard(member.address.clone(), call.request_id.clone());
+        let started = Instant::now();
         let sent = self
             .forwarder
             .send_parts(
@@ -256,6 +260,13 @@ impl Coordinator {
                 &call.request_id,
             )
             .await;
+        let outcome = match &sent {
+            Ok(_) => "ok",
+            Err(ForwardError::Connect { .. }) => "connect_error",
+            Err(ForwardError::Timeout { .. }) => "timeout",
+            Err(_) => "error",
+        };
+        telemetry::forwarded(outcome, started.elapsed());
         match sent {
             Ok(resp) => {
                 let (parts, body) = resp.into_parts();
@@ -509,18 +520,26 @@ fn malformed() -> Response {
     ApiError::InvalidId.into_response()
 }
 
+/// Counts the answer to a call of `route` (`coordinator_requests_total`).
+fn counted(route: &'static str, response: Response) -> Response {
+    telemetry::request(route, response.status());
+    response
+}
+
 async fn proxy_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {
-    match param::<DestinationId>(&p, "destination") {
+    let response = match param::<DestinationId>(&p, "destination") {
         Some(dest) => c.lookup_and_proxy(&dest, req).await,
         None => malformed(),
-    }
+    };
+    counted("proxy", response)
 }
 
 async fn bind_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {
-    match param::<DestinationId>(&p, "destination") {
+    let response = match param::<DestinationId>(&p, "destination") {
         Some(dest) => c.pick_and_register(&dest, req).await,
         None => malformed(),
-    }
+    };
+    counted("bind", response)
 }
 
 async fn deregister_handler(
@@ -528,25 +547,28 @@ async fn deregister_handler(
     Path(p): Params,
     req: Request,
 ) -> Response {
-    match param::<DestinationId>(&p, "destination") {
+    let response = match param::<DestinationId>(&p, "destination") {
         Some(dest) => c.lookup_and_deregister(&dest, req).await,
         None => malformed(),
-    }
+    };
+    counted("deregister", response)
 }
 
 async fn lock_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {
-    match param::<LockId>(&p, "lock") {
+    let response = match param::<LockId>(&p, "lock") {
         Some(lock) => c.lookup_lock_and_proxy(&lock, req).await,
         None => malformed(),
-    }
+    };
+    counted("lock", response)
 }
 
 async fn cancel_handler(State(c): State<Coordinator>, Path(p): Params) -> Response {
-    match param::<RequestId>(&p, "request_id") {
+    let response = match param::<RequestId>(&p, "request_id") {
         Some(id) if c.cancel(&id).await => StatusCode::NO_CONTENT.into_response(),
         Some(_) => ApiError::UnknownRequest.into_response(),
         None => malformed(),
-    }
+    };
+    counted("cancel", response)
 }
 
 impl Coordinator {

@@ -48,6 +48,7 @@ impl Member {
                         Ok(()) => interval,
                         Err(err) => {
                             tracing::warn!(member = %member.id(), %err, "heartbeat failed");
+                            crate::telemetry::store_error("member", &err);
                             retry
                         }
                     },

@@ -105,6 +105,7 @@ impl Registry {
 
     fn round_trips(&self, n: u64) {
         Counters::add(&self.inner.counters.valkey_round_trips, n);
+        crate::telemetry::round_trips(n);
     }
 
     /// Lists live members (those whose `P:member:<id>` record exists and has

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use fred::prelude::*;
 
@@ -14,6 +15,7 @@ use crate::ids::{DestinationId, LockId, MemberId};
 use crate::keys::fields;
 use crate::record::{LockRecord, MemberRecord};
 use crate::strategy::{self, PickContext, PickPurpose};
+use crate::telemetry;
 use crate::valkey;
 
 /// What to do when a destination has no usable pod.
@@ -143,6 +145,7 @@ impl Registry {
                 set
             };
             Counters::add(&i.counters.cache_hits, 1);
+            telemetry::route_lookup("hit");
             return Ok(self.pick_from(dest, set, PickPurpose::Request, RouteSource::Cache));
         }
         Counters::add(&i.counters.cache_misses, 1);
@@ -161,10 +164,22 @@ impl Registry {
         opts: ResolveOptions,
     ) -> Result<Resolution> {
         let key = (dest.clone(), opts);
-        self.inner
+        // Whether this call ran the lookup (a miss) or shared another's.
+        let led = AtomicBool::new(false);
+        let resolution = self
+            .inner
             .flights
-            .run(&key, || self.resolve_destination(dest, opts))
-            .await
+            .run(&key, || {
+                led.store(true, Ordering::Relaxed);
+                self.resolve_destination(dest, opts)
+            })
+            .await;
+        telemetry::route_lookup(if led.load(Ordering::Relaxed) {
+            "miss"
+        } else {
+            "coalesced"
+        });
+        resolution
     }
 
     /// Re-reads `load` of every member in `set` (one pipelined round trip).

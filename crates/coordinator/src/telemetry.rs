@@ -1,0 +1,66 @@
+//! The metrics the coordinator records, through the `metrics` facade (the
+//! program installs a recorder and an exporter).
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `coordinator_requests_total` | counter | `route`, `outcome` | calls answered by [`crate::http::Coordinator::router`]: `route` is `proxy`, `bind`, `deregister`, `lock` or `cancel`; `outcome` is `ok` (status below 400), `client_error` (4xx) or `server_error` (5xx) |
+//! | `coordinator_route_lookups_total` | counter | `result` | destination routes: `hit` (local cache), `miss` (this call read Valkey), `coalesced` (missed the cache and shared another call's Valkey lookup) |
+//! | `coordinator_forward_seconds` | histogram | `outcome` | time until a pod's response headers (or the failure): `ok`, `connect_error`, `timeout`, `error` |
+//! | `coordinator_valkey_errors_total` | counter | `component`, `kind` | store errors: `component` `coordinator` (a call failed on them) or `member` (a heartbeat failed); `kind` `valkey` (unreachable or an error reply) or `protocol` (an unexpected reply) or `other` |
+//! | `coordinator_valkey_round_trips_total` | counter | | Valkey round trips made by registries (also in [`crate::RegistryMetrics`]) |
+
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// Metric names, for programs and tests that look them up.
+pub mod names {
+    /// Counter: calls by route and outcome.
+    pub const REQUESTS_TOTAL: &str = "coordinator_requests_total";
+    /// Counter: route lookups by result.
+    pub const ROUTE_LOOKUPS_TOTAL: &str = "coordinator_route_lookups_total";
+    /// Histogram: forwarding latency, in seconds.
+    pub const FORWARD_SECONDS: &str = "coordinator_forward_seconds";
+    /// Counter: store errors.
+    pub const VALKEY_ERRORS_TOTAL: &str = "coordinator_valkey_errors_total";
+    /// Counter: Valkey round trips.
+    pub const VALKEY_ROUND_TRIPS_TOTAL: &str = "coordinator_valkey_round_trips_total";
+}
+
+/// A call of `route` was answered with `status`.
+pub(crate) fn request(route: &'static str, status: http::StatusCode) {
+    let outcome = if status.is_server_error() {
+        "server_error"
+    } else if status.is_client_error() {
+        "client_error"
+    } else {
+        "ok"
+    };
+    metrics::counter!(names::REQUESTS_TOTAL, "route" => route, "outcome" => outcome).increment(1);
+}
+
+/// A route lookup ended with `result` (`hit`, `miss`, `coalesced`).
+pub(crate) fn route_lookup(result: &'static str) {
+    metrics::counter!(names::ROUTE_LOOKUPS_TOTAL, "result" => result).increment(1);
+}
+
+/// A forward took `elapsed` and ended with `outcome`.
+pub(crate) fn forwarded(outcome: &'static str, elapsed: Duration) {
+    metrics::histogram!(names::FORWARD_SECONDS, "outcome" => outcome).record(elapsed.as_secs_f64());
+}
+
+/// `component` met a store error.
+pub(crate) fn store_error(component: &'static str, err: &Error) {
+    let kind = match err {
+        Error::Valkey(_) => "valkey",
+        Error::Protocol(_) => "protocol",
+        _ => "other",
+    };
+    metrics::counter!(names::VALKEY_ERRORS_TOTAL, "component" => component, "kind" => kind)
+        .increment(1);
+}
+
+/// `n` Valkey round trips were made.
+pub(crate) fn round_trips(n: u64) {
+    metrics::counter!(names::VALKEY_ROUND_TRIPS_TOTAL).increment(n);
+}

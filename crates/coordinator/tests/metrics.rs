@@ -1,0 +1,225 @@
+//! The coordinator's metrics move: calls by outcome, route lookups (hit,
+//! miss, coalesced), forwarding latency and Valkey errors, recorded into a
+//! debugging recorder while real pods and a real Valkey/Redis
+//! (`VALKEY_URL`) serve the calls.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+
+use axum::http::StatusCode;
+use common::*;
+use coordinator::ResolveOptions;
+use coordinator::strategy::RoundRobin;
+use fred::prelude::*;
+use metrics_util::MetricKind;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+/// The process-wide debugging recorder of this test binary (installed
+/// once; the tests that read it take `LOCK` so their counts don't mix).
+fn snapshotter() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("no other recorder in this binary");
+        snapshotter
+    })
+}
+
+static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The counters and histograms since the last call (a snapshot drains the
+/// debugging recorder).
+type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);
+
+struct Delta(Vec<Metric>);
+
+impl Delta {
+    fn take() -> Self {
+        Delta(
+            snapshotter()
+                .snapshot()
+                .into_vec()
+                .into_iter()
+                .map(|(key, _, _, value)| {
+                    let labels = key
+                        .key()
+                        .labels()
+                        .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                        .collect();
+                    (key.kind(), key.key().name().to_owned(), labels, value)
+                })
+                .collect(),
+        )
+    }
+
+    fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a DebugValue> {
+        self.0
+            .iter()
+            .filter(move |(_, n, l, _)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(lk, lv)| l.iter().any(|(k, v)| k == lk && v == lv))
+            })
+            .map(|(_, _, _, value)| value)
+    }
+
+    /// Sum of the counters `name` whose labels include `labels`.
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.matching(name, labels)
+            .map(|v| match v {
+                DebugValue::Counter(n) => *n,
+                other => panic!("{name}: {other:?}"),
+            })
+            .sum()
+    }
+
+    /// Samples of the histograms `name` whose labels include `labels`.
+    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> usize {
+        self.matching(name, labels)
+            .map(|v| match v {
+                DebugValue::Histogram(samples) => samples.len(),
+                other => panic!("{name}: {other:?}"),
+            })
+            .sum()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn calls_lookups_forwards_and_valkey_errors_are_counted() {
+    let _serial = LOCK.lock().await;
+    snapshotter();
+    let p = prefix();
+    let c = TestCoordinator::start(&p, CoordinatorOptions::default()).await;
+    let _pod = TestPod::start(&p, "pod-a", PodOptions::default()).await;
+    let http = Http::new();
+    let url = |path: &str| format!("{}{path}", c.base);
+    Delta::take();
+
+    // Bind, then two calls: the bind evicted the cache, so the first call
+    // misses (reads Valkey) and the second hits.
+    assert_eq!(
+        http.send("PUT", &url("/destinations/m1")).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        http.send("GET", &url("/destinations/m1/q")).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        http.send("GET", &url("/destinations/m1/q")).await.0,
+        StatusCode::OK
+    );
+    // A malformed id: a client error, before any lookup.
+    assert_eq!(
+        http.send("GET", &url("/destinations/a%0Ab/x")).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    let delta = Delta::take();
+    assert_eq!(
+        delta.counter(
+            "coordinator_requests_total",
+            &[("route", "bind"), ("outcome", "ok")]
+        ),
+        1
+    );
+    assert_eq!(
+        delta.counter(
+            "coordinator_requests_total",
+            &[("route", "proxy"), ("outcome", "ok")]
+        ),
+        2
+    );
+    assert_eq!(
+        delta.counter(
+            "coordinator_requests_total",
+            &[("route", "proxy"), ("outcome", "client_error")]
+        ),
+        1
+    );
+    assert!(delta.counter("coordinator_route_lookups_total", &[("result", "miss")]) >= 1);
+    assert!(delta.counter("coordinator_route_lookups_total", &[("result", "hit")]) >= 1);
+    assert!(delta.samples("coordinator_forward_seconds", &[("outcome", "ok")]) >= 3);
+    assert!(delta.counter("coordinator_valkey_round_trips_total", &[]) >= 2);
+
+    // A Valkey error: the destination's key holds a string, so the
+    // resolution script fails with WRONGTYPE and the call answers 503.
+    let valkey = valkey().await;
+    let key = c.registry.keys().destination(&dest("broken"));
+    let _: () = valkey
+        .set(&key, "not a set", None, None, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        http.send("GET", &url("/destinations/broken/q")).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let delta = Delta::take();
+    assert_eq!(
+        delta.counter(
+            "coordinator_valkey_errors_total",
+            &[("component", "coordinator"), ("kind", "valkey")]
+        ),
+        1
+    );
+    assert_eq!(
+        delta.counter(
+            "coordinator_requests_total",
+            &[("route", "proxy"), ("outcome", "server_error")]
+        ),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn concurrent_misses_count_as_one_miss_and_coalesced_lookups() {
+    let _serial = LOCK.lock().await;
+    snapshotter();
+    let p = prefix();
+    let pod = TestPod::start(&p, "pod-a", PodOptions::default()).await;
+    let reg = registry(&p, Some(Default::default()), Arc::new(RoundRobin::new())).await;
+    // Load the script first (EVALSHA may need a second trip once).
+    pod.member.add_to_destination(&dest("warm")).await.unwrap();
+    reg.route(&dest("warm"), ResolveOptions::default())
+        .await
+        .unwrap();
+    pod.member.add_to_destination(&dest("hot")).await.unwrap();
+    Delta::take();
+
+    let n = 40;
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (reg, barrier) = (reg.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                reg.route(&dest("hot"), ResolveOptions::default()).await
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert!(t.await.unwrap().unwrap().route().is_some());
+    }
+    let delta = Delta::take();
+    let lookups = |result| delta.counter("coordinator_route_lookups_total", &[("result", result)]);
+    let (miss, coalesced, hit) = (lookups("miss"), lookups("coalesced"), lookups("hit"));
+    assert_eq!(miss + coalesced + hit, n as u64);
+    // One call led the Valkey lookup; the others shared it.
+    assert!(miss >= 1);
+    assert!(
+        coalesced >= 1,
+        "40 simultaneous misses shared no lookup: miss {miss}, hit {hit}"
+    );
+}

@@ -1,0 +1,111 @@
+//! The metrics elections record, through the `metrics` facade (the program
+//! installs a recorder and an exporter; without one they cost next to
+//! nothing). Every metric carries the election `key` as a label.
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `elections_leader` | gauge | `key` | 1 while this process holds the leadership (set at acquisition and at every renewal); 0 once it is lost or released, and after every attempt that did not acquire it (a standby) |
+//! | `elections_acquisitions_total` | counter | `key` | leaderships acquired |
+//! | `elections_acquisition_attempts_total` | counter | `key`, `outcome` | acquisition attempts: `acquired`, `held_by_other`, `error` |
+//! | `elections_losses_total` | counter | `key`, `cause` | leaderships lost: `taken`, `renewal_failed`, `elections_dropped` |
+//! | `elections_releases_total` | counter | `key` | leaderships released by their owner |
+//! | `elections_renewal_failures_total` | counter | `key`, `kind` | failed renewal attempts, by error kind (`transient`, `permanent`, `outcome_unknown`; a call that overran its timeout is `outcome_unknown`) |
+//! | `elections_renewal_seconds` | histogram | `key` | duration of each renewal attempt (the compare-and-swap), however it ended |
+//! | `elections_renewal_slack_seconds` | histogram | `key` | at each successful renewal, the time that was left before the killer deadline in force (negative: the deadline had passed) |
+//! | `elections_killer_fired_total` | counter | `key` | killer deadlines that passed while armed |
+
+use std::time::Duration;
+
+use ttl_storage::{ErrorKind, Key};
+
+use crate::LossCause;
+
+/// Metric names, for programs and tests that look them up.
+pub mod names {
+    /// Gauge: 1 while leading.
+    pub const LEADER: &str = "elections_leader";
+    /// Counter: leaderships acquired.
+    pub const ACQUISITIONS_TOTAL: &str = "elections_acquisitions_total";
+    /// Counter: acquisition attempts by outcome.
+    pub const ACQUISITION_ATTEMPTS_TOTAL: &str = "elections_acquisition_attempts_total";
+    /// Counter: leaderships lost, by cause.
+    pub const LOSSES_TOTAL: &str = "elections_losses_total";
+    /// Counter: leaderships released.
+    pub const RELEASES_TOTAL: &str = "elections_releases_total";
+    /// Counter: failed renewal attempts, by error kind.
+    pub const RENEWAL_FAILURES_TOTAL: &str = "elections_renewal_failures_total";
+    /// Histogram: renewal attempt durations, in seconds.
+    pub const RENEWAL_SECONDS: &str = "elections_renewal_seconds";
+    /// Histogram: slack before the killer deadline at each renewal, in seconds.
+    pub const RENEWAL_SLACK_SECONDS: &str = "elections_renewal_slack_seconds";
+    /// Counter: killer deadlines that passed.
+    pub const KILLER_FIRED_TOTAL: &str = "elections_killer_fired_total";
+}
+
+fn key_label(key: &Key) -> String {
+    key.as_str().to_owned()
+}
+
+/// The leader gauge of `key`.
+pub(crate) fn leading(key: &Key, leading: bool) {
+    metrics::gauge!(names::LEADER, "key" => key_label(key)).set(if leading { 1.0 } else { 0.0 });
+}
+
+/// One acquisition attempt ended with `outcome`. An attempt that did not
+/// acquire sets the leader gauge to 0, so a standby reports 0 (not nothing)
+/// for the keys it tries.
+pub(crate) fn attempt(key: &Key, outcome: &'static str) {
+    metrics::counter!(names::ACQUISITION_ATTEMPTS_TOTAL, "key" => key_label(key), "outcome" => outcome)
+        .increment(1);
+    if outcome != "acquired" {
+        leading(key, false);
+    }
+}
+
+/// A leadership was acquired.
+pub(crate) fn acquired(key: &Key) {
+    metrics::counter!(names::ACQUISITIONS_TOTAL, "key" => key_label(key)).increment(1);
+    leading(key, true);
+}
+
+/// A leadership was lost.
+pub(crate) fn lost(key: &Key, cause: &LossCause) {
+    let cause = match cause {
+        LossCause::Taken => "taken",
+        LossCause::RenewalFailed { .. } => "renewal_failed",
+        LossCause::ElectionsDropped => "elections_dropped",
+    };
+    metrics::counter!(names::LOSSES_TOTAL, "key" => key_label(key), "cause" => cause).increment(1);
+    leading(key, false);
+}
+
+/// A leadership was released by its owner.
+pub(crate) fn released(key: &Key) {
+    metrics::counter!(names::RELEASES_TOTAL, "key" => key_label(key)).increment(1);
+    leading(key, false);
+}
+
+/// One renewal attempt took `elapsed`; `error` is its failure, if any.
+pub(crate) fn renewal_attempt(key: &Key, elapsed: Duration, error: Option<ErrorKind>) {
+    metrics::histogram!(names::RENEWAL_SECONDS, "key" => key_label(key))
+        .record(elapsed.as_secs_f64());
+    if let Some(kind) = error {
+        let kind = match kind {
+            ErrorKind::Transient => "transient",
+            ErrorKind::Permanent => "permanent",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
+        };
+        metrics::counter!(names::RENEWAL_FAILURES_TOTAL, "key" => key_label(key), "kind" => kind)
+            .increment(1);
+    }
+}
+
+/// A renewal succeeded with `slack` seconds left before the killer deadline.
+pub(crate) fn renewal_slack(key: &Key, slack: f64) {
+    metrics::histogram!(names::RENEWAL_SLACK_SECONDS, "key" => key_label(key)).record(slack);
+}
+
+/// The killer deadline of `key` passed.
+pub(crate) fn killer_fired(key: &Key) {
+    metrics::counter!(names::KILLER_FIRED_TOTAL, "key" => key_label(key)).increment(1);
+}

@@ -1,0 +1,163 @@
+//! Elections record the documented metrics: the leader gauge, acquisitions,
+//! renewal latency and slack, losses by cause and releases.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use elections::{Elections, RecordingKiller};
+use metrics_util::MetricKind;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use storage_mem::MemStorage;
+use ttl_storage::{Key, Ttl, TtlStorage};
+
+/// One metric: kind, name, labels, value.
+type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);
+
+/// One snapshot (taking it resets counters and gauges of the recorder).
+struct Snapshot(Vec<Metric>);
+
+impl Snapshot {
+    fn take(snapshotter: &Snapshotter) -> Self {
+        Snapshot(
+            snapshotter
+                .snapshot()
+                .into_vec()
+                .into_iter()
+                .map(|(key, _, _, value)| {
+                    let labels = key
+                        .key()
+                        .labels()
+                        .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                        .collect();
+                    (key.kind(), key.key().name().to_owned(), labels, value)
+                })
+                .collect(),
+        )
+    }
+
+    fn find(&self, kind: MetricKind, name: &str, labels: &[(&str, &str)]) -> Option<&DebugValue> {
+        self.0
+            .iter()
+            .find(|(k, n, l, _)| {
+                *k == kind
+                    && n == name
+                    && labels
+                        .iter()
+                        .all(|(lk, lv)| l.iter().any(|(k, v)| k == lk && v == lv))
+            })
+            .map(|(_, _, _, value)| value)
+    }
+
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        match self.find(MetricKind::Counter, name, labels) {
+            Some(DebugValue::Counter(n)) => *n,
+            None => 0,
+            Some(other) => panic!("{name}: {other:?}"),
+        }
+    }
+
+    fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        match self.find(MetricKind::Gauge, name, labels) {
+            Some(DebugValue::Gauge(v)) => Some(v.into_inner()),
+            None => None,
+            Some(other) => panic!("{name}: {other:?}"),
+        }
+    }
+
+    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        match self.find(MetricKind::Histogram, name, labels) {
+            Some(DebugValue::Histogram(v)) => v.iter().map(|x| x.into_inner()).collect(),
+            None => Vec::new(),
+            Some(other) => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn leadership_lifecycle_is_measured() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let key = Key::new("metrics-leader").unwrap();
+    let k = ("key", "metrics-leader");
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let storage = MemStorage::new();
+            let elections = Elections::with_killer(storage.clone(), RecordingKiller::new());
+            let duration = Duration::from_secs(20);
+            let leadership = elections
+                .acquire_leadership(&key, "node-1", duration)
+                .await
+                .unwrap()
+                .expect("free key");
+            // A second contender is refused.
+            let other = Elections::with_killer(storage.clone(), RecordingKiller::new());
+            assert!(
+                other
+                    .acquire_leadership(&key, "node-2", duration)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+
+            // Two renewals (every d/4 = 5 s of paused time).
+            tokio::time::sleep(Duration::from_secs(11)).await;
+            let snap = Snapshot::take(&snapshotter);
+            assert_eq!(snap.gauge("elections_leader", &[k]), Some(1.0));
+            assert_eq!(snap.counter("elections_acquisitions_total", &[k]), 1);
+            assert_eq!(
+                snap.counter(
+                    "elections_acquisition_attempts_total",
+                    &[k, ("outcome", "acquired")]
+                ),
+                1
+            );
+            assert_eq!(
+                snap.counter(
+                    "elections_acquisition_attempts_total",
+                    &[k, ("outcome", "held_by_other")]
+                ),
+                1
+            );
+            assert_eq!(snap.samples("elections_renewal_seconds", &[k]).len(), 2);
+            // The killer deadline after a success is 0.8 d = 16 s after the
+            // write's start; a renewal 5 s later (instant in paused time)
+            // leaves 11 s.
+            assert_eq!(
+                snap.samples("elections_renewal_slack_seconds", &[k]),
+                vec![11.0, 11.0]
+            );
+            assert_eq!(snap.counter("elections_renewal_failures_total", &[k]), 0);
+
+            // Someone else takes the record: the next renewal loses.
+            let record = storage.get(&key).await.unwrap().unwrap();
+            assert!(storage.compare_and_delete(&key, &record).await.unwrap());
+            assert!(
+                storage
+                    .insert_if_not_exists(&key, b"intruder", Ttl::from_secs(60).unwrap())
+                    .await
+                    .unwrap()
+            );
+            leadership.ended().await;
+            let snap = Snapshot::take(&snapshotter);
+            assert_eq!(snap.gauge("elections_leader", &[k]), Some(0.0));
+            assert_eq!(
+                snap.counter("elections_losses_total", &[k, ("cause", "taken")]),
+                1
+            );
+
+            // The owner releases after the loss (disarming the killer).
+            leadership.release().await;
+            elections.cleanup().await;
+            other.cleanup().await;
+            let snap = Snapshot::take(&snapshotter);
+            assert_eq!(snap.counter("elections_releases_total", &[k]), 1);
+            assert_eq!(snap.counter("elections_killer_fired_total", &[k]), 0);
+        });
+    });
+}

@@ -1,0 +1,192 @@
+//! [`Instrumented`]: a decorator that measures every operation of any
+//! [`TtlStorage`] with the `metrics` facade and a `tracing` span, so
+//! drivers need no instrumentation of their own.
+//!
+//! Metrics (the program installs the recorder; none is installed here):
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `ttl_storage_operation_seconds` | histogram | `store`, `op`, `outcome` | time an operation took, however it ended |
+//! | `ttl_storage_operations_total` | counter | `store`, `op`, `outcome` | operations completed |
+//! | `ttl_storage_errors_total` | counter | `store`, `op`, `kind` | operations that failed, by [`ErrorKind`] |
+//! | `ttl_storage_watches_total` | counter | `store`, `outcome` | [`TtlStorage::watch`] calls: `armed` or `unsupported` |
+//!
+//! `op` is `insert_if_not_exists`, `compare_and_swap`, `compare_and_delete`
+//! or `get`; `outcome` is `applied` / `not_applied` for the conditional
+//! writes, `found` / `absent` for `get`, and `error`; `kind` is
+//! `transient`, `permanent` or `outcome_unknown`.
+//!
+//! Each operation runs in a `debug`-level span `ttl_storage` with the
+//! fields `store`, `op`, `key` and `outcome` (recorded when it ends).
+//! Values are never logged.
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+use tracing::Instrument;
+
+use crate::{ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported};
+
+/// Metric names, for programs and tests that look them up.
+pub mod names {
+    /// Histogram of operation durations, in seconds.
+    pub const OPERATION_SECONDS: &str = "ttl_storage_operation_seconds";
+    /// Counter of completed operations.
+    pub const OPERATIONS_TOTAL: &str = "ttl_storage_operations_total";
+    /// Counter of failed operations, by error kind.
+    pub const ERRORS_TOTAL: &str = "ttl_storage_errors_total";
+    /// Counter of `watch` calls.
+    pub const WATCHES_TOTAL: &str = "ttl_storage_watches_total";
+}
+
+/// Wraps any [`TtlStorage`] and records metrics and a tracing span for
+/// every operation (see the [module documentation](self)). Every method of
+/// the trait is forwarded, the optional [`TtlStorage::watch`] included, so
+/// wrapping never hides a capability of the driver.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ttl_storage::StorageError> {
+/// use ttl_storage::{Instrumented, Key, Ttl, TtlStorage};
+/// # struct Driver;
+/// # #[async_trait::async_trait]
+/// # impl TtlStorage for Driver {
+/// #     async fn insert_if_not_exists(&self, _: &Key, _: &[u8], _: Ttl) -> ttl_storage::Result<bool> { Ok(true) }
+/// #     async fn compare_and_swap(&self, _: &Key, _: &[u8], _: &[u8], _: Ttl) -> ttl_storage::Result<bool> { Ok(true) }
+/// #     async fn compare_and_delete(&self, _: &Key, _: &[u8]) -> ttl_storage::Result<bool> { Ok(true) }
+/// #     async fn get(&self, _: &Key) -> ttl_storage::Result<Option<Vec<u8>>> { Ok(None) }
+/// # }
+/// let storage = Instrumented::new(Driver, "mydriver");
+/// let key = Key::new("leader")?;
+/// storage.insert_if_not_exists(&key, b"node-1", Ttl::from_secs(20)?).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Instrumented<S> {
+    inner: S,
+    store: &'static str,
+}
+
+impl<S> Instrumented<S> {
+    /// Wraps `inner`; `store` names the engine in the `store` label
+    /// (`redb`, `valkey`, ...): keep it to a small fixed set.
+    pub fn new(inner: S, store: &'static str) -> Self {
+        Instrumented { inner, store }
+    }
+
+    /// The wrapped storage.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Unwraps the storage.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The `store` label.
+    pub fn store(&self) -> &'static str {
+        self.store
+    }
+
+    /// Runs `operation` in a span and records its duration and outcome.
+    async fn measure<T>(
+        &self,
+        op: &'static str,
+        key: &Key,
+        outcome_of: impl FnOnce(&T) -> &'static str,
+        operation: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let span = tracing::debug_span!(
+            "ttl_storage",
+            store = self.store,
+            op,
+            key = %key,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = operation.instrument(span.clone()).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        let outcome = match &result {
+            Ok(value) => outcome_of(value),
+            Err(_) => "error",
+        };
+        span.record("outcome", outcome);
+        let labels = [("store", self.store), ("op", op), ("outcome", outcome)];
+        metrics::histogram!(names::OPERATION_SECONDS, &labels).record(elapsed);
+        metrics::counter!(names::OPERATIONS_TOTAL, &labels).increment(1);
+        if let Err(err) = &result {
+            let kind = kind_label(err);
+            metrics::counter!(names::ERRORS_TOTAL, "store" => self.store, "op" => op, "kind" => kind)
+                .increment(1);
+            span.in_scope(|| tracing::debug!(error = %err, kind, "storage operation failed"));
+        }
+        result
+    }
+}
+
+/// The `kind` label of an error.
+fn kind_label(err: &StorageError) -> &'static str {
+    match err.kind() {
+        ErrorKind::Transient => "transient",
+        ErrorKind::Permanent => "permanent",
+        ErrorKind::OutcomeUnknown => "outcome_unknown",
+    }
+}
+
+fn applied(done: &bool) -> &'static str {
+    if *done { "applied" } else { "not_applied" }
+}
+
+fn found(value: &Option<Vec<u8>>) -> &'static str {
+    if value.is_some() { "found" } else { "absent" }
+}
+
+#[async_trait]
+impl<S: TtlStorage> TtlStorage for Instrumented<S> {
+    async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
+        self.measure(
+            "insert_if_not_exists",
+            key,
+            applied,
+            self.inner.insert_if_not_exists(key, value, ttl),
+        )
+        .await
+    }
+
+    async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
+        self.measure(
+            "compare_and_swap",
+            key,
+            applied,
+            self.inner.compare_and_swap(key, old, new, ttl),
+        )
+        .await
+    }
+
+    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
+        self.measure(
+            "compare_and_delete",
+            key,
+            applied,
+            self.inner.compare_and_delete(key, value),
+        )
+        .await
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        self.measure("get", key, found, self.inner.get(key)).await
+    }
+
+    fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
+        let watch = self.inner.watch(key);
+        let outcome = if watch.is_ok() {
+            "armed"
+        } else {
+            "unsupported"
+        };
+        metrics::counter!(names::WATCHES_TOTAL, "store" => self.store, "outcome" => outcome)
+            .increment(1);
+        watch
+    }
+}
