@@ -37,5 +37,14 @@ pub enum Error {
     Protocol(String),
 }
 
+impl From<http_edge::ServeError> for Error {
+    fn from(err: http_edge::ServeError) -> Self {
+        match err {
+            http_edge::ServeError::InvalidConfig(reason) => Error::InvalidConfig(reason),
+            other => Error::InvalidConfig(other.to_string()),
+        }
+    }
+}
+
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,5 +1,5 @@
 //! `--metrics-listen ADDR`: Prometheus text at `/metrics` and the health
-//! report at `/healthz`, served with the coordinator's hardened server
+//! report at `/healthz`, served with `http-edge` (the coordinator's hardened server)
 //! (header-read timeout, idle timeout, connection cap).
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -12,7 +12,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use coordinator::http::ServeConfig;
+use http_edge::ServeConfig;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::health::Health;
@@ -80,9 +80,7 @@ pub(crate) async fn start(addr: SocketAddr, health: Arc<Health>) -> anyhow::Resu
         .route("/healthz", get(healthz))
         .with_state(Endpoint { prometheus, health });
     tokio::spawn(async move {
-        if let Err(err) =
-            coordinator::http::serve(listener, app, limits(), std::future::pending()).await
-        {
+        if let Err(err) = http_edge::serve(listener, app, limits(), std::future::pending()).await {
             tracing::error!(error = %err, "metrics endpoint stopped");
         }
     });

@@ -8,12 +8,11 @@ pub mod extract;
 mod forward;
 mod headers;
 pub mod pod;
-mod serve;
 
 pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorConfigBuilder};
 pub use errors::ApiError;
 pub use forward::{ForwardConfig, ForwardError, Forwarder};
-pub use serve::{ServeConfig, serve};
+pub use http_edge::{ServeConfig, ServeError, serve};
 
 /// The header carrying the request id on forwarded calls (and echoed on
 /// the coordinator's responses).

@@ -1,19 +1,4 @@
-//! Serving a router at an untrusted edge: header-read timeout, idle timeout
-//! and a connection cap that sheds idle connections first.
-//!
-//! `axum::serve` keeps every connection open for as long as the peer wants:
-//! a few hundred silent or trickling TCP connections exhaust the process's
-//! file descriptors and lock every other client out. [`serve`] bounds that:
-//!
-//! - a request's headers must arrive within
-//!   [`ServeConfig::header_read_timeout`] (slowloris), else the connection
-//!   is closed;
-//! - a connection with no request in flight and no bytes moving for
-//!   [`ServeConfig::idle_timeout`] is closed;
-//! - at most [`ServeConfig::max_connections`] connections are open: when a
-//!   new one arrives at the cap, the connection idle the longest (no request
-//!   in flight) is closed to make room; if every connection is busy, the new
-//!   one is refused (closed at once).
+//! The server loop, its connection table and the per-connection task.
 
 use std::collections::HashMap;
 use std::io;
@@ -34,7 +19,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_service::Service;
 
-use crate::error::{Error, Result};
+use crate::ServeError;
+
+/// What [`serve`] returns.
+pub type Result<T, E = ServeError> = std::result::Result<T, E>;
 
 /// Limits of [`serve`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,13 +63,13 @@ impl ServeConfig {
             ("close_grace", self.close_grace),
         ] {
             if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
-                return Err(Error::InvalidConfig(format!(
+                return Err(ServeError::InvalidConfig(format!(
                     "{name} must be within 1 ms..=1 h, got {d:?}"
                 )));
             }
         }
         if self.max_connections == 0 || self.max_connections > 1_000_000 {
-            return Err(Error::InvalidConfig(format!(
+            return Err(ServeError::InvalidConfig(format!(
                 "max_connections must be within 1..=1000000, got {}",
                 self.max_connections
             )));
@@ -243,12 +231,10 @@ fn is_connection_error(e: &io::Error) -> bool {
 /// HTTP/1.1 and HTTP/2 (h2c) are both spoken.
 ///
 /// ```no_run
-/// use coordinator::http::{ServeConfig, serve};
+/// use http_edge::{ServeConfig, serve};
 ///
-/// # async fn demo(app: axum::Router) -> Result<(), coordinator::Error> {
-/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080")
-///     .await
-///     .map_err(|e| coordinator::Error::InvalidConfig(e.to_string()))?;
+/// # async fn demo(app: axum::Router) -> Result<(), Box<dyn std::error::Error>> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 /// serve(listener, app, ServeConfig::default(), async {
 ///     let _ = tokio::signal::ctrl_c().await;
 /// })
