@@ -129,9 +129,9 @@
 //! several ids (which fails every write with `INCOMPATIBLE_SCHEMA`); then
 //! the driver waits for schema agreement before checking and using it.
 //! Engines that refuse a table id fall back to a plain `CREATE TABLE`,
-//! which is only safe from one client at a time. Connection keepalives and
-//! the wait for schema agreement are bounded by the request timeout
-//! instead of the driver's defaults (30 s and 60 s).
+//! which is only safe from one client at a time. A connection whose
+//! keepalives go unanswered for the request timeout (a frozen node) is
+//! dropped, instead of after the driver's default 30 s.
 //!
 //! ## Example
 //!

@@ -79,15 +79,14 @@ impl ScyllaStorage {
         if let Some(tls) = &config.tls {
             builder = crate::tls::configure(builder, tls).await?;
         }
-        // A frozen node accepts TCP connections and never answers: bound
-        // what waits on it by the configured timeouts, not the driver's
-        // defaults (a 30 s keepalive timeout, 60 s for schema agreement):
-        // a connection whose keepalives go unanswered for the request
-        // timeout is dropped.
+        // A frozen node accepts TCP connections and never answers: drop a
+        // connection whose keepalives go unanswered for the request timeout
+        // (the driver's default waits 30 s). Schema agreement keeps the
+        // driver's 60 s: a busy cluster can take longer than a request
+        // timeout to agree on a new keyspace.
         builder = builder
             .keepalive_interval(config.connect_timeout.min(Duration::from_secs(2)))
-            .keepalive_timeout(config.request_timeout)
-            .schema_agreement_timeout(config.request_timeout);
+            .keepalive_timeout(config.request_timeout);
         let session = builder.build().await.map_err(|err| {
             StorageError::with_source(
                 classify_new_session(&err),

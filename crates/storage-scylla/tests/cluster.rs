@@ -93,5 +93,49 @@ async fn concurrent_create_schema_on_a_fresh_keyspace() {
             assert_eq!(s.get(&key).await.unwrap(), Some(b"zero".to_vec()));
             assert!(!s.insert_if_not_exists(&key, b"other", ttl).await.unwrap());
         }
+        let table = storages[0].config().table().to_string();
+        assert_one_table_id(&hosts, &keyspace, &table).await;
     }
+}
+
+/// Every live node knows `keyspace.table` under one and the same id.
+#[allow(clippy::unwrap_used)] // test helper: a failure is the test failing
+async fn assert_one_table_id(hosts: &[String], keyspace: &str, table: &str) {
+    use scylla::{
+        client::session_builder::SessionBuilder,
+        policies::load_balancing::{NodeIdentifier, SingleTargetLoadBalancingPolicy},
+        statement::unprepared::Statement,
+        value::Row,
+    };
+    let session = SessionBuilder::new()
+        .known_nodes(hosts)
+        .build()
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for node in session.get_cluster_state().get_nodes_info() {
+        let mut statement = Statement::new(
+            "SELECT id FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?",
+        );
+        statement.set_load_balancing_policy(Some(SingleTargetLoadBalancingPolicy::new(
+            NodeIdentifier::Node(node.clone()),
+            None,
+        )));
+        let Ok(result) = session.query_unpaged(statement, (keyspace, table)).await else {
+            continue; // a node that is down
+        };
+        let rows = result.into_rows_result().unwrap();
+        let ids_here: Vec<String> = rows
+            .rows::<Row>()
+            .unwrap()
+            .map(|row| format!("{:?}", row.unwrap().columns))
+            .collect();
+        assert_eq!(ids_here.len(), 1, "node {}: {ids_here:?}", node.address);
+        ids.push((node.address.to_string(), ids_here[0].clone()));
+    }
+    assert!(ids.len() >= 2, "fewer than two nodes answered: {ids:?}");
+    assert!(
+        ids.iter().all(|(_, id)| *id == ids[0].1),
+        "{keyspace}.{table} has several ids: {ids:?}"
+    );
 }
