@@ -176,7 +176,12 @@ impl EtcdFence {
             rand::random::<u64>()
         );
         let response = self
-            .guarded("fenced append", resource, token, TxnOp::put(entry, value, None))
+            .guarded(
+                "fenced append",
+                resource,
+                token,
+                TxnOp::put(entry, value, None),
+            )
             .await?;
         if let Some(highest) = rejected(&response)? {
             return Ok(AppendOutcome::Rejected { highest });
@@ -215,13 +220,28 @@ impl EtcdFence {
                 continue;
             };
             let token = match suffix {
-                [digits @ .., b'-', _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _]
-                    if digits.len() == 20 =>
-                {
-                    std::str::from_utf8(digits)
-                        .ok()
-                        .and_then(|t| t.parse::<u64>().ok())
-                }
+                [
+                    digits @ ..,
+                    b'-',
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                ] if digits.len() == 20 => std::str::from_utf8(digits)
+                    .ok()
+                    .and_then(|t| t.parse::<u64>().ok()),
                 _ => None,
             };
             let (Some(token), Ok(seq)) = (token, u64::try_from(kv.create_revision())) else {
