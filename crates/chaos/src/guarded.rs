@@ -299,20 +299,25 @@ pub async fn read_log(url: &str, id: &str) -> Result<Vec<LogEntry>, GuardedError
         .log(id)
         .await?
         .into_iter()
-        .map(|(seq, checked, value)| {
-            let text = String::from_utf8_lossy(&value);
-            let (token, writer) = text
-                .split_once(' ')
-                .and_then(|(t, w)| Some((t.parse::<u64>().ok()?, w.to_string())))
-                .ok_or_else(|| GuardedError::Answer(format!("seq {seq}: {text:?}")))?;
-            if checked != token && checked != UNFENCED_TOKEN {
-                return Err(GuardedError::Answer(format!(
-                    "seq {seq}: the helper checked token {checked}, the writer carried {token}"
-                )));
-            }
-            Ok(LogEntry { seq, token, writer })
-        })
+        .map(|(seq, checked, value)| entry(seq, checked, &value))
         .collect()
+}
+
+/// A log entry from the helper's `(seq, checked token, value)`: the value
+/// is `"<token> <writer>"`, and the token must be the one the helper
+/// checked (or the writer was unfenced).
+fn entry(seq: u64, checked: u64, value: &[u8]) -> Result<LogEntry, GuardedError> {
+    let text = String::from_utf8_lossy(value);
+    let (token, writer) = text
+        .split_once(' ')
+        .and_then(|(t, w)| Some((t.parse::<u64>().ok()?, w.to_string())))
+        .ok_or_else(|| GuardedError::Answer(format!("seq {seq}: {text:?}")))?;
+    if checked != token && checked != UNFENCED_TOKEN {
+        return Err(GuardedError::Answer(format!(
+            "seq {seq}: the helper checked token {checked}, the writer carried {token}"
+        )));
+    }
+    Ok(LogEntry { seq, token, writer })
 }
 
 impl Guarded {
@@ -347,5 +352,35 @@ impl Guarded {
         self.backend
             .append(&self.id, checked, value.as_bytes())
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_carry_the_checked_token() {
+        let want = LogEntry {
+            seq: 4,
+            token: 7,
+            writer: "c1.2".into(),
+        };
+        assert_eq!(entry(4, 7, b"7 c1.2").ok(), Some(want.clone()));
+        // Unfenced: the helper checked the highest token, the entry keeps
+        // the writer's own.
+        assert_eq!(entry(4, UNFENCED_TOKEN, b"7 c1.2").ok(), Some(want));
+        assert!(matches!(
+            entry(4, 8, b"7 c1.2"),
+            Err(GuardedError::Answer(_))
+        ));
+        assert!(entry(4, 7, b"seven c1.2").is_err());
+        assert!(entry(4, 7, b"7").is_err());
+    }
+
+    #[tokio::test]
+    async fn engines_without_a_helper_are_refused() {
+        let err = Guarded::connect("mem", "r", true).await.err();
+        assert!(matches!(err, Some(GuardedError::Engine(_))), "{err:?}");
     }
 }

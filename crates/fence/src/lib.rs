@@ -15,7 +15,7 @@
 //! |---|---|---|---|
 //! | Cassandra / ScyllaDB | [`CassandraFence`] | lightweight transaction `UPDATE … IF fence <= ?` (Paxos, SERIAL) | `cassandra` |
 //! | DynamoDB | [`DynamoFence`] | `UpdateItem` with `ConditionExpression: attribute_not_exists(fence) OR fence <= :t` | `dynamodb` |
-//! | PostgreSQL, Valkey / Redis | see the `storage-postgres` and `storage-valkey` crates | `UPDATE … WHERE fence <= $1` / a Lua script | — |
+//! | PostgreSQL, Valkey / Redis, etcd | the `fence` module of `storage-postgres`, `storage-valkey`, `storage-etcd` | `INSERT … ON CONFLICT … WHERE token <= $2` / a Lua script / a transaction comparing the stored token | — |
 //!
 //! Each type stores a *fenced register* per resource id: the highest token
 //! seen and the last value written with it. To guard your own rows, copy the
