@@ -114,7 +114,7 @@ pub struct Guarded {
 /// One helper per engine (with the storage whose connection it shares).
 #[derive(Debug)]
 enum Backend {
-    Cassandra(CassandraFence),
+    Cassandra(Box<CassandraFence>),
     Dynamo(DynamoFence),
     Valkey {
         fence: ValkeyFence,
@@ -122,7 +122,7 @@ enum Backend {
         _storage: ValkeyStorage,
     },
     Postgres(PostgresFence, PostgresStorage),
-    Etcd(EtcdFence),
+    Etcd(Box<EtcdFence>),
 }
 
 impl Backend {
@@ -149,7 +149,7 @@ impl Backend {
                 }
                 let fence =
                     CassandraFence::new(Arc::new(session), config.keyspace(), TABLE).await?;
-                Ok(Backend::Cassandra(fence))
+                Ok(Backend::Cassandra(Box::new(fence)))
             }
             Engine::DynamoDb => {
                 let config =
@@ -181,7 +181,7 @@ impl Backend {
             }
             Engine::Etcd => {
                 let storage = EtcdStorage::from_url(url).await?;
-                Ok(Backend::Etcd(EtcdFence::new(&storage)))
+                Ok(Backend::Etcd(Box::new(EtcdFence::new(&storage))))
             }
             _ => Err(GuardedError::Engine(parsed.to_string())),
         }

@@ -161,6 +161,18 @@ impl EtcdFence {
     /// [`set`](Self::set)), and records `token`; both in one transaction.
     ///
     /// Errors are classified like [`set`](Self::set)'s.
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: storage_etcd::fence::EtcdFence, token: u64) -> Result<(), ttl_storage::StorageError> {
+    /// use storage_etcd::fence::AppendOutcome;
+    /// if let AppendOutcome::Rejected { highest } = fence.append("billing", token, b"invoice 42 sent").await? {
+    ///     // a newer leader (token `highest`) exists: stop working
+    /// }
+    /// for entry in fence.log("billing").await? {
+    ///     println!("{} (token {}): {:?}", entry.seq, entry.token, entry.value);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn append(
         &self,
         resource: &str,
