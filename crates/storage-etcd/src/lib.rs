@@ -48,6 +48,12 @@
 //! acknowledged write, so leases and fencing counters survive member
 //! failures as long as a quorum does.
 //!
+//! ## Fencing
+//!
+//! [`fence::EtcdFence`] guards a resource kept in etcd with the leader's
+//! fencing token: one transaction that refuses a token lower than the
+//! highest seen, for a plain write or an append to a log.
+//!
 //! ## Example
 //!
 //! ```no_run
@@ -66,6 +72,7 @@
 
 mod config;
 mod error;
+pub mod fence;
 mod storage;
 mod url;
 
