@@ -47,6 +47,7 @@ async fn make_storage() -> DynTtlStorage {
 elections_testsuite::testsuite!(
     real_time,
     make_storage,
+    watch = required,
     ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"
 );
 
