@@ -132,9 +132,9 @@ pub fn read_number(rx: &mpsc::Receiver<String>, prefix: &str) -> i32 {
 /// tests signal as soon as they read it.
 pub fn job_with_escaping_grandchild(rest: &str) -> String {
     match rest.split_once(" TERM; ") {
-        Some((trap, after)) if trap.starts_with("trap ") => format!(
-            "{trap} TERM; echo pid=$$; setsid sleep 1000 & echo gc=$!; echo ready; {after}"
-        ),
+        Some((trap, after)) if trap.starts_with("trap ") => {
+            format!("{trap} TERM; echo pid=$$; setsid sleep 1000 & echo gc=$!; echo ready; {after}")
+        }
         _ => format!("echo pid=$$; setsid sleep 1000 & echo gc=$!; echo ready; {rest}"),
     }
 }
