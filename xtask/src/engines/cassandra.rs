@@ -22,7 +22,7 @@ const CASSANDRA_VERSION: &str = "5.0.9";
 /// How long the node may take to answer CQL.
 const READY_LIMIT: Duration = Duration::from_secs(180);
 /// Keyspace the suites use on the local node.
-const KEYSPACE: &str = "ttl_suite";
+pub(crate) const KEYSPACE: &str = "ttl_suite";
 
 /// JVM options from Cassandra's `conf/jvm17-server.options` (JPMS opens and
 /// exports, Netty settings) plus a small fixed heap.
@@ -308,7 +308,7 @@ fn log_tail(system_log: &Path, console: &Path) -> String {
 
 /// A real CQL round trip over the native protocol (v4): STARTUP, then
 /// `SELECT release_version FROM system.local`, expecting a RESULT.
-fn cql_ping(addr: SocketAddr) -> anyhow::Result<()> {
+pub(crate) fn cql_ping(addr: SocketAddr) -> anyhow::Result<()> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
