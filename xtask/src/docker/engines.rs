@@ -20,6 +20,24 @@ const LIMIT: Duration = Duration::from_secs(90);
 /// Where containers see the throwaway TLS files (`ca.pem`, `server.pem`, `server.key`).
 const CERTS: &str = "/certs";
 
+/// Mounts the directory of `certs` at `CERTS` (or, with `same_path`, at
+/// its own path, for a server whose configured file names clients read).
+fn mount_certs(
+    spec: &mut Spec,
+    certs: &shared::TlsCerts,
+    same_path: bool,
+) -> anyhow::Result<String> {
+    let dir = certs.ca.parent().context("the CA file has no directory")?;
+    let host = dir.display().to_string();
+    let target = if same_path {
+        host.clone()
+    } else {
+        CERTS.to_string()
+    };
+    spec.mounts.push((host, target.clone()));
+    Ok(target)
+}
+
 fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
@@ -82,13 +100,18 @@ pub(super) fn dynamodb(_work_dir: &Path) -> anyhow::Result<Started> {
     Ok(running.into_started(vec![("DYNAMODB_ENDPOINT".into(), endpoint)]))
 }
 
-/// Valkey (`valkey/valkey:8`), also listening with TLS; `VALKEY_URL` and `VALKEY_TLS_URL`.
+/// Valkey (`valkey/valkey:8`), also listening with TLS; `VALKEY_URL` and
+/// `VALKEY_TLS_URL`. As with the process route, the coordinator's tests ask
+/// the server (`CONFIG GET`) for its TLS port and certificate files: the TLS
+/// port is published on the same host port and the files are mounted at
+/// their host paths.
 pub(super) fn valkey(work_dir: &Path) -> anyhow::Result<Started> {
     valkey_container(work_dir, true)
 }
 
 fn valkey_container(work_dir: &Path, tls: bool) -> anyhow::Result<Started> {
-    let mut spec = Spec::new("valkey", "valkey/valkey:8", &[6379, 6380]);
+    let tls_port = crate::engines::free_port()?;
+    let mut spec = Spec::new("valkey", "valkey/valkey:8", &[6379, tls_port]);
     // The server itself (not the image's entrypoint, which would drop to a
     // user that cannot read the key): as root, persistence off.
     spec.entrypoint = Some("valkey-server");
@@ -107,17 +130,17 @@ fn valkey_container(work_dir: &Path, tls: bool) -> anyhow::Result<Started> {
     let mut ca = None;
     if tls {
         let certs = shared::tls_certs(&work_dir.join("tls"))?;
-        let dir = certs.ca.parent().context("the CA file has no directory")?;
-        spec.mounts.push((dir.display().to_string(), CERTS));
+        let dir = mount_certs(&mut spec, &certs, true)?;
+        spec.same_port.push(tls_port);
         cmd.extend([
             "--tls-port".to_string(),
-            "6380".into(),
+            tls_port.to_string(),
             "--tls-cert-file".into(),
-            format!("{CERTS}/server.pem"),
+            format!("{dir}/server.pem"),
             "--tls-key-file".into(),
-            format!("{CERTS}/server.key"),
+            format!("{dir}/server.key"),
             "--tls-ca-cert-file".into(),
-            format!("{CERTS}/ca.pem"),
+            format!("{dir}/ca.pem"),
             "--tls-auth-clients".into(),
             "no".into(),
         ]);
@@ -133,7 +156,6 @@ fn valkey_container(work_dir: &Path, tls: bool) -> anyhow::Result<Started> {
     })?;
     let mut env = vec![("VALKEY_URL".into(), format!("redis://127.0.0.1:{port}"))];
     if let Some(ca) = ca {
-        let tls_port = running.port(6380)?;
         env.push((
             "VALKEY_TLS_URL".into(),
             format!("rediss://127.0.0.1:{tls_port}?tls_ca_file={}", ca.display()),
@@ -146,9 +168,8 @@ fn valkey_container(work_dir: &Path, tls: bool) -> anyhow::Result<Started> {
 /// `POSTGRES_URL` and `POSTGRES_TLS_URL`, as the process route sets them.
 pub(super) fn postgres(work_dir: &Path) -> anyhow::Result<Started> {
     let certs = shared::tls_certs(&work_dir.join("tls"))?;
-    let dir = certs.ca.parent().context("the CA file has no directory")?;
     let mut spec = Spec::new("postgres", "postgres:17", &[5432]);
-    spec.mounts.push((dir.display().to_string(), CERTS));
+    mount_certs(&mut spec, &certs, false)?;
     spec.env = vec![("POSTGRES_PASSWORD", shared::POSTGRES_PASSWORD.into())];
     // PostgreSQL wants its key owned by the server's user with mode 0600:
     // a copy inside the container, then the image's own entrypoint.
@@ -239,9 +260,8 @@ fn postgres_answers(addr: SocketAddr) -> bool {
 /// timeout, clients served plain and with TLS; `ETCD_URL` and `ETCD_TLS_URL`.
 pub(super) fn etcd(work_dir: &Path) -> anyhow::Result<Started> {
     let certs = shared::tls_certs(&work_dir.join("tls"))?;
-    let dir = certs.ca.parent().context("the CA file has no directory")?;
     let mut spec = Spec::new("etcd", "quay.io/coreos/etcd:v3.5", &[2379, 2381]);
-    spec.mounts.push((dir.display().to_string(), CERTS));
+    mount_certs(&mut spec, &certs, false)?;
     spec.cmd = Some(
         [
             "etcd",

@@ -72,8 +72,11 @@ struct Spec {
     env: Vec<(&'static str, String)>,
     entrypoint: Option<&'static str>,
     cmd: Option<Vec<String>>,
+    /// Ports published on the same port number of the host (for servers
+    /// that tell clients their own port), the others on ports Docker picks.
+    same_port: Vec<u16>,
     /// `(host dir, container dir)`, mounted read-only.
-    mounts: Vec<(String, &'static str)>,
+    mounts: Vec<(String, String)>,
 }
 
 impl Spec {
@@ -85,6 +88,7 @@ impl Spec {
             env: Vec::new(),
             entrypoint: None,
             cmd: None,
+            same_port: Vec::new(),
             mounts: Vec::new(),
         }
     }
@@ -183,10 +187,11 @@ fn start(spec: Spec) -> anyhow::Result<Running> {
         generic = generic.with_entrypoint(entrypoint);
     }
     let ports = spec.ports.clone();
+    let same_port = spec.same_port.clone();
     let mut request = generic
         .with_label(LABEL.0, LABEL.1)
         .with_startup_timeout(Duration::from_secs(300))
-        // Published on the loopback interface only; Docker picks the ports.
+        // Published on the loopback interface only.
         .with_host_config_modifier(move |host| {
             host.publish_all_ports = Some(false);
             host.port_bindings = Some(
@@ -195,7 +200,7 @@ fn start(spec: Spec) -> anyhow::Result<Running> {
                     .map(|p| {
                         let binding = PortBinding {
                             host_ip: Some("127.0.0.1".into()),
-                            host_port: None,
+                            host_port: same_port.contains(p).then(|| p.to_string()),
                         };
                         (format!("{p}/tcp"), Some(vec![binding]))
                     })

@@ -231,6 +231,6 @@ pub(crate) mod shared {
     pub(crate) use super::dynamodb::list_tables;
     pub(crate) use super::etcd::healthy as etcd_healthy;
     pub(crate) use super::postgres::{PASSWORD as POSTGRES_PASSWORD, PASSWORD_IN_URL};
-    pub(crate) use super::tls::generate as tls_certs;
+    pub(crate) use super::tls::{Certs as TlsCerts, generate as tls_certs};
     pub(crate) use super::valkey::ping as valkey_ping;
 }
