@@ -138,24 +138,29 @@ impl Running {
     }
 
     fn log_tail(&self) -> String {
-        let mut out = String::new();
-        for (stream, bytes) in [
-            ("stdout", self.container.stdout_to_vec()),
-            ("stderr", self.container.stderr_to_vec()),
-        ] {
-            let text = bytes.map(|b| String::from_utf8_lossy(&b).into_owned());
-            let text = text.unwrap_or_else(|e| format!("(no logs: {e})"));
-            let lines: Vec<&str> = text.lines().collect();
-            let from = lines.len().saturating_sub(20);
-            out.push_str(&format!("--- {stream}\n{}\n", lines[from..].join("\n")));
-        }
-        out
+        log_tail(&self.container)
     }
 
     /// The engine for the suites: `env`, and the container removed on drop.
     fn into_started(self, env: Vec<(String, String)>) -> Started {
         Started::external(env).with_guard(self.container)
     }
+}
+
+/// The last lines the container wrote to stdout and stderr.
+fn log_tail(container: &Container<GenericImage>) -> String {
+    let mut out = String::new();
+    for (stream, bytes) in [
+        ("stdout", container.stdout_to_vec()),
+        ("stderr", container.stderr_to_vec()),
+    ] {
+        let text = bytes.map(|b| String::from_utf8_lossy(&b).into_owned());
+        let text = text.unwrap_or_else(|e| format!("(no logs: {e})"));
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines.len().saturating_sub(20);
+        out.push_str(&format!("--- {stream}\n{}\n", lines[from..].join("\n")));
+    }
+    out
 }
 
 /// `repo[:tag]` (a registry host's `:port` is not a tag).
@@ -226,10 +231,14 @@ fn start(spec: Spec) -> anyhow::Result<Running> {
         .with_context(|| format!("starting a container of {image} (set {var} to another image)"))?;
     let mut published = HashMap::new();
     for port in &spec.ports {
-        let host = container
-            .get_host_port_ipv4(port.tcp())
-            .with_context(|| format!("{image}: the host port of {port}"))?;
-        published.insert(*port, host);
+        // (An image whose process exits at once has no ports any more.)
+        match container.get_host_port_ipv4(port.tcp()) {
+            Ok(host) => published.insert(*port, host),
+            Err(err) => anyhow::bail!(
+                "{image}: no host port for {port} ({err}); last log lines:\n{}",
+                log_tail(&container)
+            ),
+        };
     }
     Ok(Running {
         container,
