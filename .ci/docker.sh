@@ -26,6 +26,7 @@ say() { echo "-- docker [$(($(date +%s) - started))s] $*"; }
 export TTL_IMAGE_VALKEY=local/valkey:ci
 export TTL_IMAGE_POSTGRES=local/postgres:ci
 export TTL_IMAGE_CASSANDRA=local/cassandra:ci
+export TTL_IMAGE_ETCD=local/etcd:ci
 
 # ---- packages ----
 need=()
@@ -86,6 +87,8 @@ cleanup() {
       for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
       kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
     fi
+    # dockerd leaves its network namespace (exec/netns/default) mounted
+    findmnt -rn -o TARGET | grep "^$DOCKER_DIR/" | sort -r | while read -r m; do umount "$m"; done
     sysctl -qw net.ipv4.ip_forward="$saved_ip_forward"
     iptables -P FORWARD "${saved_forward_policy:-ACCEPT}"
     drop_docker_rules filter
@@ -171,6 +174,7 @@ build() {
 
 build local/valkey:ci valkey .ci/docker/valkey
 build local/postgres:ci postgres .ci/docker/postgres
+build local/etcd:ci etcd .ci/docker/etcd
 if ! have local/cassandra:ci; then
   lib=$(cassandra_jars)
   context="$DOCKER_DIR/cassandra-context"
