@@ -71,11 +71,12 @@ drop_docker_rules() {
 cleanup() {
   local status=$?
   set +e
+  # The xtask removes its containers itself: one left behind is a failure.
   if docker version >/dev/null 2>&1; then
-    left=$(docker ps -aq --filter label=org.testcontainers.managed-by=testcontainers)
+    left=$(docker ps -aq --filter label=ttl-cluster.xtask=test-drivers)
     if [[ -n "$left" ]]; then
-      echo "docker: removing containers left behind: $left" >&2
-      docker rm -f $left >/dev/null
+      echo "docker: containers left behind: $left" >&2
+      $ours && docker rm -f $left >/dev/null
       ((status == 0)) && status=1
     fi
   fi
