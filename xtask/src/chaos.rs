@@ -14,7 +14,8 @@ pub(crate) struct Args {
     /// Engines to run against (default: every one the harness supports).
     #[arg(long = "engine", value_name = "NAME")]
     engines: Vec<String>,
-    /// How long faults are injected per engine, e.g. `120s` or `3m`.
+    /// How long faults are injected, per engine (engines run one after
+    /// another), e.g. `120s` or `3m`.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     duration: u64,
     /// Lease in whole seconds.
@@ -33,6 +34,9 @@ pub(crate) struct Args {
 const SUPPORTED: &[(&str, &str, &str)] = &[
     ("cassandra", "cassandra", "SCYLLA_URI"),
     ("dynamodb", "dynamodb", "DYNAMODB_ENDPOINT"),
+    ("valkey", "valkey", "VALKEY_URL"),
+    ("postgres", "postgres", "POSTGRES_URL"),
+    ("etcd", "etcd", "ETCD_URL"),
 ];
 
 /// The store URL for the harness from the variable the engine set.
@@ -68,7 +72,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     };
     for name in &wanted {
         if !SUPPORTED.iter().any(|(n, _, _)| n == name) {
-            anyhow::bail!("unknown engine {name:?}; supported: cassandra, dynamodb");
+            let names: Vec<&str> = SUPPORTED.iter().map(|(n, _, _)| *n).collect();
+            anyhow::bail!("unknown engine {name:?}; supported: {}", names.join(", "));
         }
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -79,6 +84,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(status.success(), "building the chaos harness failed");
 
     let work_dir = engines::work_dir();
+    std::fs::create_dir_all(&work_dir)?;
+    let summary = work_dir.join(format!("chaos-summary-{}.txt", std::process::id()));
     let mut failed = Vec::new();
     for name in &wanted {
         let Some((_, entry, var)) = SUPPORTED.iter().find(|(n, _, _)| n == name) else {
@@ -94,7 +101,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             Ok(endpoint) if !endpoint.is_empty() => {
                 Started::external(vec![(engine.endpoint_var.to_string(), endpoint)])
             }
-            _ => (engine.start)(&work_dir.join(engine.name))?,
+            _ => match (engine.start)(&work_dir.join(engine.name)) {
+                Ok(started) => started,
+                Err(err) => {
+                    eprintln!("chaos {name}: the engine did not start: {err:#}");
+                    failed.push(name.clone());
+                    continue;
+                }
+            },
         };
         let url = running
             .env
@@ -111,6 +125,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .args(args.unfenced.then_some("--unfenced"))
             .arg("--work-dir")
             .arg(work_dir.join(format!("chaos-{name}")))
+            .arg("--summary")
+            .arg(&summary)
             .envs(local_aws_credentials(name))
             .status()
             .context("running the chaos harness")?;
@@ -118,6 +134,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         println!("== chaos {name}: engine stopped ==");
         if !status.success() {
             failed.push(name.clone());
+        }
+    }
+    println!();
+    println!(
+        "== chaos summary ({} s of faults per engine) ==",
+        args.duration
+    );
+    let lines = std::fs::read_to_string(&summary).unwrap_or_default();
+    let _ = std::fs::remove_file(&summary);
+    for name in &wanted {
+        match lines.lines().find(|l| l.starts_with(&format!("{name}: "))) {
+            Some(line) => println!("{line}"),
+            None => {
+                println!("{name}: no report (the engine or the harness failed before checking)")
+            }
         }
     }
     anyhow::ensure!(failed.is_empty(), "chaos failed on {failed:?}");

@@ -15,7 +15,8 @@ use crate::engines::{self, Engine, Started};
 /// Options of `test-drivers`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Run only these engines (default: all).
+    /// Run only these engines (default: every engine marked default; see
+    /// `engines::all`).
     #[arg(long = "engine", value_name = "NAME")]
     engines: Vec<String>,
     /// Run every engine in a container (testcontainers; images overridable
@@ -54,7 +55,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     let selected: Vec<&Engine> = all
         .iter()
-        .filter(|e| args.engines.is_empty() || args.engines.iter().any(|w| w == e.name))
+        .filter(|e| {
+            if args.engines.is_empty() {
+                e.default
+            } else {
+                args.engines.iter().any(|w| w == e.name)
+            }
+        })
         .collect();
     if selected.is_empty() {
         anyhow::bail!("no engines to test");
@@ -66,13 +73,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 
     let mut outcomes = Vec::new();
     for engine in selected {
-        outcomes.push(run_engine(engine, &work_dir, &binaries, &args.test_args));
+        let engine_started = Instant::now();
+        outcomes.extend(run_engine(engine, &work_dir, &binaries, &args.test_args));
+        println!(
+            "== {}: wall time {:.1}s ==",
+            engine.name,
+            engine_started.elapsed().as_secs_f64()
+        );
     }
 
     println!();
     println!("== test-drivers summary ==");
     println!(
-        "{:<12} {:>10} {:>7} {:>7} {:>8} {:>9}  status",
+        "{:<20} {:>10} {:>7} {:>7} {:>8} {:>9}  status",
         "engine", "startup", "passed", "failed", "ignored", "suite"
     );
     let mut ok = true;
@@ -94,7 +107,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             None => "ok".to_string(),
         };
         println!(
-            "{:<12} {:>10} {:>7} {:>7} {:>8} {:>8.1}s  {status}",
+            "{:<20} {:>10} {:>7} {:>7} {:>8} {:>8.1}s  {status}",
             o.name,
             startup,
             o.passed,
@@ -103,7 +116,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             o.run_time.as_secs_f64()
         );
         for (suite, passed, failed, ignored) in &o.suites {
-            println!("  {suite:<23}{passed:>6} {failed:>7} {ignored:>8}");
+            println!("  {suite:<31}{passed:>6} {failed:>7} {ignored:>8}");
         }
     }
     let passed: u64 = outcomes.iter().map(|o| o.passed).sum();
@@ -113,6 +126,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("test-drivers failed");
     }
     Ok(())
+}
+
+impl Outcome {
+    fn new(name: &'static str) -> Self {
+        Outcome {
+            name,
+            startup: None,
+            external: false,
+            passed: 0,
+            failed: 0,
+            ignored: 0,
+            run_time: Duration::ZERO,
+            error: None,
+            suites: Vec::new(),
+        }
+    }
 }
 
 /// A test executable built by `cargo test --workspace --no-run`.
@@ -187,26 +216,19 @@ fn package_name(id: &str) -> Option<String> {
     }
 }
 
+/// Starts `engine` (or uses its external endpoint), runs its suites, and
+/// with a [`engines::Degraded`] round breaks it and runs them again: one
+/// outcome per round. The engine is stopped before this returns.
 fn run_engine(
     engine: &Engine,
     work_dir: &Path,
     binaries: &HashMap<(String, String), TestBinary>,
     test_args: &[String],
-) -> Outcome {
-    let mut outcome = Outcome {
-        name: engine.name,
-        startup: None,
-        external: false,
-        passed: 0,
-        failed: 0,
-        ignored: 0,
-        run_time: Duration::ZERO,
-        error: None,
-        suites: Vec::new(),
-    };
+) -> Vec<Outcome> {
+    let mut outcome = Outcome::new(engine.name);
     println!("== {}: starting ==", engine.name);
     let started = Instant::now();
-    let running: Started = match std::env::var(engine.endpoint_var) {
+    let mut running: Started = match std::env::var(engine.endpoint_var) {
         Ok(endpoint) if !endpoint.is_empty() => {
             outcome.external = true;
             let mut env = vec![(engine.endpoint_var.to_string(), endpoint)];
@@ -222,7 +244,7 @@ fn run_engine(
             Err(err) => {
                 outcome.error = Some(format!("could not start: {err:#}"));
                 eprintln!("{}: could not start: {err:#}", engine.name);
-                return outcome;
+                return vec![outcome];
             }
         },
     };
@@ -234,20 +256,45 @@ fn run_engine(
             started.elapsed().as_secs_f64()
         );
     }
+    run_suites(engine, binaries, &running, test_args, &mut outcome);
+    let mut outcomes = vec![outcome];
+    if let Some(degraded) = &engine.degraded {
+        let mut second = Outcome::new(degraded.name);
+        if outcomes[0].external {
+            second.error = Some("skipped: an external engine is never broken on purpose".into());
+        } else {
+            println!("== {}: breaking {} ==", degraded.name, engine.name);
+            match (degraded.apply)(&mut running) {
+                Ok(()) => run_suites(engine, binaries, &running, test_args, &mut second),
+                Err(err) => second.error = Some(format!("could not degrade: {err:#}")),
+            }
+        }
+        outcomes.push(second);
+    }
+    drop(running);
+    println!("== {}: stopped ==", engine.name);
+    outcomes
+}
+
+/// Runs every suite of `engine` against `running`, adding to `outcome`.
+fn run_suites(
+    engine: &Engine,
+    binaries: &HashMap<(String, String), TestBinary>,
+    running: &Started,
+    test_args: &[String],
+    outcome: &mut Outcome,
+) {
     let suite_started = Instant::now();
     for (package, test) in engine.suites {
         let Some(binary) = binaries.get(&(package.to_string(), test.to_string())) else {
             outcome.error = Some(format!("{package}: no test target {test:?} was built"));
             continue;
         };
-        if let Err(err) = run_suite(package, test, binary, &running, test_args, &mut outcome) {
+        if let Err(err) = run_suite(package, test, binary, running, test_args, outcome) {
             outcome.error = Some(format!("{package}: {err:#}"));
         }
     }
     outcome.run_time = suite_started.elapsed();
-    drop(running);
-    println!("== {}: stopped ==", engine.name);
-    outcome
 }
 
 fn run_suite(

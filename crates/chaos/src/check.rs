@@ -95,6 +95,28 @@ fn ms(d: Option<Duration>) -> String {
     d.map_or("-".into(), |d| format!("{:.2}s", d.as_secs_f64()))
 }
 
+impl Report {
+    /// The headline figures on one line (for a table of runs):
+    /// faults, takeovers, worst takeover, writes accepted / stale rejected /
+    /// stale accepted / unanswered, violations.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "kills {} pauses {} partitions {} | takeovers {} worst {} (after kill {}) | accepted {} stale-rejected {} stale-accepted {} unanswered {} | violations {}",
+            self.kills,
+            self.pauses,
+            self.partitions,
+            self.takeovers,
+            ms(self.worst_takeover),
+            ms(self.worst_takeover_after_kill),
+            self.writes_accepted,
+            self.stale_rejected,
+            self.stale_accepted,
+            self.writes_failed,
+            self.violations.len()
+        )
+    }
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(

@@ -32,7 +32,8 @@ pub const WRITE_EVERY: Duration = Duration::from_millis(100);
 /// What a contender needs to know.
 #[derive(Debug, Clone)]
 pub struct ContenderConfig {
-    /// The store URL (`scylla://...`), usually through a fault proxy.
+    /// The store URL (`scylla://`, `dynamodb://`, `redis://`, `postgres://`
+    /// or `etcd://`), usually through a fault proxy.
     pub url: String,
     /// The election key.
     pub key: String,

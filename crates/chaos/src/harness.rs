@@ -73,7 +73,8 @@ struct Slot {
 }
 
 /// The URL with its database address replaced by `addr`: the contact
-/// point of a `scylla://` URL, the `endpoint` of a `dynamodb://` URL.
+/// point of a `scylla://` URL, the `endpoint` of a `dynamodb://` URL, the
+/// host and port of a `redis://`, `postgres://` or `etcd://` URL.
 fn proxied_url(url: &str, addr: SocketAddr) -> anyhow::Result<String> {
     let url: StorageUrl = url.parse()?;
     // The password stays in: the contender connects with it.
@@ -415,6 +416,24 @@ mod tests {
             let keeps =
                 original.contains("create_table") == proxied.as_str().contains("create_table=true");
             assert!(keeps, "{proxied}");
+        }
+        for (original, proxied) in [
+            ("redis://127.0.0.1:6379", "redis://127.0.0.1:7000"),
+            (
+                "postgresql://postgres:s3cret%3A%40@127.0.0.1:5432/postgres",
+                "postgresql://postgres:s3cret%3A%40@127.0.0.1:7000/postgres",
+            ),
+            ("etcd://127.0.0.1:2379", "etcd://127.0.0.1:7000"),
+        ] {
+            let got: StorageUrl = proxied_url(original, addr).unwrap().parse().unwrap();
+            assert_eq!(got.endpoint().as_deref(), Some("127.0.0.1:7000"), "{got}");
+            let want: StorageUrl = proxied.parse().unwrap();
+            assert_eq!(got.engine(), want.engine());
+            // The password stays (the contender connects with it).
+            assert_eq!(
+                proxied_url(original, addr).unwrap().contains("s3cret"),
+                original.contains("s3cret")
+            );
         }
         assert!(proxied_url("dynamodb://tbl?region=r", addr).is_err());
         assert!(proxied_url("mysql://x", addr).is_err());

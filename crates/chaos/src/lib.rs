@@ -1,7 +1,8 @@
 //! # chaos
 //!
-//! Real processes against real engines (Apache Cassandra / ScyllaDB through
-//! `storage-scylla`, DynamoDB through `storage-dynamo`): a harness that runs
+//! Real processes against real engines (Apache Cassandra / ScyllaDB,
+//! DynamoDB, Valkey / Redis, PostgreSQL, etcd, each opened through
+//! `storage-url`): a harness that runs
 //! several contender processes (each a [`vvm_orch::Vvm`] whose service
 //! pipeline is the guarded writer, with the production elections killer)
 //! against a real database, and while they
@@ -9,7 +10,9 @@
 //! to the database for `1.5 d` through a TCP [`proxy::FaultProxy`] (one per
 //! contender). Each leader writes to a [`guarded`] resource in the same
 //! database every 100 ms with its fencing token; the resource accepts a
-//! write only with a token at least as high as any it has seen.
+//! write only with a token at least as high as any it has seen. The
+//! resource is the project's public fencing helpers' fenced log (see
+//! [`guarded`]): chaos tests the helpers users call.
 //!
 //! One contender slot runs **zombies** on purpose (no killer, and they keep
 //! writing with their old token for `2 d` after a loss): the deposed leader
@@ -30,10 +33,11 @@
 //!
 //! ## Assumptions
 //!
-//! The engine is a single node reached through one contact point (each
+//! The engine is a single node reached through one address (each
 //! contender connects to its own proxy; the `scylla` driver addresses the
 //! node it connected to by that address, so it never bypasses the proxy;
-//! DynamoDB is one HTTP endpoint); processes run on one machine, so their
+//! DynamoDB is one HTTP endpoint; Valkey, PostgreSQL and etcd one TCP
+//! address each, with no discovery of other members); processes run on one machine, so their
 //! wall clocks agree and event timestamps (ms since the epoch) compare.
 //!
 //! Run it with `cargo xtask chaos`, which starts the engine. The checker

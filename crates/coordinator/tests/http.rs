@@ -12,6 +12,8 @@ mod common;
 mod edge;
 #[path = "http/https_member.rs"]
 mod https_member;
+#[path = "http/register.rs"]
+mod register;
 #[path = "http/status.rs"]
 mod status;
 

@@ -88,6 +88,14 @@ macro_rules! testsuite {
             false
         );
     };
+    (real_time, $make:ident, watch = required, ignore = $reason:literal) => {
+        $crate::__suite_module!(
+            { #[tokio::test(flavor = "multi_thread", worker_threads = 2)] #[ignore = $reason] }
+            $crate::Mode::RealTime,
+            $make,
+            true
+        );
+    };
 }
 
 #[doc(hidden)]

@@ -13,7 +13,7 @@ use std::{
 use tokio::{task::JoinHandle, time::Instant};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
-use ttl_storage::{ErrorKind, Key, TtlStorage, check_value};
+use ttl_storage::{ErrorKind, Key, StorageError, TtlStorage, check_value};
 
 use crate::{
     ElectionsError,
@@ -77,6 +77,10 @@ struct Entry {
     killer: Arc<KillerTimer>,
     end: EndSignal,
 }
+
+/// Inserts of one acquisition whose outcome stays unknown (each followed by
+/// a read-back) before it gives up.
+const UNKNOWN_INSERT_ATTEMPTS: u32 = 3;
 
 impl Elections {
     /// Elections over `storage` with the production killer ([`ProcessKiller`]),
@@ -162,27 +166,48 @@ impl Elections {
     ) -> Result<Option<(u64, Instant)>, ElectionsError> {
         let storage = &*self.inner.storage;
         let limit = timing.call_timeout();
-        let inserted = timed(
-            limit,
-            storage.insert_if_not_exists(key, value, timing.ttl()),
-        )
-        .await;
-        match inserted {
-            Ok(true) => {}
-            Ok(false) => return Ok(None),
-            Err(err) if err.kind() == ErrorKind::OutcomeUnknown => {
-                tracing::warn!(error = %err, "insert outcome unknown; reading the record back");
-                match timed(limit, storage.get(key)).await {
-                    Ok(Some(current)) if *current == *value => {}
-                    Ok(_) => return Ok(None),
-                    Err(read_err) => {
-                        tracing::warn!(error = %read_err, "read-back failed; withdrawing");
-                        self.delete_record(key, value, timing).await;
-                        return Err(err.into());
-                    }
+        // An insert whose outcome is unknown may still land after a read-back
+        // found the key empty (a Paxos round the database keeps retrying):
+        // then nobody would hold the record until it expired. So an empty
+        // read-back is answered by inserting the same unique value again: if
+        // the first insert lands meanwhile, the retry fails and the read-back
+        // finds our own value.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let inserted = timed(
+                limit,
+                storage.insert_if_not_exists(key, value, timing.ttl()),
+            )
+            .await;
+            let err = match inserted {
+                Ok(true) => break,
+                Ok(false) if attempts == 1 => return Ok(None),
+                Err(err) if err.kind() == ErrorKind::OutcomeUnknown => {
+                    tracing::warn!(error = %err, attempts, "insert outcome unknown; reading the record back");
+                    err
+                }
+                // A retry found the key taken: maybe by our earlier insert.
+                Ok(false) => StorageError::outcome_unknown("an earlier insert may have landed"),
+                Err(err) => return Err(err.into()),
+            };
+            match timed(limit, storage.get(key)).await {
+                Ok(Some(current)) if *current == *value => break,
+                Ok(Some(_)) => return Ok(None),
+                Ok(None) if attempts < UNKNOWN_INSERT_ATTEMPTS => {
+                    tokio::time::sleep(timing.retry_interval()).await;
+                }
+                Ok(None) => {
+                    tracing::warn!("insert still unknown after {attempts} attempts; withdrawing");
+                    self.delete_record(key, value, timing).await;
+                    return Err(err.into());
+                }
+                Err(read_err) => {
+                    tracing::warn!(error = %read_err, "read-back failed; withdrawing");
+                    self.delete_record(key, value, timing).await;
+                    return Err(err.into());
                 }
             }
-            Err(err) => return Err(err.into()),
         }
 
         let token =

@@ -15,13 +15,25 @@
 //! |---|---|---|---|
 //! | Cassandra / ScyllaDB | [`CassandraFence`] | lightweight transaction `UPDATE … IF fence <= ?` (Paxos, SERIAL) | `cassandra` |
 //! | DynamoDB | [`DynamoFence`] | `UpdateItem` with `ConditionExpression: attribute_not_exists(fence) OR fence <= :t` | `dynamodb` |
-//! | PostgreSQL, Valkey / Redis | see the `storage-postgres` and `storage-valkey` crates | `UPDATE … WHERE fence <= $1` / a Lua script | — |
+//! | PostgreSQL, Valkey / Redis, etcd | the `fence` module of `storage-postgres`, `storage-valkey`, `storage-etcd` | `INSERT … ON CONFLICT … WHERE token <= $2` / a Lua script / a transaction comparing the stored token | — |
 //!
 //! Each type stores a *fenced register* per resource id: the highest token
 //! seen and the last value written with it. To guard your own rows, copy the
 //! condition into your own statement: the column `fence` next to your data,
 //! set to the token by every write, and the write's condition
 //! [`CassandraFence::CONDITION`] / [`DynamoFence::CONDITION`].
+//!
+//! ## Fenced logs
+//!
+//! `append` applies the same check to an append-only log of a resource
+//! (a journal of what successive leaders did, where no stale leader's
+//! entry can follow a newer one's): the register's fence is checked and
+//! raised, and its append counter incremented, in the same atomic step, which
+//! returns the entry's sequence number (accept order, from 1); the entry
+//! is then put into the log table (`<table>_log`) under that number.
+//! [`CassandraFence::log`] / [`DynamoFence::log`] read it back in order.
+//! If the process dies between the two steps the log has a gap at that
+//! number, never a wrong or misplaced entry.
 //!
 //! [`elections::Leadership::fencing_token`]: https://docs.rs/elections
 
@@ -56,6 +68,32 @@ impl Verdict {
     }
 }
 
+/// What the resource said to one fenced append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendVerdict {
+    /// Appended: the token was at least the highest seen.
+    Appended {
+        /// The entry's sequence number: its position in accept order, from 1.
+        seq: u64,
+    },
+    /// Refused: the resource has seen this higher token.
+    Rejected {
+        /// The highest token the resource has seen.
+        highest_seen: u64,
+    },
+}
+
+/// One entry of a resource's fenced log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Position in accept order, from 1.
+    pub seq: u64,
+    /// The fencing token the append carried.
+    pub token: u64,
+    /// The appended value.
+    pub value: Vec<u8>,
+}
+
 /// The register of one resource: the highest token seen and the value
 /// written with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +105,8 @@ pub struct Fenced {
 }
 
 /// Checks a table or resource name: ASCII letters, digits and `_` (and
-/// for DynamoDB `-` and `.`), 1 to 48 characters.
+/// for DynamoDB `-` and `.`), 1 to 48 characters (a table name at most
+/// 44, so that its log table `<table>_log` fits).
 #[cfg_attr(
     not(any(feature = "cassandra", feature = "dynamodb")),
     allow(dead_code)

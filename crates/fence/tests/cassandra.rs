@@ -7,8 +7,8 @@ mod common;
 
 use std::sync::Arc;
 
-use common::Register;
-use fence::{CassandraFence, FenceError, Fenced, Verdict};
+use common::{Log, Register};
+use fence::{AppendVerdict, CassandraFence, FenceError, Fenced, LogEntry, Verdict};
 use scylla::client::session_builder::SessionBuilder;
 use storage_scylla::{ScyllaConfig, ScyllaStorage};
 
@@ -18,6 +18,20 @@ impl Register for CassandraFence {
     }
     async fn read(&self, resource: &str) -> Result<Option<Fenced>, FenceError> {
         CassandraFence::read(self, resource).await
+    }
+}
+
+impl Log for CassandraFence {
+    async fn append(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<AppendVerdict, FenceError> {
+        CassandraFence::append(self, resource, token, value).await
+    }
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, FenceError> {
+        CassandraFence::log(self, resource).await
     }
 }
 
@@ -50,4 +64,10 @@ async fn cassandra_orders_tokens() {
 #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers --engine cassandra`"]
 async fn cassandra_racing_writers_leave_the_highest() {
     common::racing_writers_leave_the_highest(&fence().await).await;
+}
+
+#[tokio::test]
+#[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers --engine cassandra`"]
+async fn cassandra_appends_in_order() {
+    common::appends_in_order(&fence().await).await;
 }

@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::Register;
-use fence::{DynamoFence, FenceError, Fenced, Verdict};
+use common::{Log, Register};
+use fence::{AppendVerdict, DynamoFence, FenceError, Fenced, LogEntry, Verdict};
 use storage_dynamo::{DynamoConfig, DynamoStorage};
 
 impl Register for DynamoFence {
@@ -15,6 +15,20 @@ impl Register for DynamoFence {
     }
     async fn read(&self, resource: &str) -> Result<Option<Fenced>, FenceError> {
         DynamoFence::read(self, resource).await
+    }
+}
+
+impl Log for DynamoFence {
+    async fn append(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<AppendVerdict, FenceError> {
+        DynamoFence::append(self, resource, token, value).await
+    }
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, FenceError> {
+        DynamoFence::log(self, resource).await
     }
 }
 
@@ -49,4 +63,10 @@ async fn dynamodb_orders_tokens() {
 #[ignore = "needs DynamoDB: run `cargo xtask test-drivers --engine dynamodb`"]
 async fn dynamodb_racing_writers_leave_the_highest() {
     common::racing_writers_leave_the_highest(&fence().await).await;
+}
+
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers --engine dynamodb`"]
+async fn dynamodb_appends_in_order() {
+    common::appends_in_order(&fence().await).await;
 }

@@ -17,6 +17,7 @@
 //! | `compare_and_swap` | `IF value(key) = old THEN put(key, new, new lease)` |
 //! | `compare_and_delete` | `IF value(key) = value THEN delete(key)` |
 //! | `get` | a linearizable range read |
+//! | `watch` | a read, then an etcd watch of the key from the next revision, delete events only |
 //!
 //! The lease a write replaced (or a lease granted for a write that did not
 //! apply) is revoked in the background; one that is not expires by itself.
@@ -42,11 +43,23 @@
 //!   against a CA file or the system's roots, and never falls back to
 //!   plaintext.
 //!
+//! - **Watch** ([`ttl_storage::TtlStorage::watch`]) is supported: it
+//!   completes on the key's delete event (a release, or its lease
+//!   expiring), so a standby takes over at once after a release instead of
+//!   at its next poll. It completes at once when the key is empty, and after
+//!   200 ms on an error (a spurious wake-up; callers read again).
+//!
 //! ## Failover
 //!
 //! Raft replicates synchronously to a quorum: a new leader has every
 //! acknowledged write, so leases and fencing counters survive member
 //! failures as long as a quorum does.
+//!
+//! ## Fencing
+//!
+//! [`fence::EtcdFence`] guards a resource kept in etcd with the leader's
+//! fencing token: one transaction that refuses a token lower than the
+//! highest seen, for a plain write or an append to a log.
 //!
 //! ## Example
 //!
@@ -66,6 +79,7 @@
 
 mod config;
 mod error;
+pub mod fence;
 mod storage;
 mod url;
 

@@ -2,10 +2,12 @@
 
 use async_trait::async_trait;
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, PutOptions, TlsOptions,
-    Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, PutOptions,
+    TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
-use ttl_storage::{ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, check_value};
+use ttl_storage::{
+    ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
+};
 
 use crate::{
     config::EtcdConfig,
@@ -229,5 +231,72 @@ impl TtlStorage for EtcdStorage {
             .await
             .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?;
         Ok(response.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// An etcd watch of the key from the revision it was read at: completes
+    /// on its delete event (a compare-and-delete, or its lease expiring), at
+    /// once when the key holds no record, and, after a short pause, when
+    /// etcd cannot be reached or cancels the watch (a spurious wake-up: the
+    /// caller reads the record again).
+    fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
+        let client = self.client.clone();
+        let server_key = self.server_key(key);
+        Ok(Box::pin(async move {
+            if !watch_until_deleted(client, server_key).await {
+                tokio::time::sleep(WATCH_ERROR_PAUSE).await;
+            }
+        }))
+    }
+}
+
+/// How long a failed watch waits before it completes, so that a caller that
+/// re-watches at once does not spin while etcd is unreachable.
+const WATCH_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Waits for the delete of `key` (true), or returns false on an error.
+async fn watch_until_deleted(mut client: Client, key: String) -> bool {
+    let current = match client.get(key.as_str(), None).await {
+        Ok(current) => current,
+        Err(err) => {
+            tracing::debug!(%err, "etcd watch: reading the key failed");
+            return false;
+        }
+    };
+    if current.kvs().is_empty() {
+        return true;
+    }
+    // From the next revision: a delete after the read is never missed.
+    let from = current.header().map_or(0, |h| h.revision()) + 1;
+    let options = WatchOptions::new()
+        .with_start_revision(from)
+        .with_filters([WatchFilterType::NoPut]);
+    let (_watcher, mut stream) = match client.watch(key.as_str(), Some(options)).await {
+        Ok(watch) => watch,
+        Err(err) => {
+            tracing::debug!(%err, "etcd watch: starting the watch failed");
+            return false;
+        }
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(response)) => {
+                if response
+                    .events()
+                    .iter()
+                    .any(|event| event.event_type() == EventType::Delete)
+                {
+                    return true;
+                }
+                if response.canceled() {
+                    tracing::debug!(reason = response.cancel_reason(), "etcd watch cancelled");
+                    return false;
+                }
+            }
+            Ok(None) => return false,
+            Err(err) => {
+                tracing::debug!(%err, "etcd watch: the stream failed");
+                return false;
+            }
+        }
     }
 }

@@ -47,6 +47,7 @@ async fn make_storage() -> DynTtlStorage {
 elections_testsuite::testsuite!(
     real_time,
     make_storage,
+    watch = required,
     ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"
 );
 
@@ -203,4 +204,135 @@ async fn lost_answers_and_lost_connections() {
     let err = s.get(&k).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
     assert!(direct.compare_and_delete(&k, b"b").await.unwrap());
+}
+
+/// The fence refuses tokens lower than the highest seen (exactly, beyond
+/// 2^53 too), accepts equal and higher ones, and a refused write changes
+/// nothing; racing writers leave the highest token's value.
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn fence_refuses_lower_tokens() {
+    use storage_etcd::fence::{EtcdFence, FenceOutcome};
+    let s = connect_url(&base_url()).await;
+    let fence = EtcdFence::new(&s);
+    let resource = key("fence").to_string();
+    let data = format!("suite-fenced/{resource}");
+    let read = |data: String| {
+        let mut client = s.client().clone();
+        async move {
+            let response = client.get(data, None).await.unwrap();
+            response.kvs().first().map(|kv| kv.value().to_vec())
+        }
+    };
+    assert_eq!(
+        fence.set(&resource, 5, &data, b"five").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(
+        fence.set(&resource, 3, &data, b"three").await.unwrap(),
+        FenceOutcome::Rejected { highest: 5 }
+    );
+    assert_eq!(read(data.clone()).await.as_deref(), Some(&b"five"[..]));
+    assert_eq!(
+        fence.set(&resource, 5, &data, b"again").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(
+        fence.set(&resource, 10, &data, b"ten").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(
+        fence.set(&resource, 9, &data, b"nine").await.unwrap(),
+        FenceOutcome::Rejected { highest: 10 }
+    );
+    let big = (1u64 << 60) + 1;
+    assert_eq!(
+        fence.set(&resource, big, &data, b"big").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(
+        fence
+            .set(&resource, big - 1, &data, b"big-1")
+            .await
+            .unwrap(),
+        FenceOutcome::Rejected { highest: big }
+    );
+    assert_eq!(
+        fence.set(&resource, u64::MAX, &data, b"max").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(read(data.clone()).await.as_deref(), Some(&b"max"[..]));
+
+    // Racing writers: the highest token always wins the last word.
+    let other = format!("{resource}/race");
+    let race = format!("{data}/race");
+    let writes: Vec<_> = (1..=16u64)
+        .map(|token| {
+            let fence = fence.clone();
+            let (other, race) = (other.clone(), race.clone());
+            tokio::spawn(async move {
+                fence
+                    .set(&other, token, &race, token.to_string().as_bytes())
+                    .await
+            })
+        })
+        .collect();
+    for write in writes {
+        write.await.unwrap().unwrap();
+    }
+    assert_eq!(read(race).await.as_deref(), Some(&b"16"[..]));
+}
+
+/// A fenced append is refused below the highest token (the fence `set`
+/// shares), numbered in accept order otherwise, and the log reads back
+/// exactly this resource's entries (not those of `<resource>/more`).
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn fenced_log_appends_in_token_order() {
+    use storage_etcd::fence::{AppendOutcome, EtcdFence, FenceOutcome};
+    let s = connect_url(&base_url()).await;
+    let fence = EtcdFence::new(&s);
+    let resource = key("fenced-log").to_string();
+    let seq = |outcome: AppendOutcome| match outcome {
+        AppendOutcome::Appended { seq } => seq,
+        other => panic!("refused: {other:?}"),
+    };
+    let first = seq(fence.append(&resource, 3, b"three").await.unwrap());
+    let second = seq(fence.append(&resource, 3, b"again").await.unwrap());
+    assert!(second > first);
+    assert_eq!(
+        fence.append(&resource, 2, b"stale").await.unwrap(),
+        AppendOutcome::Rejected { highest: 3 }
+    );
+    // A longer resource name with this one as prefix has its own log.
+    seq(fence
+        .append(&format!("{resource}/more"), 1, b"other")
+        .await
+        .unwrap());
+    let data = format!("suite-fenced-log/{resource}");
+    assert_eq!(
+        fence.set(&resource, 7, &data, b"x").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(
+        fence.append(&resource, 6, b"stale").await.unwrap(),
+        AppendOutcome::Rejected { highest: 7 }
+    );
+    let third = seq(fence.append(&resource, 8, b"eight").await.unwrap());
+    let log: Vec<_> = fence
+        .log(&resource)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, e.token, e.value))
+        .collect();
+    assert_eq!(
+        log,
+        vec![
+            (first, 3, b"three".to_vec()),
+            (second, 3, b"again".to_vec()),
+            (third, 8, b"eight".to_vec()),
+        ]
+    );
+    assert!(fence.log("never-written").await.unwrap().is_empty());
 }

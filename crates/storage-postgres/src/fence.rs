@@ -9,6 +9,12 @@
 //! time in token order, and a deposed leader's transaction (lower token)
 //! learns it must roll back before it writes anything.
 //!
+//! [`PostgresFence::append`] applies the same guard to an append-only
+//! log (table `<fence table>_log`): inside the caller's transaction it
+//! checks the token and inserts the entry with the next sequence number,
+//! so the entry is in the log exactly when the transaction commits, in
+//! the order the fence admitted it. [`PostgresFence::log`] reads it back.
+//!
 //! ```no_run
 //! use storage_postgres::{PostgresStorage, fence::PostgresFence};
 //!
@@ -26,22 +32,53 @@
 
 use ttl_storage::{ErrorKind, StorageError};
 
+/// What a fenced append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// The token was at least the highest recorded: the entry is in the
+    /// log once the transaction commits.
+    Appended {
+        /// The entry's position in the log, from 1, in accept order.
+        seq: u64,
+    },
+    /// A higher token was recorded: nothing was written; roll back.
+    Rejected {
+        /// The highest token recorded for the resource.
+        highest: u64,
+    },
+}
+
+/// One entry of a resource's log, as [`PostgresFence::log`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Position in accept order, from 1.
+    pub seq: u64,
+    /// The fencing token the append carried.
+    pub token: u64,
+    /// The appended value.
+    pub value: Vec<u8>,
+}
+
 use crate::{
     PostgresStorage,
     error::{Op, classify, storage_error},
 };
 
-/// Fence rows of one table `(resource text PRIMARY KEY, token bigint)`.
+/// Fence rows of one table `(resource text PRIMARY KEY, token bigint)`,
+/// and the fenced logs in `<table>_log`
+/// `(resource text, seq bigint, token bigint, value bytea, PRIMARY KEY (resource, seq))`.
 #[derive(Debug, Clone)]
 pub struct PostgresFence {
     table: String,
+    log_table: String,
     check_sql: String,
 }
 
 impl PostgresFence {
     /// Creates the fence table `table` (in the storage's schema, if any)
-    /// when missing, serialized by an advisory lock like the storage's own
-    /// table. `table` must be a plain lower-case identifier.
+    /// and its log table `<table>_log` when missing, serialized by an
+    /// advisory lock like the storage's own table. `table` must be a plain
+    /// lower-case identifier.
     pub async fn create(storage: &PostgresStorage, table: &str) -> Result<Self, StorageError> {
         let config = storage.config();
         let checked = crate::PostgresConfig::builder()
@@ -77,13 +114,24 @@ impl PostgresFence {
         ))
         .await
         .map_err(failed)?;
+        let log_table = format!("{table}_log");
+        tx.batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {log_table} (resource text NOT NULL, seq bigint NOT NULL, \
+             token bigint NOT NULL, value bytea NOT NULL, PRIMARY KEY (resource, seq))"
+        ))
+        .await
+        .map_err(failed)?;
         tx.commit().await.map_err(failed)?;
         let check_sql = format!(
             "INSERT INTO {table} AS f (resource, token) VALUES ($1, $2) \
              ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token \
              WHERE f.token <= EXCLUDED.token RETURNING token"
         );
-        Ok(PostgresFence { table, check_sql })
+        Ok(PostgresFence {
+            table,
+            log_table,
+            check_sql,
+        })
     }
 
     /// The fence table, as written in SQL.
@@ -113,6 +161,88 @@ impl PostgresFence {
             // here aborts the transaction, so it is never "unknown".
             .map_err(|err| storage_error(classify(&err, Op::Read), "fence check", err))?;
         Ok(row.is_some())
+    }
+
+    /// Inside `tx`: if `token` is at least the highest token recorded for
+    /// `resource` (the fence [`check`](Self::check) uses), records it and
+    /// inserts `value` into the resource's log with the next sequence
+    /// number. The fence row stays locked until `tx` ends, so appends are
+    /// numbered in the order they commit; the entry is in the log when
+    /// `tx` commits (a failed commit leaves the outcome unknown). Refused:
+    /// nothing changed, roll back.
+    ///
+    /// Tokens above `i64::MAX` are refused with a permanent error.
+    pub async fn append(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<AppendOutcome, StorageError> {
+        if !self.check(tx, resource, token).await? {
+            let highest = tx
+                .query_opt(
+                    &format!("SELECT token FROM {} WHERE resource = $1", self.table),
+                    &[&resource],
+                )
+                .await
+                .map_err(|err| storage_error(classify(&err, Op::Read), "fence read", err))?
+                .and_then(|row| row.try_get::<_, i64>(0).ok())
+                .and_then(|t| u64::try_from(t).ok())
+                .unwrap_or(0);
+            return Ok(AppendOutcome::Rejected { highest });
+        }
+        // Safe as `max + 1`: every append holds the fence row's lock.
+        let signed = i64::try_from(token).unwrap_or(i64::MAX);
+        let row = tx
+            .query_one(
+                &format!(
+                    "INSERT INTO {log} (resource, seq, token, value) \
+                     SELECT $1, coalesce(max(seq), 0) + 1, $2, $3 FROM {log} WHERE resource = $1 \
+                     RETURNING seq",
+                    log = self.log_table
+                ),
+                &[&resource, &signed, &value],
+            )
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Read), "fenced log insert", err))?;
+        let seq = row
+            .try_get::<_, i64>(0)
+            .ok()
+            .and_then(|s| u64::try_from(s).ok())
+            .ok_or_else(|| StorageError::permanent("fenced log insert: no sequence number"))?;
+        Ok(AppendOutcome::Appended { seq })
+    }
+
+    /// Reads `resource`'s log, in accept order (committed entries only).
+    pub async fn log(
+        &self,
+        client: &tokio_postgres::Client,
+        resource: &str,
+    ) -> Result<Vec<LogEntry>, StorageError> {
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT seq, token, value FROM {} WHERE resource = $1 ORDER BY seq",
+                    self.log_table
+                ),
+                &[&resource],
+            )
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Read), "fenced log read", err))?;
+        rows.iter()
+            .map(|row| {
+                let number = |i: usize| {
+                    row.try_get::<_, i64>(i)
+                        .ok()
+                        .and_then(|n| u64::try_from(n).ok())
+                };
+                match (number(0), number(1), row.try_get::<_, Vec<u8>>(2)) {
+                    (Some(seq), Some(token), Ok(value)) => Ok(LogEntry { seq, token, value }),
+                    _ => Err(StorageError::permanent("fenced log read: a malformed row")),
+                }
+            })
+            .collect()
     }
 
     /// The highest token recorded for `resource`, if any.

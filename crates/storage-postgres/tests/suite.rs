@@ -418,3 +418,66 @@ async fn fence_refuses_lower_tokens() {
     assert_eq!(read().await, "seven");
     assert_eq!(fence.highest(&setup, &resource).await.unwrap(), Some(9));
 }
+
+/// A fenced append is refused below the highest token (the fence `check`
+/// shares), numbered in commit order otherwise; a rolled-back append
+/// leaves no entry, and the log reads back exactly the committed ones.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn fenced_log_appends_in_token_order() {
+    use storage_postgres::fence::{AppendOutcome, LogEntry, PostgresFence};
+    let s = connect_url(&base_url()).await;
+    let fence = PostgresFence::create(&s, "suite_fences").await.unwrap();
+    let resource = unique("log");
+    let append = |token: u64, value: &'static [u8], commit: bool| {
+        let (pool, fence, resource) = (s.pool().clone(), fence.clone(), resource.clone());
+        async move {
+            let mut client = pool.get().await.unwrap();
+            let tx = client.transaction().await.unwrap();
+            let outcome = fence.append(&tx, &resource, token, value).await.unwrap();
+            if commit && matches!(outcome, AppendOutcome::Appended { .. }) {
+                tx.commit().await.unwrap();
+            }
+            outcome
+        }
+    };
+    assert_eq!(
+        append(3, b"three", true).await,
+        AppendOutcome::Appended { seq: 1 }
+    );
+    assert_eq!(
+        append(3, b"again", true).await,
+        AppendOutcome::Appended { seq: 2 }
+    );
+    assert_eq!(
+        append(2, b"stale", true).await,
+        AppendOutcome::Rejected { highest: 3 }
+    );
+    // Rolled back: neither the entry nor the token stays.
+    assert_eq!(
+        append(9, b"rolled back", false).await,
+        AppendOutcome::Appended { seq: 3 }
+    );
+    assert_eq!(
+        append(5, b"five", true).await,
+        AppendOutcome::Appended { seq: 3 }
+    );
+    assert_eq!(
+        append(4, b"stale", true).await,
+        AppendOutcome::Rejected { highest: 5 }
+    );
+    let client = s.pool().get().await.unwrap();
+    let entry = |seq, token, value: &[u8]| LogEntry {
+        seq,
+        token,
+        value: value.to_vec(),
+    };
+    assert_eq!(
+        fence.log(&client, &resource).await.unwrap(),
+        vec![
+            entry(1, 3, b"three"),
+            entry(2, 3, b"again"),
+            entry(3, 5, b"five")
+        ]
+    );
+}

@@ -12,6 +12,7 @@ use scylla::errors::{
     ConnectionError, ConnectionPoolError, ConnectionSetupRequestErrorKind, DbError, ExecutionError,
     MetadataError, NewSessionError, PrepareError, RequestAttemptError,
 };
+use scylla::statement::Consistency;
 use ttl_storage::ErrorKind;
 
 /// What kind of request failed.
@@ -152,12 +153,89 @@ fn classify_setup(err: &ConnectionSetupRequestErrorKind) -> ErrorKind {
     }
 }
 
+/// Whether a failed SERIAL read is worth retrying at once: the errors a
+/// healthy cluster returns when Paxos rounds contend on a key (Paxos v2
+/// abandons a read that meets a competing round, as a `WriteTimeout` of
+/// write type `CAS` at consistency SERIAL) or while a replica is briefly
+/// down or overloaded. A read changes nothing, so retrying is always safe;
+/// the caller bounds it by the operation's deadline.
+pub(crate) fn serial_read_retryable(err: &ExecutionError) -> bool {
+    match err {
+        ExecutionError::LastAttemptError(RequestAttemptError::DbError(db, _)) => matches!(
+            db,
+            DbError::WriteTimeout { .. }
+                | DbError::ReadTimeout { .. }
+                | DbError::Unavailable { .. }
+                | DbError::Overloaded
+                | DbError::IsBootstrapping
+        ),
+        ExecutionError::LastAttemptError(RequestAttemptError::UnableToAllocStreamId)
+        | ExecutionError::ConnectionPoolError(_)
+        | ExecutionError::EmptyPlan => true,
+        _ => false,
+    }
+}
+
+/// The CQL name of a consistency level (`LOCAL_SERIAL`, not `LocalSerial`).
+fn cql_level(level: Consistency) -> &'static str {
+    match level {
+        Consistency::Any => "ANY",
+        Consistency::One => "ONE",
+        Consistency::Two => "TWO",
+        Consistency::Three => "THREE",
+        Consistency::Quorum => "QUORUM",
+        Consistency::All => "ALL",
+        Consistency::LocalQuorum => "LOCAL_QUORUM",
+        Consistency::EachQuorum => "EACH_QUORUM",
+        Consistency::LocalOne => "LOCAL_ONE",
+        Consistency::Serial => "SERIAL",
+        Consistency::LocalSerial => "LOCAL_SERIAL",
+    }
+}
+
+/// A message for `what` failing with `err` that says, for the replica-count
+/// errors, how many replicas were required and how many answered or were
+/// alive (`unavailable: 1 of 2 required replicas alive at SERIAL`).
+pub(crate) fn describe(what: &str, err: &ExecutionError) -> String {
+    let ExecutionError::LastAttemptError(RequestAttemptError::DbError(db, _)) = err else {
+        return format!("{what} failed");
+    };
+    match db {
+        DbError::Unavailable {
+            consistency,
+            required,
+            alive,
+        } => format!(
+            "{what} failed: unavailable: {alive} of {required} required replicas alive at {}",
+            cql_level(*consistency)
+        ),
+        DbError::WriteTimeout {
+            consistency,
+            received,
+            required,
+            write_type,
+        } => format!(
+            "{what} failed: write timeout ({write_type:?}): {received} of {required} required replicas answered at {}",
+            cql_level(*consistency)
+        ),
+        DbError::ReadTimeout {
+            consistency,
+            received,
+            required,
+            ..
+        } => format!(
+            "{what} failed: read timeout: {received} of {required} required replicas answered at {}",
+            cql_level(*consistency)
+        ),
+        _ => format!("{what} failed"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use scylla::errors::{BrokenConnectionErrorKind, WriteType};
-    use scylla::statement::Consistency;
 
     use super::*;
 
@@ -311,5 +389,60 @@ mod tests {
             classify_setup(&ConnectionSetupRequestErrorKind::UnableToAllocStreamId),
             ErrorKind::Transient
         );
+    }
+
+    #[test]
+    fn contention_errors_of_serial_reads_are_retried() {
+        let contended = db(DbError::WriteTimeout {
+            consistency: Consistency::Serial,
+            received: 0,
+            required: 2,
+            write_type: WriteType::Cas,
+        });
+        assert!(serial_read_retryable(&contended));
+        assert!(serial_read_retryable(&db(DbError::ReadTimeout {
+            consistency: Consistency::Serial,
+            received: 1,
+            required: 2,
+            data_present: false,
+        })));
+        assert!(serial_read_retryable(&db(DbError::Unavailable {
+            consistency: Consistency::Serial,
+            required: 2,
+            alive: 1,
+        })));
+        assert!(serial_read_retryable(&db(DbError::Overloaded)));
+        assert!(serial_read_retryable(&ExecutionError::EmptyPlan));
+        // The client's own deadline is spent, and permanent errors stay.
+        assert!(!serial_read_retryable(&ExecutionError::RequestTimeout(
+            Duration::from_secs(1)
+        )));
+        assert!(!serial_read_retryable(&db(DbError::Invalid)));
+        assert!(!serial_read_retryable(&db(DbError::Unauthorized)));
+    }
+
+    #[test]
+    fn replica_counts_are_named() {
+        let unavailable = db(DbError::Unavailable {
+            consistency: Consistency::Serial,
+            required: 2,
+            alive: 1,
+        });
+        assert_eq!(
+            describe("get", &unavailable),
+            "get failed: unavailable: 1 of 2 required replicas alive at SERIAL"
+        );
+        let timeout = db(DbError::WriteTimeout {
+            consistency: Consistency::Serial,
+            received: 0,
+            required: 2,
+            write_type: WriteType::Cas,
+        });
+        let message = describe("insert_if_not_exists", &timeout);
+        assert!(
+            message.contains("0 of 2 required replicas answered at SERIAL"),
+            "{message}"
+        );
+        assert_eq!(describe("get", &ExecutionError::EmptyPlan), "get failed");
     }
 }

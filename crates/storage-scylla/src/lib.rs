@@ -67,7 +67,8 @@
 //!   are time-based too: a node with a clock far ahead can delay others.
 //! - **Replication.** The keyspace needs enough live replicas for a quorum
 //!   at the serial consistency (2 of 3 with rf = 3); fewer gives transient
-//!   `Unavailable` errors, never wrong answers.
+//!   `Unavailable` errors that name the replicas required and alive, never
+//!   wrong answers.
 //! - Keys are stored as `text`, values as `blob`. The table must have exactly
 //!   those two columns; [`ScyllaStorage::connect`] checks
 //!   `system_schema.columns` and fails with a permanent error otherwise.
@@ -79,6 +80,58 @@
 //! - TLS (feature `tls`, rustls) verifies node certificates against a CA
 //!   file; the certificates must name the node's IP address. Client
 //!   certificates are not supported.
+//!
+//! ## Consistency levels, and several data centers
+//!
+//! Two levels are in play, both set per storage (URL parameters
+//! `serial_consistency` and `consistency`, or
+//! [`ScyllaConfigBuilder::serial_consistency`] and
+//! [`ScyllaConfigBuilder::consistency`]):
+//!
+//! | level | used for | default | multi-DC alternative |
+//! |---|---|---|---|
+//! | serial consistency ([`SerialConsistency`]) | the Paxos phases of every conditional write, and every `get` (a read at SERIAL) | `SERIAL`: a quorum of all replicas, in every data center | `LOCAL_SERIAL`: a quorum of the coordinator's data center only |
+//! | commit consistency ([`WriteConsistency`]) | how many replicas must have a conditional write's committed value before it returns | `QUORUM` | `LOCAL_QUORUM` |
+//!
+//! With one data center the defaults are right. With several, `SERIAL`
+//! keeps elections linearizable cluster-wide at the price of a cross-DC
+//! round trip per Paxos phase (and an error while a data center is cut
+//! off); `serial_consistency=LOCAL_SERIAL&consistency=LOCAL_QUORUM` stays
+//! in the local data center but is only safe if every contender for a key
+//! connects to the same data center (two data centers could each elect a
+//! leader). The keyspace is then typically created with
+//! `replication=dc1:3,dc2:3` (NetworkTopologyStrategy).
+//!
+//! With replication factor 3 a quorum is 2: one node down (or frozen)
+//! leaves every operation working; with two down, operations fail with a
+//! transient error that says so (`unavailable: 1 of 2 required replicas
+//! alive at SERIAL`).
+//!
+//! ## Contention and unknown outcomes
+//!
+//! A conditional write that times out in Paxos is
+//! [`ttl_storage::ErrorKind::OutcomeUnknown`]; callers settle it by reading
+//! the record back with `get`. Under contention Cassandra's Paxos v2
+//! abandons such a read (`WriteTimeout` at SERIAL, write type CAS), so
+//! `get` retries contention errors (`WriteTimeout`, `ReadTimeout`,
+//! `Unavailable`, `Overloaded`) with jittered exponential backoff
+//! (10 ms to 400 ms) until the request timeout has passed since its first
+//! attempt, and only then returns a transient error. The driver does not
+//! settle writes itself: reading a value back cannot prove that a write
+//! that may have been superseded did or did not apply.
+//!
+//! ## Creating the schema
+//!
+//! `create_schema=true` is safe when many clients start at once on
+//! different coordinators: the table is created `WITH id =` a UUID derived
+//! from its keyspace and name, so concurrent `CREATE TABLE IF NOT EXISTS`
+//! statements all propose the same table instead of one table under
+//! several ids (which fails every write with `INCOMPATIBLE_SCHEMA`); then
+//! the driver waits for schema agreement before checking and using it.
+//! Engines that refuse a table id fall back to a plain `CREATE TABLE`,
+//! which is only safe from one client at a time. A connection whose
+//! keepalives go unanswered for the request timeout (a frozen node) is
+//! dropped, instead of after the driver's default 30 s.
 //!
 //! ## Example
 //!

@@ -14,7 +14,17 @@ const EXPECTED_COLUMNS: [(&str, &str, &str); 2] = [
     ("value", "regular", "blob"),
 ];
 
-/// Creates the keyspace and table if they are missing.
+/// Creates the keyspace and table if they are missing, safely when several
+/// clients do it at once on different coordinators.
+///
+/// Keyspaces have no id, so concurrent `CREATE KEYSPACE IF NOT EXISTS`
+/// statements merge. Tables do: two coordinators that both find the table
+/// missing would create it under two random ids, and every later write
+/// fails with `INCOMPATIBLE_SCHEMA`. So the table is created `WITH id =`
+/// an id derived from its name ([`table_id`]): every creator proposes the
+/// same table, and the schema versions merge. The driver waits for schema
+/// agreement after each statement, and [`create`] waits once more at the
+/// end, so the table is known cluster-wide before anything uses it.
 pub(crate) async fn create(session: &Session, config: &ScyllaConfig) -> Result<(), StorageError> {
     let Some(replication) = config.replication.as_ref() else {
         return Err(StorageError::permanent(
@@ -42,7 +52,68 @@ pub(crate) async fn create(session: &Session, config: &ScyllaConfig) -> Result<(
         "CREATE TABLE IF NOT EXISTS {}.{} (key text PRIMARY KEY, value blob)",
         config.keyspace, config.table
     );
-    run_ddl(session, &table).await
+    let with_id = format!(
+        "{table} WITH id = {}",
+        table_id(&config.keyspace, &config.table)
+    );
+    match run_ddl(session, &with_id).await {
+        Ok(()) => {}
+        Err(err) if err.kind() == ErrorKind::Permanent => {
+            // An engine without table ids in CQL: create it plainly (this
+            // can race with another creator; see `create`).
+            tracing::warn!(%err, "CREATE TABLE ... WITH id refused; creating the table without an id");
+            run_ddl(session, &table).await?;
+        }
+        Err(err) => return Err(err),
+    }
+    await_agreement(session).await
+}
+
+/// Waits until every reachable node has the same schema version, so that a
+/// table created on one coordinator is known to all of them before use.
+pub(crate) async fn await_agreement(session: &Session) -> Result<(), StorageError> {
+    session
+        .await_schema_agreement()
+        .await
+        .map(|_| ())
+        .map_err(|err| {
+            StorageError::with_source(
+                ErrorKind::Transient,
+                "the nodes did not agree on the schema in time",
+                err,
+            )
+        })
+}
+
+/// The id of `keyspace.table` when this driver creates it: a name-based
+/// UUID (version 8, two FNV-1a 64 hashes of `keyspace.table`), the same in
+/// every process and release.
+pub(crate) fn table_id(keyspace: &str, table: &str) -> String {
+    fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
+        let mut hash = seed;
+        for b in bytes {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        hash
+    }
+    let name = format!("storage-scylla:{keyspace}.{table}");
+    let hi = fnv1a(0xcbf2_9ce4_8422_2325, name.as_bytes());
+    let lo = fnv1a(0x6c62_272e_07bb_0142, name.as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&hi.to_be_bytes());
+    bytes[8..].copy_from_slice(&lo.to_be_bytes());
+    bytes[6] = (bytes[6] & 0x0f) | 0x80; // version 8: custom
+    bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 /// Runs one schema statement.
@@ -137,6 +208,22 @@ mod tests {
         list.iter()
             .map(|(n, k, t)| (n.to_string(), k.to_string(), t.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn table_ids_are_stable_uuids_per_name() {
+        let id = table_id("ks", "ttl_records");
+        assert_eq!(id, table_id("ks", "ttl_records"));
+        assert_ne!(id, table_id("ks2", "ttl_records"));
+        assert_ne!(id, table_id("ks", "other"));
+        let groups: Vec<usize> = id.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{id}");
+        assert!(id.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
+        assert_eq!(&id[14..15], "8", "version nibble: {id}");
+        assert!(
+            matches!(&id[19..20], "8" | "9" | "a" | "b"),
+            "variant: {id}"
+        );
     }
 
     #[test]

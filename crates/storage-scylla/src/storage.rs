@@ -1,6 +1,9 @@
 //! [`ScyllaStorage`]: the [`TtlStorage`] implementation.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use scylla::{
     client::{
         execution_profile::ExecutionProfile, session::Session, session_builder::SessionBuilder,
@@ -10,10 +13,14 @@ use scylla::{
     statement::prepared::PreparedStatement,
     value::{CqlValue, Row},
 };
+use tokio::time::Instant;
 use ttl_storage::{ErrorKind, Key, MAX_TTL, Result, StorageError, Ttl, TtlStorage, check_value};
 
 use crate::{
-    classify::{Op, classify_execution, classify_new_session, classify_prepare},
+    classify::{
+        Op, classify_execution, classify_new_session, classify_prepare, describe,
+        serial_read_retryable,
+    },
     config::ScyllaConfig,
     schema,
 };
@@ -72,6 +79,14 @@ impl ScyllaStorage {
         if let Some(tls) = &config.tls {
             builder = crate::tls::configure(builder, tls).await?;
         }
+        // A frozen node accepts TCP connections and never answers: drop a
+        // connection whose keepalives go unanswered for the request timeout
+        // (the driver's default waits 30 s). Schema agreement keeps the
+        // driver's 60 s: a busy cluster can take longer than a request
+        // timeout to agree on a new keyspace.
+        builder = builder
+            .keepalive_interval(config.connect_timeout.min(Duration::from_secs(2)))
+            .keepalive_timeout(config.request_timeout);
         let session = builder.build().await.map_err(|err| {
             StorageError::with_source(
                 classify_new_session(&err),
@@ -117,6 +132,49 @@ impl ScyllaStorage {
         &self.config
     }
 
+    /// Runs the SERIAL read of `key`, retrying the errors that contention
+    /// (or a replica briefly down) gives, with jittered exponential backoff,
+    /// until the request timeout has passed since the first attempt.
+    ///
+    /// This is the read callers use to settle an outcome-unknown write, and
+    /// Paxos v2 abandons a read that contends with another round on the key
+    /// (`WriteTimeout` at SERIAL, write type CAS): exactly when elections
+    /// run. Giving up at the first such answer would leave the outcome
+    /// unknown for no reason.
+    async fn serial_read(&self, key: &Key) -> Result<QueryResult> {
+        let deadline = Instant::now() + self.config.request_timeout;
+        let mut delays = settle_backoff();
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let err = match self
+                .session
+                .execute_unpaged(&self.get, (key.as_str(),))
+                .await
+            {
+                Ok(result) => return Ok(result),
+                Err(err) => err,
+            };
+            let next = delays
+                .next()
+                .filter(|delay| serial_read_retryable(&err) && Instant::now() + *delay < deadline);
+            match next {
+                Some(delay) => {
+                    tracing::debug!(%err, attempt, ?delay, "serial read failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+                None => {
+                    let message = format!("{} (after {attempt} attempts)", describe("get", &err));
+                    return Err(StorageError::with_source(
+                        classify_execution(&err, Op::Read),
+                        message,
+                        err,
+                    ));
+                }
+            }
+        }
+    }
+
     /// Runs a conditional write and returns its `[applied]` flag.
     async fn conditional(
         &self,
@@ -131,13 +189,35 @@ impl ScyllaStorage {
             .map_err(|err| {
                 let kind = classify_execution(&err, Op::ConditionalWrite);
                 tracing::debug!(%err, ?kind, "{what} failed");
-                StorageError::with_source(kind, format!("{what} failed"), err)
+                StorageError::with_source(kind, describe(what, &err), err)
             })?;
         applied(result).map_err(|message| {
             // The write was executed; only its answer is unreadable.
             StorageError::outcome_unknown(format!("{what}: {message}"))
         })
     }
+}
+
+/// Delays between attempts of a SERIAL read: exponential from 10 ms to
+/// 400 ms, with full jitter so that contenders do not retry in lockstep
+/// (endless; the caller stops at its deadline).
+fn settle_backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(10))
+        .with_max_delay(Duration::from_millis(400))
+        .with_factor(2.0)
+        .with_jitter()
+        .with_jitter_seed(jitter_seed())
+        .without_max_times()
+        .build()
+}
+
+/// A different seed for every backoff (backon without its `std` feature
+/// would use one fixed seed: every contender would wait in lockstep).
+fn jitter_seed() -> u64 {
+    use std::hash::BuildHasher;
+    // Each RandomState has fresh keys (random per process, then counted).
+    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
 }
 
 /// Prepares one statement.
@@ -213,13 +293,7 @@ impl TtlStorage for ScyllaStorage {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        let result = self
-            .session
-            .execute_unpaged(&self.get, (key.as_str(),))
-            .await
-            .map_err(|err| {
-                StorageError::with_source(classify_execution(&err, Op::Read), "get failed", err)
-            })?;
+        let result = self.serial_read(key).await?;
         let rows = result.into_rows_result().map_err(|err| {
             StorageError::with_source(ErrorKind::Transient, "get: answer has no rows", err)
         })?;
@@ -233,6 +307,31 @@ impl TtlStorage for ScyllaStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settle_backoff_is_jittered_growing_and_bounded() {
+        let delays: Vec<Duration> = settle_backoff().take(40).collect();
+        assert_eq!(delays.len(), 40, "endless: the deadline stops it");
+        // Full jitter adds up to one more delay on top of the base.
+        assert!(
+            delays.iter().all(|d| *d <= Duration::from_millis(800)),
+            "{delays:?}"
+        );
+        assert!(delays[0] >= Duration::from_millis(10), "{delays:?}");
+        assert!(delays[20] >= Duration::from_millis(400), "{delays:?}");
+        // Two contenders do not wait in lockstep.
+        let other: Vec<Duration> = settle_backoff().take(40).collect();
+        assert_ne!(delays, other);
+        // A 12 s budget allows dozens of attempts.
+        let mut spent = Duration::ZERO;
+        let attempts = settle_backoff()
+            .take_while(|d| {
+                spent += *d;
+                spent < Duration::from_secs(12)
+            })
+            .count();
+        assert!((15..=1200).contains(&attempts), "{attempts}");
+    }
 
     #[test]
     fn ttl_is_one_second_longer_and_never_is_zero() {

@@ -8,6 +8,14 @@
 //! higher token. A deposed leader that wakes up late (paused process,
 //! slow network) is refused, whatever the timing.
 //!
+//! [`ValkeyFence::append`] is the same guard on an append-only log: the
+//! script compares the token, records it and appends the entry to the
+//! resource's log (a list at `<prefix>fence-log:<resource>`) in one step,
+//! and returns the entry's sequence number (its position in accept
+//! order, from 1). [`ValkeyFence::log`] reads the log back: a journal of
+//! what the successive leaders did, in which no stale leader's entry can
+//! follow a newer leader's.
+//!
 //! ```no_run
 //! use storage_valkey::{ValkeyStorage, fence::{FenceOutcome, ValkeyFence}};
 //!
@@ -53,6 +61,53 @@ redis.call('SET', KEYS[2], ARGV[2])
 return {1, token}
 "#;
 
+/// KEYS[1]: the fence; KEYS[2]: the log (a list). ARGV as [`GUARDED_SET`].
+/// Each list element is `<token> <value>`. Reply: {1, seq} appended (seq =
+/// the new list length), {0, highest} refused.
+const GUARDED_APPEND: &str = r#"
+local highest = redis.call('GET', KEYS[1]) or '0'
+local token = ARGV[1]
+local lower = #token < #highest or (#token == #highest and token < highest)
+if lower then
+  return {0, highest}
+end
+redis.call('SET', KEYS[1], token)
+local seq = redis.call('RPUSH', KEYS[2], token .. ' ' .. ARGV[2])
+return {1, seq}
+"#;
+
+/// KEYS[1]: the log. Reply: every element, oldest first.
+const READ_LOG: &str = r#"
+return redis.call('LRANGE', KEYS[1], 0, -1)
+"#;
+
+/// What a fenced append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// The token was at least the highest seen: the entry was appended
+    /// and the token recorded.
+    Appended {
+        /// The entry's position in the log, from 1, in accept order.
+        seq: u64,
+    },
+    /// A higher token was seen: nothing was appended.
+    Rejected {
+        /// The highest token the resource has seen.
+        highest: u64,
+    },
+}
+
+/// One entry of a resource's log, as [`ValkeyFence::log`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Position in accept order, from 1.
+    pub seq: u64,
+    /// The fencing token the append carried.
+    pub token: u64,
+    /// The appended value.
+    pub value: Vec<u8>,
+}
+
 /// What a fenced write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceOutcome {
@@ -73,6 +128,8 @@ pub struct ValkeyFence {
     client: Client,
     prefix: String,
     script: Script,
+    append: Script,
+    read_log: Script,
 }
 
 impl ValkeyFence {
@@ -84,6 +141,8 @@ impl ValkeyFence {
             client: storage.client().clone(),
             prefix: storage.config().prefix().to_string(),
             script: Script::new(GUARDED_SET),
+            append: Script::new(GUARDED_APPEND),
+            read_log: Script::new(READ_LOG),
         }
     }
 
@@ -122,6 +181,111 @@ impl ValkeyFence {
             .map_err(|err| storage_error(classify(&err, Op::Write), WHAT, err))?;
         parse_reply(reply)
     }
+}
+
+impl ValkeyFence {
+    /// The list that holds `resource`'s log.
+    pub fn log_key(&self, resource: &str) -> String {
+        format!("{}fence-log:{resource}", self.prefix)
+    }
+
+    /// Appends `value` to `resource`'s log if `token` is at least the
+    /// highest token seen for `resource` (the same fence as
+    /// [`set`](Self::set)), and records `token`; both in one atomic script.
+    /// An appended entry gets the next sequence number.
+    ///
+    /// Errors are classified like [`set`](Self::set)'s.
+    pub async fn append(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<AppendOutcome, StorageError> {
+        const WHAT: &str = "fenced append";
+        check_value(value)?;
+        if !self.client.is_connected() {
+            return Err(StorageError::transient(format!("{WHAT}: not connected")));
+        }
+        let keys = vec![self.fence_key(resource), self.log_key(resource)];
+        let args = vec![
+            Value::String(token.to_string().into()),
+            Value::Bytes(Bytes::copy_from_slice(value)),
+        ];
+        let reply = self
+            .append
+            .run_keys(&self.client, keys, args)
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Write), WHAT, err))?;
+        let unexpected = |reply: &Value| {
+            StorageError::outcome_unknown(format!("{WHAT}: unexpected reply {reply:?}"))
+        };
+        let Value::Array(items) = &reply else {
+            return Err(unexpected(&reply));
+        };
+        match (items.first(), items.get(1)) {
+            (Some(Value::Integer(1)), Some(Value::Integer(seq))) => Ok(AppendOutcome::Appended {
+                seq: u64::try_from(*seq).map_err(|_| unexpected(&reply))?,
+            }),
+            (Some(Value::Integer(0)), Some(highest)) => {
+                let highest = highest
+                    .as_string()
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .ok_or_else(|| not_decimal(highest))?;
+                Ok(AppendOutcome::Rejected { highest })
+            }
+            _ => Err(unexpected(&reply)),
+        }
+    }
+
+    /// Reads `resource`'s log, oldest entry first.
+    ///
+    /// Errors are classified like the storage's reads.
+    pub async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+        const WHAT: &str = "reading a fenced log";
+        let reply = self
+            .read_log
+            .run_keys(&self.client, vec![self.log_key(resource)], Vec::new())
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Read), WHAT, err))?;
+        let items = match reply {
+            Value::Array(items) => items,
+            Value::Null => Vec::new(),
+            other => {
+                return Err(StorageError::permanent(format!(
+                    "{WHAT}: unexpected reply {other:?}"
+                )));
+            }
+        };
+        let mut entries = Vec::with_capacity(items.len());
+        for (index, item) in items.into_iter().enumerate() {
+            let bytes = item
+                .as_bytes()
+                .map(<[u8]>::to_vec)
+                .or_else(|| item.as_string().map(String::into_bytes))
+                .ok_or_else(|| not_decimal(&item))?;
+            let split = bytes.iter().position(|b| *b == b' ');
+            let token = split
+                .and_then(|at| std::str::from_utf8(&bytes[..at]).ok())
+                .and_then(|t| t.parse::<u64>().ok())
+                .ok_or_else(|| not_decimal(&item))?;
+            let value = split.map_or_else(Vec::new, |at| bytes[at + 1..].to_vec());
+            entries.push(LogEntry {
+                seq: u64::try_from(index).unwrap_or(u64::MAX).saturating_add(1),
+                token,
+                value,
+            });
+        }
+        Ok(entries)
+    }
+}
+
+/// A fence or log element that does not start with a decimal token.
+fn not_decimal(value: &Value) -> StorageError {
+    StorageError::with_source(
+        ErrorKind::Permanent,
+        "fence: the key does not hold a decimal token",
+        std::io::Error::other(format!("{value:?}")),
+    )
 }
 
 /// Parses `{applied, token}`.

@@ -409,3 +409,55 @@ async fn fence_refuses_lower_tokens() {
     let last: Option<Vec<u8>> = s.client().get(format!("{data}/race")).await.unwrap();
     assert_eq!(last.as_deref(), Some(&b"16"[..]));
 }
+
+/// A fenced append is refused below the highest token (the fence `set`
+/// shares), numbered in accept order otherwise, and the log reads back
+/// exactly the appended entries.
+#[tokio::test]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
+async fn fenced_log_appends_in_token_order() {
+    use storage_valkey::fence::{AppendOutcome, FenceOutcome, LogEntry, ValkeyFence};
+    let s = connect().await;
+    let fence = ValkeyFence::new(&s);
+    let resource = key("fenced-log").to_string();
+    assert_eq!(
+        fence.append(&resource, 3, b"three").await.unwrap(),
+        AppendOutcome::Appended { seq: 1 }
+    );
+    assert_eq!(
+        fence.append(&resource, 3, b"three again").await.unwrap(),
+        AppendOutcome::Appended { seq: 2 }
+    );
+    assert_eq!(
+        fence.append(&resource, 2, b"stale").await.unwrap(),
+        AppendOutcome::Rejected { highest: 3 }
+    );
+    // The log shares the fence with `set`.
+    let data = format!("suite-fenced-log:{resource}");
+    assert_eq!(
+        fence.set(&resource, 7, &data, b"x").await.unwrap(),
+        FenceOutcome::Accepted
+    );
+    assert_eq!(
+        fence.append(&resource, 6, b"stale").await.unwrap(),
+        AppendOutcome::Rejected { highest: 7 }
+    );
+    assert_eq!(
+        fence.append(&resource, 8, b"with space").await.unwrap(),
+        AppendOutcome::Appended { seq: 3 }
+    );
+    let entry = |seq, token, value: &[u8]| LogEntry {
+        seq,
+        token,
+        value: value.to_vec(),
+    };
+    assert_eq!(
+        fence.log(&resource).await.unwrap(),
+        vec![
+            entry(1, 3, b"three"),
+            entry(2, 3, b"three again"),
+            entry(3, 8, b"with space"),
+        ]
+    );
+    assert!(fence.log("never-written").await.unwrap().is_empty());
+}

@@ -47,11 +47,6 @@ pub(super) fn cassandra(_work_dir: &Path) -> anyhow::Result<Started> {
     cassandra_image("cassandra", "cassandra:5.0")
 }
 
-/// Apache Cassandra 3.11 (`cassandra:3.11`); `SCYLLA_URI`.
-pub(super) fn cassandra_3(_work_dir: &Path) -> anyhow::Result<Started> {
-    cassandra_image("cassandra-3", "cassandra:3.11")
-}
-
 fn cassandra_image(name: &'static str, image: &'static str) -> anyhow::Result<Started> {
     let mut spec = Spec::new(name, image, &[9042]);
     // As the official image reads them (and local/cassandra:ci too).

@@ -30,37 +30,44 @@ use crate::engines::{Engine, Started};
 /// Label on every container this module starts (besides testcontainers' own).
 const LABEL: (&str, &str) = ("ttl-cluster.xtask", "test-drivers");
 
-/// The engines of `engines::all()` that have a container route (with their
-/// suites), plus ScyllaDB, which has only this one.
+/// The engines of `engines::all()` (same suites, same default list), each
+/// started in a container, plus ScyllaDB, which has only this route. An
+/// engine without a container route fails if selected.
 pub(crate) fn engines() -> Vec<Engine> {
     let mut out = Vec::new();
     for mut engine in crate::engines::all() {
         let start: fn(&Path) -> anyhow::Result<Started> = match engine.name {
             "mem-real-time" => engine.start, // in-process, nothing to containerise
             "cassandra" => engines::cassandra,
-            "cassandra-3" => engines::cassandra_3,
             "dynamodb" => engines::dynamodb,
             "valkey" => engines::valkey,
             "postgres" => engines::postgres,
             "etcd" => engines::etcd,
             "pg-example" => engines::pg_example,
-            other => {
-                println!("--docker: no container route for {other}; not run");
-                continue;
-            }
+            // e.g. cassandra-3: a cluster of local processes on 127.0.0.1-3
+            _ => no_container_route,
         };
         engine.start = start;
+        // A degraded round breaks processes we started; none here.
+        engine.degraded = None;
         let scylla = (engine.name == "cassandra").then_some(Engine {
             name: "scylla",
             endpoint_var: engine.endpoint_var,
             passthrough_vars: engine.passthrough_vars,
             start: engines::scylla,
             suites: engine.suites,
+            default: engine.default,
+            degraded: None,
         });
         out.push(engine);
         out.extend(scylla);
     }
     out
+}
+
+/// For an engine that runs only as local processes: fails, if selected.
+fn no_container_route(_work_dir: &Path) -> anyhow::Result<Started> {
+    anyhow::bail!("no container route for this engine; run it without --docker")
 }
 
 /// What to run: an image (overridable), its ports, environment and command.

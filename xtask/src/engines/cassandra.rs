@@ -9,7 +9,7 @@ use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpStream},
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::{Child, Command, Stdio},
     time::Duration,
 };
 
@@ -26,9 +26,7 @@ pub(crate) const KEYSPACE: &str = "ttl_suite";
 
 /// JVM options from Cassandra's `conf/jvm17-server.options` (JPMS opens and
 /// exports, Netty settings) plus a small fixed heap.
-const JVM_OPTIONS: &[&str] = &[
-    "-Xms1G",
-    "-Xmx1G",
+pub(crate) const JVM_OPTIONS: &[&str] = &[
     "-Xss256k",
     "-XX:+UseG1GC",
     "-XX:+ParallelRefProcEnabled",
@@ -89,7 +87,6 @@ const JVM_OPTIONS: &[&str] = &[
     "-Dio.netty.allocator.maxOrder=11",
     "-Dcassandra-foreground=yes",
     "-Dcassandra.skip_wait_for_gossip_to_settle=0",
-    "-Dcassandra.ring_delay_ms=0",
 ];
 
 /// Provisions Cassandra under `work_dir` and starts one node; `SCYLLA_URI`
@@ -103,38 +100,16 @@ pub(crate) fn start(work_dir: &Path) -> anyhow::Result<Started> {
     fs::create_dir_all(&run)?;
     let native_port = free_port()?;
     let storage_port = free_port()?;
-    let yaml = run.join("cassandra.yaml");
-    fs::write(&yaml, cassandra_yaml(&run, native_port, storage_port))?;
-    let logback = run.join("logback.xml");
-    fs::write(&logback, logback_xml(&run.join("system.log")))?;
-    let jamm = find_jar(&lib, "jamm-")?;
-    let console = run.join("console.log");
-    let out = fs::File::create(&console)?;
-
-    let mut cmd = Command::new("java");
-    cmd.args(JVM_OPTIONS)
-        .arg(format!("-javaagent:{}", jamm.display()))
-        .arg(format!("-Dcassandra.config=file://{}", yaml.display()))
-        .arg(format!(
-            "-Dcassandra.storagedir={}",
-            run.join("data").display()
-        ))
-        .arg(format!("-Dcassandra.logdir={}", run.display()))
-        .arg(format!("-Dlogback.configurationFile={}", logback.display()))
-        .arg("-cp")
-        .arg(format!("{}/*", lib.display()))
-        .arg("org.apache.cassandra.service.CassandraDaemon")
-        .current_dir(&run)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out);
-    println!(
-        "cassandra {CASSANDRA_VERSION}: starting on 127.0.0.1:{native_port}, logs in {}",
-        run.display()
-    );
-    let mut child = cmd
-        .spawn()
-        .context("starting `java` (Cassandra 5 needs a JDK 11 or 17 on PATH)")?;
+    let node = Node {
+        address: "127.0.0.1",
+        native_port,
+        storage_port,
+        seed: "127.0.0.1",
+        initial_token: None,
+        lean: false,
+        jmx_port: None,
+    };
+    let mut child = spawn_node(&lib, &run, &node)?;
     let addr = SocketAddr::from(([127, 0, 0, 1], native_port));
     let waited = wait_ready("cassandra", &mut child, READY_LIMIT, || {
         cql_ping(addr).is_ok()
@@ -155,15 +130,107 @@ pub(crate) fn start(work_dir: &Path) -> anyhow::Result<Started> {
         }
         Err(err) => {
             drop(started); // kills the JVM
-            let tail = log_tail(&run.join("system.log"), &console);
+            let tail = log_tail(&run.join("system.log"), &run.join("console.log"));
             Err(err.context(format!("cassandra did not start; last log lines:\n{tail}")))
         }
     }
 }
 
+/// One Cassandra node: where it listens and how it is tuned.
+pub(crate) struct Node {
+    /// Listen, RPC and CQL address (a loopback address).
+    pub(crate) address: &'static str,
+    /// CQL port.
+    pub(crate) native_port: u16,
+    /// Inter-node port (every node of a cluster uses the same one).
+    pub(crate) storage_port: u16,
+    /// The seed's address.
+    pub(crate) seed: &'static str,
+    /// `initial_token` (with `num_tokens: 1`), for a balanced ring.
+    pub(crate) initial_token: Option<&'static str>,
+    /// Memory-lean settings for several nodes on one small machine: 512 MiB
+    /// heap, small caches and thread pools, a 5 s ring delay.
+    pub(crate) lean: bool,
+    /// Local JMX port (for nodetool); it always binds 127.0.0.1, so nodes of
+    /// one machine need distinct ones. `None`: Cassandra's default.
+    pub(crate) jmx_port: Option<u16>,
+}
+
+/// Writes `run`'s configuration for `node` and starts its JVM, logging to
+/// `run/console.log` and `run/system.log`. Without `CAP_IPC_LOCK` (dropped
+/// with `setpriv` when we are root and it is installed) Cassandra cannot
+/// mlock its heap, which keeps its resident memory small.
+pub(crate) fn spawn_node(lib: &Path, run: &Path, node: &Node) -> anyhow::Result<Child> {
+    let yaml = run.join("cassandra.yaml");
+    fs::write(&yaml, cassandra_yaml(run, node))?;
+    let logback = run.join("logback.xml");
+    fs::write(&logback, logback_xml(&run.join("system.log")))?;
+    let jamm = find_jar(lib, "jamm-")?;
+    let console = run.join("console.log");
+    let out = fs::File::create(&console)?;
+
+    let mut cmd = if node.lean && has_setpriv() {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--bounding-set", "-ipc_lock", "java"]);
+        cmd
+    } else {
+        Command::new("java")
+    };
+    let heap = if node.lean { "512m" } else { "1G" };
+    cmd.arg(format!("-Xms{heap}"))
+        .arg(format!("-Xmx{heap}"))
+        .args(JVM_OPTIONS)
+        .arg(format!(
+            "-Dcassandra.ring_delay_ms={}",
+            if node.lean { 5000 } else { 0 }
+        ));
+    if let Some(port) = node.jmx_port {
+        cmd.arg(format!("-Dcassandra.jmx.local.port={port}"));
+    }
+    cmd.arg(format!("-javaagent:{}", jamm.display()))
+        .arg(format!("-Dcassandra.config=file://{}", yaml.display()))
+        .arg(format!(
+            "-Dcassandra.storagedir={}",
+            run.join("data").display()
+        ))
+        .arg(format!("-Dcassandra.logdir={}", run.display()))
+        .arg(format!("-Dlogback.configurationFile={}", logback.display()))
+        .arg("-cp")
+        .arg(format!("{}/*", lib.display()))
+        .arg("org.apache.cassandra.service.CassandraDaemon")
+        .current_dir(run)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    println!(
+        "cassandra {CASSANDRA_VERSION}: starting {}:{}, logs in {}",
+        node.address,
+        node.native_port,
+        run.display()
+    );
+    cmd.spawn()
+        .context("starting `java` (Cassandra 5 needs a JDK 11 or 17 on PATH)")
+}
+
+/// Whether we run as root and `setpriv` can drop `CAP_IPC_LOCK` for a child.
+fn has_setpriv() -> bool {
+    let root = fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    root && Command::new("setpriv")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Fetches `cassandra-all` and its runtime dependencies into `work_dir/lib`,
 /// once: a marker file records a complete download.
-fn fetch_jars(work_dir: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn fetch_jars(work_dir: &Path) -> anyhow::Result<PathBuf> {
     let lib = work_dir.join(format!("lib-{CASSANDRA_VERSION}"));
     let marker = lib.join(".complete");
     if marker.exists() {
@@ -227,12 +294,13 @@ fn pom_xml() -> String {
     )
 }
 
-/// A single-node configuration: loopback only, no auth, Paxos v2, timeouts
-/// generous enough for a busy 2-core machine.
-fn cassandra_yaml(run: &Path, native_port: u16, storage_port: u16) -> String {
+/// A node's configuration: loopback only, no auth, Paxos v2, timeouts
+/// generous enough for a busy 2-core machine; small caches and pools when
+/// `node.lean`.
+fn cassandra_yaml(run: &Path, node: &Node) -> String {
     let data = run.join("data");
     let d = |sub: &str| data.join(sub).display().to_string();
-    format!(
+    let mut yaml = format!(
         r#"cluster_name: xtask
 num_tokens: 1
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
@@ -240,9 +308,9 @@ endpoint_snitch: org.apache.cassandra.locator.SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "127.0.0.1:{storage_port}"
-listen_address: 127.0.0.1
-rpc_address: 127.0.0.1
+      - seeds: "{seed}:{storage_port}"
+listen_address: {address}
+rpc_address: {address}
 storage_port: {storage_port}
 start_native_transport: true
 native_transport_port: {native_port}
@@ -258,8 +326,6 @@ commitlog_sync: periodic
 commitlog_sync_period: 10000ms
 commitlog_segment_size: 8MiB
 disk_access_mode: mmap_index_only
-concurrent_reads: 8
-concurrent_writes: 16
 concurrent_compactors: 1
 paxos_variant: v2
 cas_contention_timeout: 5000ms
@@ -268,12 +334,43 @@ read_request_timeout: 5000ms
 range_request_timeout: 10000ms
 request_timeout: 10000ms
 "#,
+        seed = node.seed,
+        address = node.address,
+        storage_port = node.storage_port,
+        native_port = node.native_port,
         data_dir = d("data"),
         commitlog = d("commitlog"),
         hints = d("hints"),
         caches = d("saved_caches"),
         cdc = d("cdc_raw"),
-    )
+    );
+    if let Some(token) = node.initial_token {
+        yaml.push_str(&format!("initial_token: {token}\n"));
+    }
+    if node.lean {
+        yaml.push_str(
+            "auto_bootstrap: false
+auto_snapshot: false
+concurrent_reads: 4
+concurrent_writes: 4
+concurrent_counter_writes: 2
+concurrent_materialized_view_writes: 2
+memtable_flush_writers: 1
+native_transport_max_threads: 32
+max_hints_delivery_threads: 1
+memtable_heap_space: 64MiB
+memtable_offheap_space: 64MiB
+key_cache_size: 8MiB
+counter_cache_size: 0MiB
+file_cache_size: 32MiB
+networking_cache_size: 16MiB
+index_summary_capacity: 8MiB
+",
+        );
+    } else {
+        yaml.push_str("concurrent_reads: 8\nconcurrent_writes: 16\n");
+    }
+    yaml
 }
 
 fn logback_xml(log: &Path) -> String {
@@ -290,7 +387,7 @@ fn logback_xml(log: &Path) -> String {
     )
 }
 
-fn log_tail(system_log: &Path, console: &Path) -> String {
+pub(crate) fn log_tail(system_log: &Path, console: &Path) -> String {
     let mut out = String::new();
     for path in [system_log, console] {
         if let Ok(text) = fs::read_to_string(path) {
@@ -378,7 +475,16 @@ mod tests {
 
     #[test]
     fn config_uses_the_given_ports_and_dirs() {
-        let yaml = cassandra_yaml(Path::new("/w/run"), 1111, 2222);
+        let node = Node {
+            address: "127.0.0.1",
+            native_port: 1111,
+            storage_port: 2222,
+            seed: "127.0.0.1",
+            initial_token: None,
+            lean: false,
+            jmx_port: None,
+        };
+        let yaml = cassandra_yaml(Path::new("/w/run"), &node);
         assert!(yaml.contains("native_transport_port: 1111\n"));
         assert!(yaml.contains("storage_port: 2222\n"));
         assert!(yaml.contains("seeds: \"127.0.0.1:2222\""));

@@ -8,7 +8,7 @@ use clap::Parser;
 /// Contends for one key and writes to the guarded resource while leading.
 #[derive(Parser)]
 struct Args {
-    /// Store URL (`scylla://...`).
+    /// Store URL (`scylla://`, `dynamodb://`, `redis://`, `postgres://`, `etcd://`).
     #[arg(long)]
     url: String,
     /// Election key.

@@ -9,7 +9,8 @@ use clap::Parser;
 /// Runs contenders under faults against a real engine and checks the history.
 #[derive(Parser)]
 struct Args {
-    /// Engine URL, direct (`scylla://host:port/keyspace?...`).
+    /// Engine URL, direct (`scylla://host:port/keyspace?...`, `redis://`,
+    /// `postgres://`, `etcd://`, `dynamodb://...&endpoint=...`).
     #[arg(long, env = "SCYLLA_URI")]
     url: String,
     /// Engine name for the summary.
@@ -35,6 +36,9 @@ struct Args {
     /// Directory for logs (default: a temporary one).
     #[arg(long)]
     work_dir: Option<PathBuf>,
+    /// Also append `<engine>: <summary line>` to this file.
+    #[arg(long)]
+    summary: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -78,6 +82,15 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("== chaos summary: {} ==", args.engine);
     println!("{report}");
+    if let Some(path) = &args.summary {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        writeln!(file, "{}: {}", args.engine, report.summary_line())?;
+    }
     anyhow::ensure!(report.ok(), "chaos run on {} found violations", args.engine);
     Ok(())
 }

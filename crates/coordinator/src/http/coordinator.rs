@@ -13,10 +13,11 @@ use axum::routing::{any, post, put};
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
-use super::REQUEST_ID_HEADER;
 use super::body::{CappedBody, GuardedBody, RetryableBody};
 use super::errors::{ApiError, has_dot_segment};
 use super::forward::{ForwardError, Forwarder};
+use super::hook::{CallResult, ResultHook};
+use super::{DESTINATION_ID_HEADER, REQUEST_ID_HEADER};
 use crate::error::Error;
 use crate::ids::{DestinationId, LockId, RequestId};
 use crate::record::MemberRecord;
@@ -121,11 +122,23 @@ impl CoordinatorConfigBuilder {
 /// The coordinator's own answers are JSON `{"error", "code"}` bodies
 /// ([`ApiError`]); the table of every route and status is
 /// `docs/coordinator-http.md`.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Coordinator {
     registry: Registry,
     forwarder: Forwarder,
     config: CoordinatorConfig,
+    hooks: Arc<[Arc<dyn ResultHook>]>,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("registry", &self.registry)
+            .field("forwarder", &self.forwarder)
+            .field("config", &self.config)
+            .field("hooks", &self.hooks.len())
+            .finish()
+    }
 }
 
 /// One incoming call, split so it can be retried once before its body is sent.
@@ -205,7 +218,17 @@ impl Coordinator {
             registry,
             forwarder,
             config,
+            hooks: Arc::new([]),
         }
+    }
+
+    /// Adds a [`ResultHook`] that sees every forwarding attempt's result
+    /// (after the hooks added before it).
+    pub fn with_result_hook(mut self, hook: Arc<dyn ResultHook>) -> Self {
+        let mut hooks = self.hooks.to_vec();
+        hooks.push(hook);
+        self.hooks = hooks.into();
+        self
     }
 
     /// The registry.
@@ -222,6 +245,7 @@ impl Coordinator {
     ///
     /// | route | handler |
     /// |---|---|
+    /// | `POST /destinations` | [`Coordinator::register_from_response`] |
     /// | `PUT /destinations/{destination}` | [`Coordinator::pick_and_register`] |
     /// | `DELETE /destinations/{destination}` | [`Coordinator::lookup_and_deregister`] |
     /// | any other `/destinations/{destination}[/...]` | [`Coordinator::lookup_and_proxy`] |
@@ -231,6 +255,7 @@ impl Coordinator {
     /// The original path and query are forwarded unchanged.
     pub fn router(&self) -> Router {
         Router::new()
+            .route("/destinations", post(register_handler))
             .route(
                 "/destinations/{destination}",
                 put(bind_handler)
@@ -266,7 +291,22 @@ impl Coordinator {
             Err(ForwardError::Timeout { .. }) => "timeout",
             Err(_) => "error",
         };
-        telemetry::forwarded(outcome, started.elapsed());
+        let elapsed = started.elapsed();
+        telemetry::forwarded(outcome, elapsed);
+        if !self.hooks.is_empty() {
+            let result = CallResult {
+                request_id: &call.request_id,
+                member: &member.id,
+                method: &call.parts.method,
+                path: call.parts.uri.path(),
+                status: sent.as_ref().ok().map(|r| r.status()),
+                error: sent.as_ref().err(),
+                elapsed,
+            };
+            for hook in self.hooks.iter() {
+                hook.on_result(&result);
+            }
+        }
         match sent {
             Ok(resp) => {
                 let (parts, body) = resp.into_parts();
@@ -428,6 +468,69 @@ impl Coordinator {
         resp
     }
 
+    /// *Register from response*: for destinations the pod names itself (a
+    /// new session, a sandbox, an upload). Picks a live member with the
+    /// strategy, forwards the call, and when the pod answers 2xx with a
+    /// valid [`DESTINATION_ID_HEADER`], binds that destination to the pod
+    /// (`SADD`) before the answer goes back, so the caller's next call to
+    /// `/destinations/{id}` reaches the same pod. A refused connection is
+    /// retried once on another live member. 503 `no_live_member` when none
+    /// is live; 502 `missing_destination_id` when a 2xx answer has no valid
+    /// id (the pod may have created something: it is told nothing more, so
+    /// make creation idempotent or expire unclaimed resources).
+    pub async fn register_from_response(&self, req: Request) -> Response {
+        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body) {
+            Ok(call) => call,
+            Err(e) => return e.into_response(),
+        };
+        let member = match self.registry.pick_member(None).await {
+            Ok(Some(m)) => m,
+            Ok(None) => return ApiError::NoLiveMember.into_response(),
+            Err(e) => return store_error(&e),
+        };
+        let (resp, member) = match self.forward(&call, &member).await {
+            Ok(resp) => (resp, member),
+            Err(err @ ForwardError::Connect { .. }) if call.body.is_untouched() => {
+                tracing::info!(member = %member.id, %err, "connect failed, picking another member once");
+                let live: Vec<MemberRecord> = match self.registry.list_live_members().await {
+                    Ok(live) => live.into_iter().filter(|m| m.id != member.id).collect(),
+                    Err(e) => return store_error(&e),
+                };
+                let Some(retry) = self.registry.pick_in(None, &live, PickPurpose::FirstTouch)
+                else {
+                    return call.failed(&err);
+                };
+                match self.forward(&call, &retry).await {
+                    Ok(resp) => (resp, retry),
+                    Err(e) => return call.failed(&e),
+                }
+            }
+            Err(err) => return call.failed(&err),
+        };
+        if !resp.status().is_success() {
+            return resp;
+        }
+        let named = resp
+            .headers()
+            .get(DESTINATION_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| DestinationId::new(v).ok());
+        let Some(dest) = named else {
+            tracing::warn!(member = %member.id, "pod answered 2xx without a valid destination id");
+            return ApiError::MissingDestinationId.into_response();
+        };
+        if let Err(e) = self
+            .registry
+            .add_pod_to_destination(&dest, &member.id)
+            .await
+        {
+            return store_error(&e);
+        }
+        self.registry.evict(&dest);
+        tracing::info!(destination = %dest, member = %member.id, "registered destination from response");
+        resp
+    }
+
     /// *Lookup and deregister*: forwards to a live member of `dest` and, if
     /// the pod answers 2xx, deletes the destination's pod set. 404 when
     /// unbound; when every member of the set is dead there is nothing to
@@ -532,6 +635,10 @@ async fn proxy_handler(State(c): State<Coordinator>, Path(p): Params, req: Reque
         None => malformed(),
     };
     counted("proxy", response)
+}
+
+async fn register_handler(State(c): State<Coordinator>, req: Request) -> Response {
+    counted("register", c.register_from_response(req).await)
 }
 
 async fn bind_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {

@@ -43,6 +43,11 @@ pub enum ApiError {
     /// 504 `upstream_timeout`: the pod's response headers did not arrive in
     /// time.
     UpstreamTimeout,
+    /// 502 `missing_destination_id`: a pod answered a *register from
+    /// response* call with 2xx but without a valid
+    /// [`DESTINATION_ID_HEADER`](super::DESTINATION_ID_HEADER); nothing was
+    /// registered.
+    MissingDestinationId,
 }
 
 impl ApiError {
@@ -59,7 +64,9 @@ impl ApiError {
             | ApiError::LockOwnerUnreachable
             | ApiError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+            ApiError::UpstreamUnavailable | ApiError::MissingDestinationId => {
+                StatusCode::BAD_GATEWAY
+            }
             ApiError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -80,6 +87,7 @@ impl ApiError {
             ApiError::StoreUnavailable => "store_unavailable",
             ApiError::UpstreamUnavailable => "upstream_unavailable",
             ApiError::UpstreamTimeout => "upstream_timeout",
+            ApiError::MissingDestinationId => "missing_destination_id",
         }
     }
 
@@ -99,6 +107,9 @@ impl ApiError {
             ApiError::StoreUnavailable => "coordination store unavailable",
             ApiError::UpstreamUnavailable => "upstream unavailable",
             ApiError::UpstreamTimeout => "upstream timeout",
+            ApiError::MissingDestinationId => {
+                "the pod answered without a valid destination id; nothing was registered"
+            }
         }
     }
 

@@ -7,13 +7,21 @@ mod errors;
 pub mod extract;
 mod forward;
 mod headers;
+mod hook;
 pub mod pod;
 
 pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorConfigBuilder};
 pub use errors::ApiError;
 pub use forward::{ForwardConfig, ForwardError, Forwarder};
+pub use hook::{CallResult, ResultHook};
 pub use http_edge::{ServeConfig, ServeError, serve};
 
 /// The header carrying the request id on forwarded calls (and echoed on
 /// the coordinator's responses).
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// The response header by which a pod names the destination it created,
+/// for [`Coordinator::register_from_response`] (`POST /destinations`). Its
+/// value is validated as a [`DestinationId`](crate::DestinationId) before
+/// anything is registered.
+pub const DESTINATION_ID_HEADER: &str = "x-destination-id";

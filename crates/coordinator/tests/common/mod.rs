@@ -169,6 +169,27 @@ async fn pod_destination(
     }
 }
 
+/// `POST /destinations`: creates a destination named by the pod, answered
+/// in the body and in `x-destination-id`; `?header=bad` names it `..`,
+/// `?header=none` leaves the header out.
+async fn pod_create(State(s): State<PodState>, req: Request) -> Response {
+    let n = s.stats.hits.fetch_add(1, Ordering::SeqCst);
+    let id = format!("s-{}-{n}", s.member.id());
+    let header = match req.uri().query() {
+        Some("header=bad") => Some(".."),
+        Some("header=none") => None,
+        _ => Some(id.as_str()),
+    };
+    let mut resp = (StatusCode::CREATED, id.clone()).into_response();
+    if let Some(value) = header {
+        resp.headers_mut().insert(
+            coordinator::http::DESTINATION_ID_HEADER,
+            axum::http::HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    resp
+}
+
 async fn pod_action(
     State(s): State<PodState>,
     Path((d, action)): Path<(String, String)>,
@@ -291,6 +312,7 @@ impl TestPod {
         };
         let cancels = member.cancellations().clone();
         let app = Router::new()
+            .route("/destinations", axum::routing::post(pod_create))
             .route("/destinations/{destination}", any(pod_destination))
             .route("/destinations/{destination}/{action}", any(pod_action))
             .route("/locks/{lock}", any(pod_lock))
@@ -371,6 +393,8 @@ pub struct CoordinatorOptions {
     pub config: CoordinatorConfig,
     /// Listener limits of the coordinator's server.
     pub serve: ServeConfig,
+    /// Result hooks to add.
+    pub hooks: Vec<Arc<dyn coordinator::http::ResultHook>>,
 }
 
 impl Default for CoordinatorOptions {
@@ -381,6 +405,7 @@ impl Default for CoordinatorOptions {
             forward: ForwardConfig::default(),
             config: CoordinatorConfig::default(),
             serve: ServeConfig::default(),
+            hooks: Vec::new(),
         }
     }
 }
@@ -397,10 +422,13 @@ pub async fn registry(prefix: &str, cache: Option<CacheConfig>, strategy: DynStr
 impl TestCoordinator {
     pub async fn start(prefix: &str, opts: CoordinatorOptions) -> TestCoordinator {
         let registry = registry(prefix, opts.cache, opts.strategy).await;
-        let coordinator = Coordinator::new(
-            registry.clone(),
-            Forwarder::new(opts.forward).unwrap(),
-            opts.config,
+        let coordinator = opts.hooks.into_iter().fold(
+            Coordinator::new(
+                registry.clone(),
+                Forwarder::new(opts.forward).unwrap(),
+                opts.config,
+            ),
+            Coordinator::with_result_hook,
         );
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -365,8 +365,10 @@ pub async fn elections_outcome_unknown_renewal_not_applied(ctx: Ctx) {
     assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"other".to_vec()));
 }
 
-/// An acquisition whose insert has an unknown outcome: applied means leading,
-/// not applied means not leading (and the key stays free).
+/// An acquisition whose insert has an unknown outcome: applied means leading;
+/// found not applied, the same unique value is inserted again (the first
+/// insert may still land, and would then block the key for a whole lease),
+/// up to three times, then the acquisition fails and the key stays free.
 pub async fn elections_outcome_unknown_acquire(ctx: Ctx) {
     let d = ctx.lease();
     let (e, _killer, faulty) = ctx.faulty_elections();
@@ -380,10 +382,28 @@ pub async fn elections_outcome_unknown_acquire(ctx: Ctx) {
     );
 
     let k2 = ctx.key("not-applied");
+    let inserts = faulty.calls(Op::Insert);
     faulty.inject(Op::Insert, Fault::UnknownNotApplied, 1);
-    assert!(e.acquire_leadership(&k2, "me", d).await.unwrap().is_none());
-    assert_eq!(ctx.storage.get(&k2).await.unwrap(), None);
-    assert!(e.acquire_leadership(&k2, "me", d).await.unwrap().is_some());
+    let l2 = e.acquire_leadership(&k2, "me", d).await.unwrap();
+    assert!(l2.is_some(), "the retried insert must lead");
+    // Two inserts of the record (one retry), one creating its fencing counter.
+    assert_eq!(faulty.calls(Op::Insert) - inserts, 3, "one retry");
+
+    let k3 = ctx.key("never-known");
+    let inserts = faulty.calls(Op::Insert);
+    faulty.inject(Op::Insert, Fault::UnknownNotApplied, 3);
+    let err = e.acquire_leadership(&k3, "me", d).await.unwrap_err();
+    assert!(
+        err.to_string().contains("unknown") || format!("{err:?}").contains("Unknown"),
+        "{err:?}"
+    );
+    assert_eq!(faulty.calls(Op::Insert) - inserts, 3, "three attempts");
+    assert_eq!(
+        ctx.storage.get(&k3).await.unwrap(),
+        None,
+        "the key stays free"
+    );
+    assert!(e.acquire_leadership(&k3, "me", d).await.unwrap().is_some());
     e.cleanup().await;
 }
 
@@ -548,6 +568,11 @@ pub async fn elections_fencing_tokens_survive_restart(ctx: Ctx) {
 }
 
 /// Several contenders at once: exactly one leads.
+///
+/// On a replicated store contention can make a contender's acquisition fail
+/// with a storage error (a Paxos round that timed out: outcome unknown; the
+/// contender withdraws its record). The contract allows that: such a
+/// contender does not lead, and like a real one it tries again.
 pub async fn elections_concurrent_contenders_one_leader(ctx: Ctx) {
     let d = ctx.lease();
     let k = ctx.key("leader");
@@ -557,7 +582,19 @@ pub async fn elections_concurrent_contenders_one_leader(ctx: Ctx) {
         let (e, _killer) = ctx.elections();
         all.push(e.clone());
         let k = k.clone();
-        set.spawn(async move { e.acquire_leadership(&k, format!("c{i}"), d).await.unwrap() });
+        set.spawn(async move {
+            let mut errors = Vec::new();
+            loop {
+                match e.acquire_leadership(&k, format!("c{i}"), d).await {
+                    Ok(leadership) => return leadership,
+                    Err(ElectionsError::Storage(err)) if errors.len() < 5 => {
+                        errors.push(err);
+                        sleep(d / 10).await;
+                    }
+                    Err(err) => panic!("contender c{i}: {err:?} after {errors:?}"),
+                }
+            }
+        });
     }
     let mut leaders = 0;
     while let Some(r) = set.join_next().await {

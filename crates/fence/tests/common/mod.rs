@@ -1,12 +1,74 @@
 //! The cases every fence runs on its real engine.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unreachable_pub)]
 
-use fence::{FenceError, Fenced, Verdict};
+use fence::{AppendVerdict, FenceError, Fenced, LogEntry, Verdict};
 
 /// A fenced register on some engine.
 pub trait Register {
     async fn write(&self, resource: &str, token: u64, value: &[u8]) -> Result<Verdict, FenceError>;
     async fn read(&self, resource: &str) -> Result<Option<Fenced>, FenceError>;
+}
+
+/// A fenced log on some engine.
+pub trait Log: Register {
+    async fn append(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<AppendVerdict, FenceError>;
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, FenceError>;
+}
+
+/// Appends are numbered 1, 2, … in accept order; a lower token than the
+/// highest seen (by an append or a register write: they share the fence)
+/// is refused and leaves no entry; the log reads back exactly the
+/// appended entries.
+pub async fn appends_in_order(fence: &impl Log) {
+    let r = resource("log");
+    assert!(fence.log(&r).await.unwrap().is_empty());
+    assert_eq!(
+        fence.append(&r, 3, b"three").await.unwrap(),
+        AppendVerdict::Appended { seq: 1 }
+    );
+    assert_eq!(
+        fence.append(&r, 3, b"again").await.unwrap(),
+        AppendVerdict::Appended { seq: 2 }
+    );
+    assert_eq!(
+        fence.append(&r, 2, b"stale").await.unwrap(),
+        AppendVerdict::Rejected { highest_seen: 3 }
+    );
+    assert_eq!(fence.write(&r, 7, b"x").await.unwrap(), Verdict::Accepted);
+    assert_eq!(
+        fence.append(&r, 6, b"stale").await.unwrap(),
+        AppendVerdict::Rejected { highest_seen: 7 }
+    );
+    assert_eq!(
+        fence.append(&r, 8, b"eight").await.unwrap(),
+        AppendVerdict::Appended { seq: 3 }
+    );
+    // A register first written by `write` takes appends too.
+    let w = resource("log-after-write");
+    assert_eq!(fence.write(&w, 4, b"x").await.unwrap(), Verdict::Accepted);
+    assert_eq!(
+        fence.append(&w, 4, b"four").await.unwrap(),
+        AppendVerdict::Appended { seq: 1 }
+    );
+    let entry = |seq, token, value: &[u8]| LogEntry {
+        seq,
+        token,
+        value: value.to_vec(),
+    };
+    assert_eq!(
+        fence.log(&r).await.unwrap(),
+        vec![
+            entry(1, 3, b"three"),
+            entry(2, 3, b"again"),
+            entry(3, 8, b"eight")
+        ]
+    );
+    assert_eq!(fence.log(&w).await.unwrap(), vec![entry(1, 4, b"four")]);
 }
 
 /// A resource id unique to this run.

@@ -127,8 +127,16 @@ pub fn read_number(rx: &mpsc::Receiver<String>, prefix: &str) -> i32 {
 /// A job for `bash -c`: prints `pid=` (the command), starts a grandchild
 /// that leaves the process group and session with `setsid` and prints
 /// `gc=`, then prints `ready` and runs `rest`.
+///
+/// A leading `trap ... TERM; ` of `rest` is set first, before `ready`: the
+/// tests signal as soon as they read it.
 pub fn job_with_escaping_grandchild(rest: &str) -> String {
-    format!("echo pid=$$; setsid sleep 1000 & echo gc=$!; echo ready; {rest}")
+    match rest.split_once(" TERM; ") {
+        Some((trap, after)) if trap.starts_with("trap ") => format!(
+            "{trap} TERM; echo pid=$$; setsid sleep 1000 & echo gc=$!; echo ready; {after}"
+        ),
+        _ => format!("echo pid=$$; setsid sleep 1000 & echo gc=$!; echo ready; {rest}"),
+    }
 }
 
 /// Sends `signal` to the child process.
