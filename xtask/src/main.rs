@@ -4,11 +4,13 @@
 //! - `cargo xtask test-drivers`: start every storage engine (or use the
 //!   endpoints given in the environment), run each network driver's whole
 //!   `elections-testsuite` against it, print a per-engine summary, tear down.
+//!   With `--docker`, every engine runs in a container (`testcontainers`).
 //! - `cargo xtask sim --seeds 10000`: the deterministic elections simulation.
 //! - `cargo xtask chaos --engine cassandra --duration 120s`: contender processes
 //!   killed, paused and cut off from a real engine, fencing checked.
 
 mod chaos;
+mod docker;
 mod engines;
 mod sim;
 mod test_drivers;

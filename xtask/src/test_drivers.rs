@@ -19,6 +19,10 @@ pub(crate) struct Args {
     /// `engines::all`).
     #[arg(long = "engine", value_name = "NAME")]
     engines: Vec<String>,
+    /// Run every engine in a container (testcontainers; images overridable
+    /// with `TTL_IMAGE_<ENGINE>`) instead of as a local process.
+    #[arg(long)]
+    docker: bool,
     /// Extra arguments passed to the test binaries (after `--`).
     #[arg(last = true)]
     test_args: Vec<String>,
@@ -39,7 +43,10 @@ struct Outcome {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let all = engines::all();
+    let all = match args.docker {
+        true => crate::docker::engines(),
+        false => engines::all(),
+    };
     for wanted in &args.engines {
         if !all.iter().any(|e| e.name == wanted) {
             let names: Vec<_> = all.iter().map(|e| e.name).collect();

@@ -22,7 +22,7 @@ const CASSANDRA_VERSION: &str = "5.0.9";
 /// How long the node may take to answer CQL.
 const READY_LIMIT: Duration = Duration::from_secs(180);
 /// Keyspace the suites use on the local node.
-const KEYSPACE: &str = "ttl_suite";
+pub(crate) const KEYSPACE: &str = "ttl_suite";
 
 /// JVM options from Cassandra's `conf/jvm17-server.options` (JPMS opens and
 /// exports, Netty settings) plus a small fixed heap.

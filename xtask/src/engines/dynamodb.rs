@@ -176,7 +176,7 @@ fn pom_xml() -> String {
 
 /// One `ListTables` call. DynamoDB Local needs an Authorization header but
 /// does not check the signature; the access key id only has to be alphanumeric.
-fn list_tables(addr: SocketAddr) -> anyhow::Result<()> {
+pub(crate) fn list_tables(addr: SocketAddr) -> anyhow::Result<()> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;

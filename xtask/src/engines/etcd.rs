@@ -100,7 +100,7 @@ fn find_binary() -> Result<PathBuf> {
 }
 
 /// `GET /health` answers `{"health":"true"}` once the member leads.
-fn healthy(addr: SocketAddr) -> bool {
+pub(crate) fn healthy(addr: SocketAddr) -> bool {
     let check = || -> std::io::Result<bool> {
         let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
         stream.set_read_timeout(Some(Duration::from_secs(1)))?;

@@ -273,3 +273,14 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }
+
+/// What the container route (`crate::docker`) shares with the process
+/// route: readiness probes, throwaway TLS certificates, credentials.
+pub(crate) mod shared {
+    pub(crate) use super::cassandra::{KEYSPACE as CASSANDRA_KEYSPACE, cql_ping};
+    pub(crate) use super::dynamodb::list_tables;
+    pub(crate) use super::etcd::healthy as etcd_healthy;
+    pub(crate) use super::postgres::{PASSWORD as POSTGRES_PASSWORD, PASSWORD_IN_URL};
+    pub(crate) use super::tls::{Certs as TlsCerts, generate as tls_certs};
+    pub(crate) use super::valkey::ping as valkey_ping;
+}

@@ -32,8 +32,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The password of the `postgres` user in [`start_with_password`]; it has
 /// URL-reserved characters on purpose (the URL percent-encodes them).
-const PASSWORD: &str = "s3cret:@/pw";
-const PASSWORD_IN_URL: &str = "s3cret%3A%40%2Fpw";
+pub(crate) const PASSWORD: &str = "s3cret:@/pw";
+pub(crate) const PASSWORD_IN_URL: &str = "s3cret%3A%40%2Fpw";
 
 /// Starts a trust-auth cluster (logs go to `work_dir`); sets `PG_URL`.
 pub(crate) fn start(work_dir: &Path) -> Result<Started> {

@@ -124,7 +124,7 @@ fn wait_ready(child: &mut Child, port: u16) -> Result<()> {
 }
 
 /// One `PING` over RESP; `true` on `+PONG` (a loading server answers an error).
-fn ping(addr: SocketAddr) -> std::io::Result<bool> {
+pub(crate) fn ping(addr: SocketAddr) -> std::io::Result<bool> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
     stream.set_read_timeout(Some(Duration::from_millis(500)))?;
     stream.set_write_timeout(Some(Duration::from_millis(500)))?;
