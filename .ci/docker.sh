@@ -159,34 +159,48 @@ EOF
   echo "$lib"
 }
 
-# build IMAGE DIR: docker build of .ci/docker/DIR, with the host's network
-# for apt (the build's RUN steps reach the same Debian mirror the host uses).
+# recipe DIR [EXTRA]: a hash of .ci/docker/DIR's files (and EXTRA, e.g. a
+# version), stored as the image's label: a changed recipe is rebuilt, an
+# unchanged one is reused from the cache.
+recipe() {
+  { tar -C ".ci/docker/$1" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - . ; echo "${2:-}"; } |
+    sha256sum | cut -c1-16
+}
+# fresh IMAGE DIR [EXTRA]: the cached IMAGE was built from today's recipe.
+fresh() {
+  [[ "$(docker image inspect -f '{{ index .Config.Labels "ttl.recipe" }}' "$1" 2>/dev/null)" == "$(recipe "$2" "${3:-}")" ]]
+}
+
+# build IMAGE DIR CONTEXT [EXTRA]: docker build of .ci/docker/DIR, with the
+# host's network for apt (the build's RUN steps reach the same Debian mirror
+# the host uses), unless the cached image has today's recipe.
 build() {
-  local image=$1 dir=$2 context=$3
-  if have "$image"; then
-    say "$image exists"
+  local image=$1 dir=$2 context=$3 extra=${4:-}
+  if fresh "$image" "$dir" "$extra"; then
+    say "$image exists (recipe $(recipe "$dir" "$extra"))"
     return
   fi
-  say "building $image"
+  say "building $image (recipe $(recipe "$dir" "$extra"))"
   local log="$DOCKER_DIR/build-$dir.log"
-  docker build --network host -t "$image" -f ".ci/docker/$dir/Dockerfile" "$context" >"$log" 2>&1 ||
+  docker build --network host --label "ttl.recipe=$(recipe "$dir" "$extra")" -t "$image" \
+    -f ".ci/docker/$dir/Dockerfile" "$context" >"$log" 2>&1 ||
     { tail -30 "$log" >&2; exit 1; }
 }
 
 build local/valkey:ci valkey .ci/docker/valkey
 build local/postgres:ci postgres .ci/docker/postgres
 build local/etcd:ci etcd .ci/docker/etcd
-if ! have local/cassandra:ci; then
+if ! fresh local/cassandra:ci cassandra "$cassandra_version"; then
   lib=$(cassandra_jars)
   context="$DOCKER_DIR/cassandra-context"
   rm -rf "$context"
   mkdir -p "$context"
   cp -r .ci/docker/cassandra/. "$context/"
   cp -rl "$lib" "$context/lib" 2>/dev/null || cp -r "$lib" "$context/lib"
-  build local/cassandra:ci cassandra "$context"
+  build local/cassandra:ci cassandra "$context" "$cassandra_version"
   rm -rf "$context"
 else
-  say "local/cassandra:ci exists"
+  say "local/cassandra:ci exists (recipe $(recipe cassandra "$cassandra_version"))"
 fi
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^local/' | sed 's/^/   /'
 

@@ -3,7 +3,7 @@
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
-//! | `coordinator_requests_total` | counter | `route`, `outcome` | calls answered by [`crate::http::Coordinator::router`]: `route` is `proxy`, `bind`, `deregister`, `lock` or `cancel`; `outcome` is `ok` (status below 400), `client_error` (4xx) or `server_error` (5xx) |
+//! | `coordinator_requests_total` | counter | `route`, `outcome` | calls answered by [`crate::http::Coordinator::router`]: `route` is `proxy`, `bind`, `register`, `deregister`, `lock`, `cancel` or `none` (no route matched); `outcome` is `ok` (status below 400), `client_error` (4xx) or `server_error` (5xx) |
 //! | `coordinator_route_lookups_total` | counter | `result` | destination routes: `hit` (local cache), `miss` (this call read Valkey), `coalesced` (missed the cache and shared another call's Valkey lookup) |
 //! | `coordinator_forward_seconds` | histogram | `outcome` | time until a pod's response headers (or the failure): `ok`, `connect_error`, `timeout`, `error` |
 //! | `coordinator_valkey_errors_total` | counter | `component`, `kind` | store errors: `component` `coordinator` (a call failed on them) or `member` (a heartbeat failed); `kind` `valkey` (unreachable or an error reply) or `protocol` (an unexpected reply) or `other` |

@@ -126,11 +126,23 @@ async fn calls_lookups_forwards_and_valkey_errors_are_counted() {
         http.send("GET", &url("/destinations/a%0Ab/x")).await.0,
         StatusCode::BAD_REQUEST
     );
+    // No route at all.
+    assert_eq!(
+        http.send("GET", &url("/nowhere")).await.0,
+        StatusCode::NOT_FOUND
+    );
     let delta = Delta::take();
     assert_eq!(
         delta.counter(
             "coordinator_requests_total",
             &[("route", "bind"), ("outcome", "ok")]
+        ),
+        1
+    );
+    assert_eq!(
+        delta.counter(
+            "coordinator_requests_total",
+            &[("route", "none"), ("outcome", "client_error")]
         ),
         1
     );

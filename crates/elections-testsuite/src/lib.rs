@@ -123,6 +123,7 @@ macro_rules! __suite_module {
                 storage_value_64k,
                 storage_value_too_large_rejected,
                 storage_never_expiring_record,
+                storage_get_entry_matches_get,
                 storage_cas_changes_expiry,
                 storage_independent_keys,
                 storage_race_insert,

@@ -1,7 +1,7 @@
 //! Read-only inspection of an election key: who leads, and the latest
 //! fencing token issued. Never takes or extends a lease.
 
-use ttl_storage::{Key, StorageError, TtlStorage};
+use ttl_storage::{Key, StorageError, TimeLeft, TtlStorage};
 
 use crate::{fencing, record};
 
@@ -17,9 +17,13 @@ pub struct KeyStatus {
     /// leader's token, or higher if a later acquisition attempt failed after
     /// taking one); `None` if none was ever issued.
     pub latest_fencing_token: Option<u64>,
+    /// How long the leader's record has left, as the store tells it
+    /// ([`TimeLeft::Unknown`] where the driver cannot say); `None` without a
+    /// leader. A report, not a promise: the leader renews every quarter lease.
+    pub time_left: Option<TimeLeft>,
 }
 
-/// Reads the status of `key` (two `get`s; nothing is written).
+/// Reads the status of `key` (two reads; nothing is written).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -35,6 +39,7 @@ pub struct KeyStatus {
 /// let status = inspect(&storage, &key).await?;
 /// assert_eq!(status.leader.as_deref(), Some(&b"node-1"[..]));
 /// assert_eq!(status.latest_fencing_token, leadership.map(|l| l.fencing_token()));
+/// assert!(matches!(status.time_left, Some(ttl_storage::TimeLeft::About(left)) if left <= Duration::from_secs(20)));
 /// # elections.cleanup().await;
 /// # Ok(()) }
 /// ```
@@ -43,10 +48,9 @@ pub struct KeyStatus {
 ///
 /// The storage's errors, and a permanent error for a corrupt counter.
 pub async fn inspect(storage: &dyn TtlStorage, key: &Key) -> Result<KeyStatus, StorageError> {
-    let leader = storage
-        .get(key)
-        .await?
-        .map(|record| record::leader_value(&record).to_vec());
+    let entry = storage.get_entry(key).await?;
+    let time_left = entry.as_ref().map(|entry| entry.time_left);
+    let leader = entry.map(|entry| record::leader_value(&entry.value).to_vec());
     let counter = fencing::counter_key(key)
         .map_err(|err| StorageError::permanent(format!("fencing counter key: {err}")))?;
     let latest_fencing_token = match storage.get(&counter).await? {
@@ -57,5 +61,6 @@ pub async fn inspect(storage: &dyn TtlStorage, key: &Key) -> Result<KeyStatus, S
         key: key.clone(),
         leader,
         latest_fencing_token,
+        time_left,
     })
 }

@@ -8,7 +8,8 @@ use std::{
 use async_trait::async_trait;
 use tokio::{sync::watch, time::Instant};
 use ttl_storage::{
-    Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
+    Entry, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch, WatchUnsupported,
+    check_value,
 };
 
 use crate::MemConfig;
@@ -177,6 +178,19 @@ impl TtlStorage for MemStorage {
         let now = Instant::now();
         let mut map = self.lock();
         Ok(map.live(key, now).map(|r| r.value.clone()))
+    }
+
+    /// The time left is exact on tokio's clock.
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        Ok(map.live(key, now).map(|record| Entry {
+            value: record.value.clone(),
+            time_left: match record.expires_at {
+                None => TimeLeft::Never,
+                Some(at) => TimeLeft::About(at.saturating_duration_since(now)),
+            },
+        }))
     }
 
     /// Completes on any delete, at the record's expiry (tokio's clock), or at

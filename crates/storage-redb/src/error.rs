@@ -49,7 +49,7 @@ pub enum OpenError {
     /// there, allow it with
     /// [`SharedRedbStorageBuilder::allow_unreliable_locks`](crate::SharedRedbStorageBuilder::allow_unreliable_locks).
     #[error(
-        "storage file {path:?} is on a {file_system} file system, where file locks between processes are not reliable; use a local disk, or allow it explicitly (allow_unreliable_locks)"
+        "storage file {path:?} is on a {file_system} file system, where file locks between processes are not reliable: put it on a local disk (e.g. --storage redb:///var/lib/app/leases.redb), or let one process hold it (?mode=exclusive), or, in code that knows the locks hold there, SharedRedbStorageBuilder::allow_unreliable_locks"
     )]
     UnreliableLocks {
         /// The storage file.

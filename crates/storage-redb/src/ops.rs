@@ -166,22 +166,6 @@ impl<'txn> Tables<'txn> {
     }
 }
 
-/// Reads the live value under `key` at `now` in a read transaction.
-pub(crate) fn get(
-    db: &redb::Database,
-    key: &str,
-    now: u64,
-) -> Result<Option<Vec<u8>>, redb::Error> {
-    use redb::ReadableDatabase;
-    let txn = db.begin_read()?;
-    let records = txn.open_table(RECORDS)?;
-    let Some(guard) = records.get(key)? else {
-        return Ok(None);
-    };
-    let (expires_at, value) = record::decode(guard.value())?;
-    Ok(record::is_live(expires_at, now).then(|| value.to_vec()))
-}
-
 /// Reads the live record under `key` at `now` as its stored expiry
 /// ([`NEVER`] for a record that never expires) and value.
 pub(crate) fn get_record(
@@ -312,7 +296,7 @@ mod tests {
             }
             assert_index_matches(&db);
             for (key, (expires_at, value)) in &model {
-                let got = get(&db, key, now).unwrap();
+                let got = get_record(&db, key, now).unwrap().map(|(_, value)| value);
                 let want = record::is_live(*expires_at, now).then(|| value.clone());
                 assert_eq!(got, want, "step {step}: {key}");
             }
@@ -347,7 +331,10 @@ mod tests {
         drop(tables);
         txn.commit().unwrap();
         assert_eq!(answers, [true, false, true, false, true, true]);
-        assert_eq!(get(&db, "k", 1_000).unwrap(), Some(b"a".to_vec()));
+        assert_eq!(
+            get_record(&db, "k", 1_000).unwrap().map(|(_, value)| value),
+            Some(b"a".to_vec())
+        );
         assert_index_matches(&db);
     }
 }

@@ -1,9 +1,9 @@
 //! How a record is stored: its absolute expiry and its value, and the clock
 //! the expiry is measured on.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ttl_storage::Ttl;
+use ttl_storage::{Entry, TimeLeft, Ttl};
 
 /// The stored expiry of a record that never expires.
 pub(crate) const NEVER: u64 = 0;
@@ -34,6 +34,20 @@ pub(crate) fn expiry_for(now: u64, ttl: Ttl) -> u64 {
 /// True when a record expiring at `expires_at` is live at `now`.
 pub(crate) fn is_live(expires_at: u64, now: u64) -> bool {
     expires_at == NEVER || now < expires_at
+}
+
+/// A live record read back as an [`Entry`], its time left measured on this
+/// process's wall clock.
+pub(crate) fn entry(expires_at: u64, value: Vec<u8>) -> Entry {
+    let time_left = if expires_at == NEVER {
+        TimeLeft::Never
+    } else {
+        match now_millis() {
+            Ok(now) => TimeLeft::About(Duration::from_millis(expires_at.saturating_sub(now))),
+            Err(_) => TimeLeft::Unknown,
+        }
+    };
+    Entry { value, time_left }
 }
 
 /// Encodes a record as stored: the big-endian expiry, then the value.

@@ -12,7 +12,7 @@ use redb::Database;
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 use ttl_storage::{
-    Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
+    Entry, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
 };
 
 use crate::{
@@ -270,6 +270,15 @@ impl TtlStorage for SharedRedbStorage {
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
         Ok(self.read(key).await?.map(|(_, value)| value))
+    }
+
+    /// The time left is the stored expiry (wall clock, milliseconds) less
+    /// this process's wall clock.
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+        Ok(self
+            .read(key)
+            .await?
+            .map(|(expires_at, value)| record::entry(expires_at, value)))
     }
 
     /// Completes when any process deletes a record of this file (inotify on

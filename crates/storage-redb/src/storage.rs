@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use redb::Database;
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
-use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage, check_value};
+use ttl_storage::{Entry, Key, Result, StorageError, Ttl, TtlStorage, check_value};
 
 use crate::{
     CloseError, OpenError, RedbStorageBuilder,
@@ -234,14 +234,22 @@ impl TtlStorage for RedbStorage {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_entry(key).await?.map(|entry| entry.value))
+    }
+
+    /// The time left is the stored expiry (wall clock, milliseconds) less
+    /// this process's wall clock.
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
         let shared = Arc::clone(&self.shared);
         let key = key.as_str().to_owned();
         let read = self.tasks.spawn_blocking(move || {
             let now = record::now_millis()?;
-            ops::get(&shared.db, &key, now)
+            ops::get_record(&shared.db, &key, now)
         });
         match read.await {
-            Ok(Ok(value)) => Ok(value),
+            Ok(Ok(record)) => {
+                Ok(record.map(|(expires_at, value)| record::entry(expires_at, value)))
+            }
             Ok(Err(err)) => Err(not_applied("read failed", &Arc::new(err))),
             Err(err) => Err(StorageError::with_source(
                 ttl_storage::ErrorKind::Permanent,

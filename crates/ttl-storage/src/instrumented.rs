@@ -25,7 +25,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 use tracing::Instrument;
 
-use crate::{ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported};
+use crate::{
+    Entry, ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported,
+};
 
 /// Metric names, for programs and tests that look them up.
 pub mod names {
@@ -138,7 +140,7 @@ fn applied(done: &bool) -> &'static str {
     if *done { "applied" } else { "not_applied" }
 }
 
-fn found(value: &Option<Vec<u8>>) -> &'static str {
+fn found<T>(value: &Option<T>) -> &'static str {
     if value.is_some() { "found" } else { "absent" }
 }
 
@@ -176,6 +178,11 @@ impl<S: TtlStorage> TtlStorage for Instrumented<S> {
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
         self.measure("get", key, found, self.inner.get(key)).await
+    }
+
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+        self.measure("get", key, found, self.inner.get_entry(key))
+            .await
     }
 
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {

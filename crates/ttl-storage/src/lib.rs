@@ -37,6 +37,7 @@
 //! # Ok(()) }
 //! ```
 
+mod entry;
 mod error;
 pub mod instrumented;
 mod key;
@@ -45,6 +46,7 @@ mod ttl;
 mod value;
 mod watch;
 
+pub use entry::{Entry, TimeLeft};
 pub use error::{BoxError, ErrorKind, StorageError, ValidationError};
 pub use instrumented::Instrumented;
 pub use key::{Key, MAX_KEY_LEN};

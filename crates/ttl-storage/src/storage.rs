@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::{Key, Result, Ttl, Watch, WatchUnsupported};
+use crate::{Entry, Key, Result, Ttl, Watch, WatchUnsupported};
 
 /// A key-value store with conditional writes and per-record TTL: the one
 /// contract every driver implements and elections depend on.
@@ -68,6 +68,18 @@ pub trait TtlStorage: Send + Sync {
 
     /// Reads the live record's value, `None` when absent or expired.
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>>;
+
+    /// Reads the live record with what the store knows of its remaining
+    /// life ([`crate::TimeLeft`]), `None` when absent or expired. For reports
+    /// only (`vvm-host status`): the time left is the store's estimate at the
+    /// read and nothing may rely on it for safety.
+    ///
+    /// The default reads [`TtlStorage::get`] and answers
+    /// [`crate::TimeLeft::Unknown`]; drivers that store the expiry override
+    /// it.
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+        Ok(self.get(key).await?.map(Entry::unknown_time_left))
+    }
 
     /// Optional capability: a [`Watch`] future that completes when the
     /// record under `key` may have been **removed** (deleted, or expired)
@@ -158,6 +170,9 @@ macro_rules! forward_impl {
             }
             async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
                 (**self).get(key).await
+            }
+            async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+                (**self).get_entry(key).await
             }
             fn watch(&self, key: &Key) -> Result<Watch, WatchUnsupported> {
                 (**self).watch(key)

@@ -108,7 +108,9 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
 
 async fn guard(program: OsString, args: Vec<OsString>) -> io::Result<()> {
     let lifeline = StdUnixStream::from(io::stdin().as_fd().try_clone_to_owned()?);
-    // Blocking writes: every message is one short line.
+    // Reports are a few short lines (`started`, `exited`); the clone shares
+    // the socket's file description, so they are non-blocking too: a write
+    // that fails after the spawn is handled as the lifeline closing.
     let mut reports = lifeline.try_clone()?;
     lifeline.set_nonblocking(true)?;
     let lifeline = UnixStream::from_std(lifeline)?;
@@ -167,16 +169,34 @@ async fn guard(program: OsString, args: Vec<OsString>) -> io::Result<()> {
             return Ok(());
         }
     };
-    let pid = Pid::from_raw(i32::try_from(command.id()).map_err(io::Error::other)?);
+    let pid = match i32::try_from(command.id()) {
+        Ok(pid) => Pid::from_raw(pid),
+        Err(err) => {
+            // Cannot happen on Linux (pids fit in i32); never leave it running.
+            let mut command = command;
+            let _ = command.kill();
+            let _ = command.wait();
+            return Err(io::Error::other(err));
+        }
+    };
     // The std handle is not used to wait: the guard reaps every child itself.
     drop(command);
-    writeln!(reports, "started {pid}")?;
 
     let mut job = Job {
         command: pid,
         status: None,
     };
     let mut lifeline_open = true;
+    // From here on no error may leave the command running: a report that
+    // cannot be written means vvm-host is gone (or cannot hear us), which is
+    // the lifeline closing.
+    if let Err(err) = writeln!(reports, "started {pid}") {
+        eprintln!(
+            "vvm-host guard: cannot report the command's start ({err}): vvm-host is gone, SIGKILL to the command"
+        );
+        lifeline_open = false;
+        job.signal_all(Signal::SIGKILL);
+    }
     while job.status.is_none() {
         let check = match deadline {
             Some(_) => DEADLINE_CHECK,

@@ -8,10 +8,10 @@
 //! where the driver can tell, the time left on the lease. Exit 0 when some
 //! key has a leader, 3 when none has; never takes or extends a lease.
 
-use std::process::ExitCode;
+use std::{process::ExitCode, time::Duration};
 
 use clap::Parser;
-use ttl_storage::DynTtlStorage;
+use ttl_storage::{DynTtlStorage, TimeLeft};
 
 use crate::cli::StoreArgs;
 
@@ -39,6 +39,12 @@ struct Row {
     key: String,
     leader: Option<String>,
     fencing_token: Option<u64>,
+    /// Milliseconds until the leader's record expires unless renewed;
+    /// `None` without a leader, when it never expires, or when the store
+    /// cannot tell.
+    time_left_ms: Option<u64>,
+    /// `"expires"`, `"never"`, `"unknown"` or `null` (no leader).
+    expiry: Option<&'static str>,
 }
 
 /// Runs `vvm-host status` with `args` (after the subcommand's name).
@@ -89,6 +95,17 @@ async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
                 .leader
                 .map(|value| String::from_utf8_lossy(&value).into_owned()),
             fencing_token: status.latest_fencing_token,
+            time_left_ms: match status.time_left {
+                Some(TimeLeft::About(left)) => {
+                    Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+                }
+                _ => None,
+            },
+            expiry: status.time_left.map(|left| match left {
+                TimeLeft::About(_) => "expires",
+                TimeLeft::Never => "never",
+                TimeLeft::Unknown => "unknown",
+            }),
         });
     }
     Ok(rows)
@@ -100,13 +117,23 @@ fn print(rows: &[Row], json: bool, leaders: usize) {
         println!("{body}");
         return;
     }
-    println!("{:<24} {:<32} FENCING TOKEN", "KEY", "LEADER");
+    println!(
+        "{:<24} {:<32} {:<14} TIME LEFT",
+        "KEY", "LEADER", "FENCING TOKEN"
+    );
     for row in rows {
         let token = row
             .fencing_token
             .map_or_else(|| "-".to_owned(), |t| t.to_string());
+        let left = match (row.expiry, row.time_left_ms) {
+            (Some("expires"), Some(ms)) => {
+                format!("{:.1}s", Duration::from_millis(ms).as_secs_f64())
+            }
+            (Some(other), _) => other.to_owned(),
+            (None, _) => "-".to_owned(),
+        };
         println!(
-            "{:<24} {:<32} {token}",
+            "{:<24} {:<32} {token:<14} {left}",
             row.key,
             row.leader.as_deref().unwrap_or("(none)")
         );

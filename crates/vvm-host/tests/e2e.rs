@@ -230,8 +230,10 @@ fn after_a_crash_the_next_vvm_host_waits_for_the_lease() {
     assert_eq!(stored_key1(&file), None, "{log}");
 }
 
-/// `vvm-host status` names the leader a crashed vvm-host left in the file,
-/// with its fencing token, and exits 3 once no key has a leader.
+/// `vvm-host status` names the leader of a running vvm-host (another process
+/// on the same shared file) and the one a crashed vvm-host left in the file,
+/// with its fencing token and the lease's time left, which it never extends;
+/// exits 3 while no key has a leader.
 #[test]
 fn status_names_the_leader_and_reads_only() {
     let dir = tempfile::tempdir().unwrap();
@@ -242,46 +244,74 @@ fn status_names_the_leader_and_reads_only() {
         command.args(["status", "--storage", &url]).args(extra);
         command.output().unwrap()
     };
+    let json_status = || {
+        let output = status(&["--json"]);
+        assert_eq!(output.status.code(), Some(0));
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
 
     let empty = status(&[]);
     assert_eq!(empty.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&empty.stdout).contains("(none)"));
 
-    let mut crashed = vvm_host(&["--storage", &url, "--leadership-duration", "60s"])
+    let mut leader = vvm_host(&["--storage", &url, "--leadership-duration", "60s"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (err_rx, _err) = lines(crashed.stderr.take().unwrap());
+    let (err_rx, _err) = lines(leader.stderr.take().unwrap());
     wait_for_line(&err_rx, "demo service: leading");
-    crashed.kill().unwrap();
-    crashed.wait().unwrap();
+
+    // While it runs, in another process.
+    let live = json_status();
+    assert_eq!(live["leaders"], 1, "{live}");
+    assert!(
+        live["keys"][0]["leader"]
+            .as_str()
+            .unwrap()
+            .starts_with("e2e#pid"),
+        "{live}"
+    );
+    assert_eq!(live["keys"][0]["expiry"], "expires", "{live}");
+    let left = live["keys"][0]["time_left_ms"].as_u64().unwrap();
+    assert!(left > 0 && left <= 60_000, "{live}");
+
+    leader.kill().unwrap();
+    leader.wait().unwrap();
 
     let table = status(&["--cluster-size", "2"]);
     assert_eq!(table.status.code(), Some(0));
     let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.lines().next().unwrap().contains("TIME LEFT"), "{text}");
     let row = text
         .lines()
         .find(|l| l.starts_with("vvm/leader/1"))
         .expect(&text);
-    assert!(
-        row.contains("e2e") && row.trim_end().ends_with(" 1"),
-        "{text}"
-    );
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert!(columns[1].starts_with("e2e#pid"), "{text}");
+    assert_eq!(columns[2], "1", "{text}");
+    assert!(columns[3].ends_with('s'), "{text}");
     let row = text
         .lines()
         .find(|l| l.starts_with("vvm/leader/2"))
         .expect(&text);
     assert!(row.contains("(none)"), "{text}");
 
-    let json = status(&["--json"]);
-    assert_eq!(json.status.code(), Some(0));
-    let body: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let body = json_status();
     assert_eq!(body["leaders"], 1);
     // The VVM's value: the address, then this process's id.
     let leader = body["keys"][0]["leader"].as_str().unwrap();
     assert!(leader.starts_with("e2e#pid"), "{leader}");
     assert_eq!(body["keys"][0]["fencing_token"], 1);
+    let first = body["keys"][0]["time_left_ms"].as_u64().unwrap();
+
+    // Read only: the lease runs down between two looks (nothing renews it).
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    let later = json_status()["keys"][0]["time_left_ms"].as_u64().unwrap();
+    assert!(
+        later < first,
+        "status extended the lease: {first} ms, then {later} ms"
+    );
 
     // Read only: the record is the crashed leader's, unchanged.
     assert!(stored_key1(&file).unwrap().starts_with(b"e2e#"));

@@ -168,6 +168,7 @@ pub(crate) fn all() -> Vec<Engine> {
             suites: &[
                 ("coordinator", "registry"),
                 ("coordinator", "http"),
+                ("coordinator", "metrics"),
                 ("storage-valkey", "suite"),
             ],
             default: true,

@@ -266,7 +266,7 @@ impl Coordinator {
             .route("/locks/{lock}", any(lock_handler))
             .route("/locks/{lock}/{*rest}", any(lock_handler))
             .route("/cancel/{request_id}", post(cancel_handler))
-            .fallback(|| async { ApiError::NoRoute })
+            .fallback(|| async { counted("none", ApiError::NoRoute.into_response()) })
             .with_state(self.clone())
     }
 

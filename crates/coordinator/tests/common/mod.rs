@@ -258,6 +258,11 @@ async fn pod_action(
             let _ = work.await;
             id.into_response()
         }
+        "upload" => match axum::body::to_bytes(req.into_body(), usize::MAX).await {
+            Ok(body) => (StatusCode::OK, format!("{id}:{}", body.len())).into_response(),
+            // The coordinator cut the body off (over its limit).
+            Err(_) => StatusCode::BAD_REQUEST.into_response(),
+        },
         _ => (StatusCode::OK, format!("{id}:{action}")).into_response(),
     }
 }
@@ -463,6 +468,19 @@ impl Http {
 
     pub async fn send(&self, method: &str, url: &str) -> (StatusCode, String) {
         self.send_with_header(method, url, "x-test", "1").await
+    }
+
+    /// Sends `body` with its length declared (`content-length`).
+    pub async fn send_body(&self, method: &str, url: &str, body: Vec<u8>) -> (StatusCode, String) {
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(url)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let resp = self.client.request(req).await.unwrap();
+        let status = resp.status();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
     }
 
     pub async fn send_with_header(

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use coordinator::http::CoordinatorConfig;
-use coordinator::{CacheConfig, ResolveOptions, ValkeyClient};
+use coordinator::{CacheConfig, ValkeyClient};
 use fred::prelude::*;
 
 use crate::common::*;
@@ -172,7 +172,6 @@ async fn unbound_destination_is_404_when_first_touch_is_off() {
     let row = call(&http, "GET", &format!("{}/destinations/new/x", c.base)).await;
     assert_eq!(row, (StatusCode::NOT_FOUND, "unknown_destination".into()));
     assert!(!c.registry.has_binding(&dest("new")).await.unwrap());
-    let _ = ResolveOptions::default();
     pod.kill().await;
 }
 
@@ -225,4 +224,69 @@ async fn valkey_down_is_503_store_unavailable() {
         );
     }
     server.abort();
+}
+
+/// `413 payload_too_large`: a body over `max_request_body` is refused before
+/// anything reaches the pod, when its length is declared and when it is
+/// streamed (chunked, no length); a body at the limit goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn bodies_over_the_limit_are_413_payload_too_large() {
+    let p = prefix();
+    let c = TestCoordinator::start(
+        &p,
+        CoordinatorOptions {
+            config: CoordinatorConfig::builder().max_request_body(1024).build(),
+            ..CoordinatorOptions::default()
+        },
+    )
+    .await;
+    let mut pod = TestPod::start(&p, "pod-a", PodOptions::default()).await;
+    let http = Http::new();
+    let url = format!("{}/destinations/big/upload", c.base);
+
+    let (status, _) = http.send_body("POST", &url, vec![b'x'; 1024]).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let (status, body) = http.send_body("POST", &url, vec![b'x'; 1025]).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["code"], "payload_too_large", "{body}");
+
+    // Streamed without a length: cut off at the limit.
+    let (status, body) = streamed_post(&url, 4, 1024).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    pod.kill().await;
+}
+
+/// POSTs `chunks` chunks of `size` bytes with `transfer-encoding: chunked`
+/// over a raw socket; returns the status and the body of the answer.
+async fn streamed_post(url: &str, chunks: usize, size: usize) -> (StatusCode, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let uri: axum::http::Uri = url.parse().unwrap();
+    let authority = uri.authority().unwrap().as_str().to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let head = format!(
+        "POST {} HTTP/1.1\r\nhost: {authority}\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
+        uri.path()
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    for _ in 0..chunks {
+        let chunk = format!("{size:x}\r\n{}\r\n", "y".repeat(size));
+        // The server may answer and close before every chunk is sent.
+        if socket.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let _ = socket.write_all(b"0\r\n\r\n").await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), socket.read_to_end(&mut answer)).await;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (StatusCode::from_u16(code).unwrap(), body)
 }

@@ -252,6 +252,41 @@ pub async fn storage_never_expiring_record(ctx: Ctx) {
     assert!(s.compare_and_delete(&k, b"2").await.unwrap());
 }
 
+/// `get_entry` reads what `get` reads, with a time left that is consistent
+/// with the TTL written (or unknown, where the driver cannot tell).
+pub async fn storage_get_entry_matches_get(ctx: Ctx) {
+    use ttl_storage::TimeLeft;
+    let s = &ctx.storage;
+    let k = ctx.key("k");
+    assert_eq!(s.get_entry(&k).await.unwrap(), None);
+    assert!(s.insert_if_not_exists(&k, b"a\0", ctx.ttl()).await.unwrap());
+    let entry = s.get_entry(&k).await.unwrap().expect("a live record");
+    assert_eq!(entry.value, b"a\0".to_vec());
+    match entry.time_left {
+        TimeLeft::Unknown => {}
+        // Drivers with whole-second expiry write up to a second more.
+        TimeLeft::About(left) => assert!(
+            left <= ctx.ttl_duration() + Duration::from_secs(2),
+            "{left:?} left of a {:?} TTL",
+            ctx.ttl_duration()
+        ),
+        TimeLeft::Never => panic!("an expiring record reported as never expiring"),
+    }
+    assert!(
+        s.compare_and_swap(&k, b"a\0", b"b", Ttl::NEVER)
+            .await
+            .unwrap()
+    );
+    let entry = s.get_entry(&k).await.unwrap().expect("a live record");
+    assert_eq!(entry.value, b"b".to_vec());
+    assert!(
+        matches!(entry.time_left, TimeLeft::Never | TimeLeft::Unknown),
+        "{entry:?}"
+    );
+    assert!(s.compare_and_delete(&k, b"b").await.unwrap());
+    assert_eq!(s.get_entry(&k).await.unwrap(), None);
+}
+
 /// A swap to `Ttl::NEVER` removes the expiry of an expiring record, and a
 /// swap to an expiring TTL adds one to a permanent record.
 pub async fn storage_cas_changes_expiry(ctx: Ctx) {
