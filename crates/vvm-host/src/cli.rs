@@ -253,6 +253,8 @@ mod tests {
         let config = args.vvm_config().unwrap();
         assert_eq!(config.cluster_size, 3);
         assert_eq!(config.leadership_duration, Duration::from_secs(4));
+        // A standby waits as long as it takes unless told otherwise.
+        assert_eq!(config.acquisition_duration, vvm_orch::ACQUIRE_FOREVER);
         assert_eq!(args.command, ["sleep", "10"]);
 
         let bad = Args::parse_from([

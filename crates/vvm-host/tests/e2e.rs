@@ -36,6 +36,15 @@ fn exit_status_of_a_short_command_is_propagated() {
 /// vvm-host once the command runs; returns vvm-host's status, the
 /// command's pid, its stdout and vvm-host's log.
 fn run_and_terminate(extra: &[&str], script: &str) -> (ExitStatus, i32, String, String) {
+    run_and_signal(extra, script, Signal::SIGTERM)
+}
+
+/// As [`run_and_terminate`], with `signal` instead of SIGTERM.
+fn run_and_signal(
+    extra: &[&str],
+    script: &str,
+    signal: Signal,
+) -> (ExitStatus, i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("leases.redb");
     let url = format!("redb://{}", file.display());
@@ -52,13 +61,27 @@ fn run_and_terminate(extra: &[&str], script: &str) -> (ExitStatus, i32, String, 
     let pid_line = wait_for_line(&out_rx, "pid=");
     let pid: i32 = pid_line.trim_start_matches("pid=").parse().unwrap();
     wait_for_line(&out_rx, "ready");
-    kill(
-        Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        Signal::SIGTERM,
-    )
-    .unwrap();
+    kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), signal).unwrap();
     let status = wait_with_limit(&mut child);
     (status, pid, out.join().unwrap(), err.join().unwrap())
+}
+
+/// SIGINT (Ctrl-C) to vvm-host: the command gets SIGTERM (not SIGINT: the
+/// guard keeps it out of the terminal's group), stops, and only then is
+/// leadership released.
+#[test]
+fn sigint_stops_the_command_then_releases_leadership() {
+    let (status, pid, stdout, log) = run_and_signal(
+        &["--grace-period", "30s"],
+        "echo pid=$$; trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+        Signal::SIGINT,
+    );
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(stdout.contains("got-term"), "{stdout}");
+    assert_gone(pid);
+    let stopped = log.find("command stopped").expect(&log);
+    let released = log.find("leadership released").expect(&log);
+    assert!(stopped < released, "{log}");
 }
 
 #[test]
@@ -146,6 +169,11 @@ fn storage_that_cannot_be_opened_is_an_error() {
     let url = format!("redb://{}", file.display());
     let output = vvm_host(&["--storage", &url]).output().unwrap();
     assert_eq!(output.status.code(), Some(125));
+    // The error status moves with its flag, like the others.
+    let moved = vvm_host(&["--storage", &url, "--exit-code-error", "77"])
+        .output()
+        .unwrap();
+    assert_eq!(moved.status.code(), Some(77));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot open storage"), "{stderr}");
     assert!(stderr.contains("not a redb database"), "{stderr}");
