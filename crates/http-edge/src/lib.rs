@@ -12,8 +12,11 @@
 //! - a request's headers must arrive within
 //!   [`ServeConfig::header_read_timeout`] (slowloris), else the connection
 //!   is closed;
-//! - a connection with no request in flight and no bytes moving for
-//!   [`ServeConfig::idle_timeout`] is closed;
+//! - a connection with no request in flight (a response body still being
+//!   sent counts) for [`ServeConfig::idle_timeout`] is closed; bytes alone
+//!   are not activity, so an HTTP/2 client that only pings or trickles
+//!   frames without completing a request is closed too (HTTP/2 has no
+//!   header-read timeout of its own);
 //! - at most [`ServeConfig::max_connections`] connections are open: when a
 //!   new one arrives at the cap, the connection idle the longest (no request
 //!   in flight) is closed to make room; if every connection is busy, the new

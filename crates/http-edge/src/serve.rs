@@ -13,7 +13,6 @@ use axum::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -31,8 +30,10 @@ pub struct ServeConfig {
     /// For HTTP/1 the clock starts as soon as the connection waits for a
     /// request, so a keep-alive connection idle this long is closed too.
     pub header_read_timeout: Duration,
-    /// A connection with no request in flight and no traffic for this long
-    /// is closed (default 60 s).
+    /// A connection with no request in flight (response bodies included)
+    /// for this long is closed (default 60 s). Bytes alone do not count as
+    /// activity: a client that only trickles partial headers, pings or
+    /// window updates (HTTP/2) is closed after this long.
     pub idle_timeout: Duration,
     /// Most connections open at once (default 1024); keep it below the
     /// process's file-descriptor limit.
@@ -80,9 +81,10 @@ impl ServeConfig {
 
 /// What one open connection is doing.
 struct ConnState {
-    /// Milliseconds since the server's start of the last byte read or written.
+    /// Milliseconds since the server's start when a request last started or
+    /// finished (its response body sent), or the connection opened.
     last_active: AtomicU64,
-    /// Requests whose response headers are not sent yet.
+    /// Requests whose responses, bodies included, are not sent yet.
     in_flight: AtomicUsize,
     /// Asks the connection to close.
     close: CancellationToken,
@@ -137,79 +139,55 @@ impl Table {
     }
 }
 
-/// A socket that records when bytes last moved.
-struct Tracked {
-    inner: TcpStream,
+/// Counts a request in flight until dropped (it travels with the response
+/// body); its start and end are the connection's activity.
+struct Busy {
     state: Arc<ConnState>,
     clock: Clock,
 }
 
-impl AsyncRead for Tracked {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.state.touch(&self.clock);
-        }
-        polled
-    }
-}
-
-impl AsyncWrite for Tracked {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.state.touch(&self.clock);
-        }
-        polled
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.state.touch(&self.clock);
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// Counts a request in flight until dropped.
-struct Busy(Arc<ConnState>);
-
 impl Busy {
-    fn new(state: &Arc<ConnState>) -> Self {
+    fn new(state: &Arc<ConnState>, clock: Clock) -> Self {
         state.in_flight.fetch_add(1, Ordering::Relaxed);
-        Self(state.clone())
+        state.touch(&clock);
+        Self {
+            state: state.clone(),
+            clock,
+        }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.state.touch(&self.clock);
+        self.state.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response body that keeps its request counted in flight until it is
+/// sent (or dropped).
+struct BusyBody {
+    inner: Body,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for BusyBody {
+    type Data = <Body as hyper::body::Body>::Data;
+    type Error = <Body as hyper::body::Body>::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -339,20 +317,16 @@ impl ConnTask {
     }
 
     async fn run(self, stream: TcpStream) {
-        let io = TokioIo::new(Tracked {
-            inner: stream,
-            state: self.state.clone(),
-            clock: self.clock,
-        });
+        let io = TokioIo::new(stream);
         let app = self.app.clone();
         let state = self.state.clone();
+        let clock = self.clock;
         let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-            let busy = Busy::new(&state);
+            let busy = Busy::new(&state, clock);
             let mut app = app.clone();
             async move {
-                let resp = app.call(req.map(Body::new)).await;
-                drop(busy);
-                resp
+                let resp = app.call(req.map(Body::new)).await?;
+                Ok::<_, std::convert::Infallible>(resp.map(|inner| BusyBody { inner, _busy: busy }))
             }
         });
         let conn = self.builder.serve_connection_with_upgrades(io, service);
