@@ -106,7 +106,11 @@ impl ScyllaConfig {
             let name = decode(name)?;
             let value = decode(value)?;
             // A timeout and its older `_ms` form are one parameter.
-            let canonical = name.strip_suffix("_ms").unwrap_or(&name);
+            let canonical = match name.as_str() {
+                "timeout_ms" => "timeout",
+                "connect_timeout_ms" => "connect_timeout",
+                other => other,
+            };
             if !seen.insert(canonical.to_string()) {
                 return Err(ConfigError::DuplicateParameter(name));
             }
@@ -145,12 +149,13 @@ impl ScyllaConfig {
     }
 }
 
-/// The authority of `url` (between `://` and the first `/`, `?` or `#`),
-/// `None` without `://`.
+/// The authority of `url` (between `://` and the first `/` or `?`), `None`
+/// without `://`. A `#` does not end it, as before `url` was used (and as
+/// in `storage-url`'s redaction): a password may hold one.
 fn authority(url: &str) -> Option<(usize, &str)> {
     let start = url.find("://")? + "://".len();
     let rest = &url[start..];
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
     Some((start, &rest[..end]))
 }
 
@@ -160,14 +165,16 @@ fn userinfo(url: &str) -> Option<&str> {
 }
 
 /// Cuts the host list out of `url`: returns it, and `url` with
-/// [`PLACEHOLDER_HOST`] in its place; `None` without `://`.
+/// [`PLACEHOLDER_HOST`] in its place (and a `#` of the user information
+/// escaped, which `url` would take for a fragment); `None` without `://`.
 fn split_hosts(url: &str) -> Option<(&str, String)> {
     let (start, authority) = authority(url)?;
     let hosts_start = start + authority.rfind('@').map_or(0, |at| at + 1);
     let hosts_end = start + authority.len();
     let rest = format!(
-        "{}{PLACEHOLDER_HOST}{}",
-        &url[..hosts_start],
+        "{}{}{PLACEHOLDER_HOST}{}",
+        &url[..start],
+        url[start..hosts_start].replace('#', "%23"),
         &url[hosts_end..]
     );
     Some((&url[hosts_start..hosts_end], rest))
@@ -178,9 +185,13 @@ fn split_hosts(url: &str) -> Option<(&str, String)> {
 /// default, and checks the name).
 fn contact_point(host: &str) -> Result<String, ConfigError> {
     let bad = || ConfigError::BadContactPoint(host.to_string());
-    // The list was cut at `/`, `?`, `#` and `@`: an entry holds no user
-    // and no path, only a host and a port, which `url` checks.
+    // The list was cut at `/`, `?` and `@`: an entry holds no user and no
+    // path; `url` checks the host and the port, and anything after a `#`
+    // is refused.
     let parsed = Url::parse(&format!("scylla://{host}")).map_err(|_| bad())?;
+    if parsed.fragment().is_some() || !parsed.path().is_empty() {
+        return Err(bad());
+    }
     let name = parsed
         .host_str()
         .filter(|h| !h.is_empty())
@@ -457,6 +468,19 @@ mod tests {
         assert_eq!(
             config.tls().unwrap().ca_file,
             std::path::PathBuf::from("/etc/ca+1.pem")
+        );
+        // A `#` in a password needs no escape (as before); after the
+        // path it starts a fragment, which is refused.
+        let config = ScyllaConfig::from_url("scylla://u:p#w@h/ks").unwrap();
+        assert_eq!(config.credentials.as_ref().unwrap().password, "p#w");
+        assert_eq!(
+            ScyllaConfig::from_url("scylla://h#x/ks"),
+            Err(ConfigError::BadContactPoint("h#x".into()))
+        );
+        // Only the timeouts have `_ms` forms.
+        assert_eq!(
+            ScyllaConfig::from_url("scylla://h/ks?table=a&table_ms=b"),
+            Err(ConfigError::UnknownParameter("table_ms".into()))
         );
         // An empty password is a password.
         let config = ScyllaConfig::from_url("scylla://u:@h/ks").unwrap();
