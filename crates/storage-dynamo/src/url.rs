@@ -7,10 +7,45 @@ use url::Url;
 use crate::{ConfigError, DynamoConfig, ExpiryMode};
 
 impl DynamoConfig {
-    /// Parses `dynamodb://TABLE?region=R&endpoint=URL&create_table=BOOL&connect_timeout_ms=N&request_timeout_ms=N&max_attempts=N&expiry=wall_clock|observed_lease`.
+    /// Parses a URL:
     ///
-    /// Every parameter is optional. Credentials cannot be given in the URL
-    /// (URLs end up in logs); they come from the AWS chain or the builder.
+    /// ```text
+    /// dynamodb://TABLE[?param=value&...]
+    /// ```
+    ///
+    /// Every parameter is optional (unknown ones are errors). Credentials
+    /// cannot be given in the URL (URLs end up in logs); they come from the
+    /// AWS chain or the builder.
+    ///
+    /// | parameter | meaning | default |
+    /// |---|---|---|
+    /// | `region` | AWS region | the AWS chain's |
+    /// | `endpoint` | `http(s)://host[:port]` (DynamoDB Local, a proxy) | AWS's |
+    /// | `create_table` | create the table when missing (`true` / `false`) | `false` |
+    /// | `timeout` | timeout of one request (`500ms`, `2s`, `1m 30s`, ...); `request_timeout` is the same | `3s` |
+    /// | `connect_timeout` | TCP/TLS connect timeout (a duration, like `timeout`) | `2s` |
+    /// | `request_timeout_ms` | older form of `timeout`: a number of milliseconds | |
+    /// | `connect_timeout_ms` | older form of `connect_timeout`: a number of milliseconds | |
+    /// | `max_attempts` | attempts of one operation, 1 to 10 | `3` |
+    /// | `expiry` | `wall_clock` or `observed_lease` | `wall_clock` |
+    ///
+    /// The names of one timeout are one parameter: giving two is an error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use storage_dynamo::DynamoConfig;
+    ///
+    /// let config = DynamoConfig::from_url(
+    ///     "dynamodb://leases?region=eu-west-1&timeout=2s&connect_timeout=500ms",
+    /// )
+    /// .unwrap();
+    /// assert_eq!(config.table(), "leases");
+    /// assert_eq!(config.request_timeout(), Duration::from_secs(2));
+    /// assert_eq!(config.connect_timeout(), Duration::from_millis(500));
+    /// // The older integer forms still work:
+    /// let config = DynamoConfig::from_url("dynamodb://leases?request_timeout_ms=1500").unwrap();
+    /// assert_eq!(config.request_timeout(), Duration::from_millis(1500));
+    /// ```
     pub fn from_url(text: &str) -> Result<Self, ConfigError> {
         let url = Url::parse(text).map_err(|e| ConfigError::NotAUrl(e.to_string()))?;
         if url.scheme() != "dynamodb" {
@@ -20,21 +55,27 @@ impl DynamoConfig {
         let mut builder = DynamoConfig::builder(table);
         let mut seen: Vec<String> = Vec::new();
         for (name, value) in url.query_pairs() {
-            if seen.iter().any(|s| *s == name) {
+            // The names of one timeout are one parameter.
+            let canonical = match &*name {
+                "timeout" | "request_timeout" | "request_timeout_ms" => "timeout",
+                "connect_timeout" | "connect_timeout_ms" => "connect_timeout",
+                other => other,
+            };
+            if seen.iter().any(|s| s == canonical) {
                 return Err(ConfigError::DuplicateParameter(name.into_owned()));
             }
-            seen.push(name.to_string());
+            seen.push(canonical.to_owned());
             let value = value.into_owned();
             builder = match &*name {
                 "region" => builder.region(value),
                 "endpoint" => builder.endpoint(value),
                 "create_table" => builder.create_table(parse_bool(&name, &value)?),
-                "connect_timeout_ms" => {
-                    builder.connect_timeout(Duration::from_millis(parse_u64(&name, &value)?))
+                "timeout" | "request_timeout" => {
+                    builder.request_timeout(parse_duration(&name, &value)?)
                 }
-                "request_timeout_ms" => {
-                    builder.request_timeout(Duration::from_millis(parse_u64(&name, &value)?))
-                }
+                "connect_timeout" => builder.connect_timeout(parse_duration(&name, &value)?),
+                "request_timeout_ms" => builder.request_timeout(parse_millis(&name, &value)?),
+                "connect_timeout_ms" => builder.connect_timeout(parse_millis(&name, &value)?),
                 "expiry" => builder.expiry_mode(match value.as_str() {
                     "wall_clock" => ExpiryMode::WallClock,
                     "observed_lease" => ExpiryMode::ObservedLease,
@@ -76,10 +117,124 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
     }
 }
 
+/// A humantime duration (`750ms`, `2s`, `1m 30s`); its range is checked
+/// by the builder.
+fn parse_duration(name: &str, value: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(value).map_err(|_| ConfigError::InvalidParameter {
+        name: name.to_string(),
+        value: value.to_string(),
+        expected: "a duration like 500ms or 2s",
+    })
+}
+
+/// A whole number of milliseconds (the older `_ms` parameters).
+fn parse_millis(name: &str, value: &str) -> Result<Duration, ConfigError> {
+    value
+        .parse()
+        .map(Duration::from_millis)
+        .map_err(|_| ConfigError::InvalidParameter {
+            name: name.to_string(),
+            value: value.to_string(),
+            expected: "a whole number of milliseconds",
+        })
+}
+
 fn parse_u64(name: &str, value: &str) -> Result<u64, ConfigError> {
     value.parse().map_err(|_| ConfigError::InvalidParameter {
         name: name.to_string(),
         value: value.to_string(),
         expected: "a non-negative integer",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeouts(url: &str) -> Result<(Duration, Duration), ConfigError> {
+        DynamoConfig::from_url(url).map(|c| (c.request_timeout(), c.connect_timeout()))
+    }
+
+    #[test]
+    fn timeouts_take_durations_and_the_older_milliseconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            timeouts("dynamodb://leases?timeout=1s%20500ms&connect_timeout=250ms"),
+            Ok((ms(1500), ms(250)))
+        );
+        assert_eq!(
+            timeouts("dynamodb://leases?request_timeout=2s"),
+            Ok((ms(2000), crate::DEFAULT_CONNECT_TIMEOUT))
+        );
+        assert_eq!(
+            timeouts("dynamodb://leases?request_timeout_ms=1500&connect_timeout_ms=700"),
+            Ok((ms(1500), ms(700)))
+        );
+    }
+
+    #[test]
+    fn bad_timeouts_have_typed_errors() {
+        let invalid = |name: &str, value: &str, expected| ConfigError::InvalidParameter {
+            name: name.into(),
+            value: value.into(),
+            expected,
+        };
+        let duration = "a duration like 500ms or 2s";
+        let millis = "a whole number of milliseconds";
+        let cases: &[(&str, ConfigError)] = &[
+            ("timeout=5", invalid("timeout", "5", duration)),
+            (
+                "connect_timeout=soon",
+                invalid("connect_timeout", "soon", duration),
+            ),
+            (
+                "request_timeout=-1s",
+                invalid("request_timeout", "-1s", duration),
+            ),
+            (
+                "request_timeout_ms=2s",
+                invalid("request_timeout_ms", "2s", millis),
+            ),
+            (
+                "connect_timeout_ms=-1",
+                invalid("connect_timeout_ms", "-1", millis),
+            ),
+            (
+                "timeout=0s",
+                ConfigError::InvalidTimeout {
+                    name: "request_timeout",
+                    value: Duration::ZERO,
+                },
+            ),
+            (
+                "connect_timeout=11m",
+                ConfigError::InvalidTimeout {
+                    name: "connect_timeout",
+                    value: Duration::from_secs(660),
+                },
+            ),
+            (
+                "timeout=1s&request_timeout_ms=1000",
+                ConfigError::DuplicateParameter("request_timeout_ms".into()),
+            ),
+            (
+                "request_timeout=1s&timeout=1s",
+                ConfigError::DuplicateParameter("timeout".into()),
+            ),
+            (
+                "connect_timeout_ms=1&connect_timeout=1s",
+                ConfigError::DuplicateParameter("connect_timeout".into()),
+            ),
+        ];
+        for (query, expected) in cases {
+            let url = format!("dynamodb://leases?{query}");
+            assert_eq!(
+                DynamoConfig::from_url(&url).as_ref(),
+                Err(expected),
+                "{url}"
+            );
+        }
+        let err = DynamoConfig::from_url("dynamodb://leases?timeout=5").unwrap_err();
+        assert!(err.to_string().contains("500ms or 2s"), "{err}");
+    }
 }

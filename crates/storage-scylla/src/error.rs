@@ -8,6 +8,9 @@ pub enum ConfigError {
     /// The URL does not start with `scylla://` or `cassandra://`.
     #[error("URL must start with scylla:// or cassandra://")]
     BadScheme,
+    /// The URL does not parse (the `url` crate's reason), or has a fragment.
+    #[error("bad URL: {0}")]
+    BadUrl(String),
     /// No contact point was given.
     #[error("at least one contact point is required")]
     NoContactPoints,
@@ -44,8 +47,12 @@ pub enum ConfigError {
     /// A user name without a password, or the reverse, or an empty user name.
     #[error("credentials need a non-empty user name and a password")]
     BadCredentials,
-    /// A timeout of zero or one that is not a number of milliseconds.
-    #[error("bad {name} {value:?}: expected a positive number of milliseconds")]
+    /// A timeout of zero, or one that does not parse: `timeout` and
+    /// `connect_timeout` take a duration (`500ms`, `2s`, `1m 30s`), their
+    /// older `_ms` forms a whole number of milliseconds.
+    #[error(
+        "bad {name} {value:?}: expected a positive duration like 500ms or 2s (a whole number of milliseconds for the _ms forms)"
+    )]
     BadTimeout {
         /// The parameter name.
         name: &'static str,

@@ -215,9 +215,7 @@ fn settle_backoff() -> impl Iterator<Item = Duration> {
 /// A different seed for every backoff (backon without its `std` feature
 /// would use one fixed seed: every contender would wait in lockstep).
 fn jitter_seed() -> u64 {
-    use std::hash::BuildHasher;
-    // Each RandomState has fresh keys (random per process, then counted).
-    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
+    rand::random()
 }
 
 /// Prepares one statement.

@@ -1,8 +1,23 @@
-//! Parsing `scylla://` URLs into a [`ScyllaConfig`].
+//! Parsing `scylla://` / `cassandra://` URLs into a [`ScyllaConfig`].
+//!
+//! The `url` crate parses everything but the host list: a WHATWG URL has one
+//! host, and `h1:9042,h2:9042` would be read as host `h1` with the port
+//! `9042,h2:9042`. So the host list is cut out of the authority first (the
+//! text between `://` and the first `/`, `?` or `#`, after its last `@`),
+//! each host is parsed on its own by `url`, and the rest of the URL (user,
+//! password, keyspace, parameters) is parsed by `url` with one placeholder
+//! host in the list's place.
 
 use std::{collections::HashSet, time::Duration};
 
+use percent_encoding::percent_decode_str;
+use url::Url;
+
 use crate::{ConfigError, config::ScyllaConfig};
+
+/// Stands in for the host list while `url` parses the rest (never used as
+/// a host: `.invalid` is reserved, RFC 2606).
+const PLACEHOLDER_HOST: &str = "contact-points.invalid";
 
 impl ScyllaConfig {
     /// Parses a URL:
@@ -11,8 +26,11 @@ impl ScyllaConfig {
     /// scylla://[user:password@]host1[:port][,host2[:port]...]/keyspace[?param=value&...]
     /// ```
     ///
-    /// `cassandra://` is accepted too. User, password and parameter values
-    /// may be percent-encoded. Parameters (unknown ones are errors):
+    /// `cassandra://` is accepted too. Hosts are names, IPv4 addresses or
+    /// `[IPv6]` addresses, port 9042 when none is given; empty entries of
+    /// the list are skipped. User, password, keyspace and parameters may be
+    /// percent-encoded (`+` is left alone: this is not a form). Parameters
+    /// (unknown ones are errors):
     ///
     /// | parameter | meaning | default |
     /// |---|---|---|
@@ -22,57 +40,78 @@ impl ScyllaConfig {
     /// | `serial_consistency` | `SERIAL` or `LOCAL_SERIAL` | `SERIAL` |
     /// | `tls` | `true` or `false` | `false` |
     /// | `tls_ca_file` | PEM CA file the nodes' certificates are checked against | none |
-    /// | `timeout_ms` | client-side request timeout | 12000 |
-    /// | `connect_timeout_ms` | connection timeout | 5000 |
+    /// | `timeout` | client-side request timeout (`500ms`, `12s`, `1m 30s`, ...) | `12s` |
+    /// | `connect_timeout` | connection timeout (a duration, like `timeout`) | `5s` |
+    /// | `timeout_ms` | older form of `timeout`: a number of milliseconds | |
+    /// | `connect_timeout_ms` | older form of `connect_timeout`: a number of milliseconds | |
     /// | `create_schema` | create keyspace and table when missing | `false` |
     ///
+    /// A timeout and its `_ms` form are one parameter: giving both is an
+    /// error, as is a zero timeout.
+    ///
     /// ```
+    /// use std::time::Duration;
     /// use storage_scylla::{ScyllaConfig, SerialConsistency};
     ///
     /// let config = ScyllaConfig::from_url(
-    ///     "scylla://app:s%40cret@10.0.0.1,10.0.0.2:9043/leases?serial_consistency=LOCAL_SERIAL",
+    ///     "scylla://app:s%40cret@10.0.0.1,10.0.0.2:9043/leases?serial_consistency=LOCAL_SERIAL&timeout=2s",
     /// )
     /// .unwrap();
     /// assert_eq!(config.contact_points(), ["10.0.0.1:9042", "10.0.0.2:9043"]);
     /// assert_eq!(config.keyspace(), "leases");
     /// assert_eq!(config.user(), Some("app"));
     /// assert_eq!(config.serial_consistency(), SerialConsistency::LocalSerial);
+    /// assert_eq!(config.request_timeout(), Duration::from_secs(2));
     /// ```
     pub fn from_url(url: &str) -> Result<ScyllaConfig, ConfigError> {
-        let rest = url
-            .strip_prefix("scylla://")
-            .or_else(|| url.strip_prefix("cassandra://"))
-            .ok_or(ConfigError::BadScheme)?;
-        let (rest, query) = match rest.split_once('?') {
-            Some((rest, query)) => (rest, Some(query)),
-            None => (rest, None),
-        };
-        let (authority, keyspace) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, authority),
-        };
+        let (hosts, rest) = split_hosts(url).ok_or(ConfigError::BadScheme)?;
+        let parsed = Url::parse(&rest).map_err(|err| ConfigError::BadUrl(err.to_string()))?;
+        match parsed.scheme() {
+            "scylla" | "cassandra" => {}
+            _ => return Err(ConfigError::BadScheme),
+        }
+        if parsed.fragment().is_some() {
+            return Err(ConfigError::BadUrl(
+                "a fragment (#...) is not allowed".into(),
+            ));
+        }
+        if hosts.split(',').all(str::is_empty) {
+            return Err(ConfigError::NoContactPoints);
+        }
         let mut builder = ScyllaConfig::builder();
         for host in hosts.split(',').filter(|h| !h.is_empty()) {
-            builder = builder.contact_point(host);
+            builder = builder.contact_point(contact_point(host)?);
         }
+        let keyspace = parsed.path().strip_prefix('/').unwrap_or(parsed.path());
         if !keyspace.is_empty() {
             builder = builder.keyspace(decode(keyspace)?);
         }
-        if let Some(userinfo) = userinfo {
-            let (user, password) = userinfo
-                .split_once(':')
-                .ok_or(ConfigError::BadCredentials)?;
-            builder = builder.credentials(decode(user)?, decode(password)?);
+        match (parsed.username(), parsed.password()) {
+            ("", None) => {}
+            (user, Some(password)) => {
+                builder = builder.credentials(decode(user)?, decode_password(password)?);
+            }
+            // `user:@host`: `url` drops an empty password; it was given.
+            (user, None) if userinfo(url).is_some_and(|info| info.ends_with(':')) => {
+                builder = builder.credentials(decode(user)?, String::new());
+            }
+            (_, None) => return Err(ConfigError::BadCredentials),
         }
         let mut seen = HashSet::new();
         let mut tls = false;
         let mut ca_file = None;
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let query = parsed.query().unwrap_or("");
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             let name = decode(name)?;
             let value = decode(value)?;
-            if !seen.insert(name.clone()) {
+            // A timeout and its older `_ms` form are one parameter.
+            let canonical = match name.as_str() {
+                "timeout_ms" => "timeout",
+                "connect_timeout_ms" => "connect_timeout",
+                other => other,
+            };
+            if !seen.insert(canonical.to_string()) {
                 return Err(ConfigError::DuplicateParameter(name));
             }
             builder = match name.as_str() {
@@ -87,6 +126,10 @@ impl ScyllaConfig {
                 "tls_ca_file" => {
                     ca_file = Some(value);
                     builder
+                }
+                "timeout" => builder.request_timeout(parse_duration("timeout", &value)?),
+                "connect_timeout" => {
+                    builder.connect_timeout(parse_duration("connect_timeout", &value)?)
                 }
                 "timeout_ms" => builder.request_timeout(parse_millis("timeout_ms", &value)?),
                 "connect_timeout_ms" => {
@@ -106,6 +149,83 @@ impl ScyllaConfig {
     }
 }
 
+/// The authority of `url` (between `://` and the first `/` or `?`), `None`
+/// without `://`. A `#` does not end it, as before `url` was used (and as
+/// in `storage-url`'s redaction): a password may hold one.
+fn authority(url: &str) -> Option<(usize, &str)> {
+    let start = url.find("://")? + "://".len();
+    let rest = &url[start..];
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    Some((start, &rest[..end]))
+}
+
+/// The user information of `url` (before the authority's last `@`).
+fn userinfo(url: &str) -> Option<&str> {
+    authority(url).and_then(|(_, authority)| authority.rsplit_once('@').map(|(info, _)| info))
+}
+
+/// Cuts the host list out of `url`: returns it, and `url` with
+/// [`PLACEHOLDER_HOST`] in its place (and a `#` of the user information
+/// escaped, which `url` would take for a fragment); `None` without `://`.
+fn split_hosts(url: &str) -> Option<(&str, String)> {
+    let (start, authority) = authority(url)?;
+    let hosts_start = start + authority.rfind('@').map_or(0, |at| at + 1);
+    let hosts_end = start + authority.len();
+    let rest = format!(
+        "{}{}{PLACEHOLDER_HOST}{}",
+        &url[..start],
+        url[start..hosts_start].replace('#', "%23"),
+        &url[hosts_end..]
+    );
+    Some((&url[hosts_start..hosts_end], rest))
+}
+
+/// One entry of the host list (`host`, `host:port`, `[ipv6]:port`), parsed
+/// by `url`; the port only when one was given (the builder adds the
+/// default, and checks the name).
+fn contact_point(host: &str) -> Result<String, ConfigError> {
+    let bad = || ConfigError::BadContactPoint(host.to_string());
+    // The list was cut at `/`, `?` and `@`: an entry holds no user and no
+    // path; `url` checks the host and the port, and anything after a `#`
+    // is refused.
+    let parsed = Url::parse(&format!("scylla://{host}")).map_err(|_| bad())?;
+    if parsed.fragment().is_some() || !parsed.path().is_empty() {
+        return Err(bad());
+    }
+    let name = parsed
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(bad)?;
+    match parsed.port() {
+        Some(port) => Ok(format!("{name}:{port}")),
+        // `url` reads `host:` as no port; it is a missing one.
+        None if host.ends_with(':') => Err(bad()),
+        None => Ok(name.to_string()),
+    }
+}
+
+/// Percent-decodes a password: like [`decode`], but an error does not
+/// show it.
+fn decode_password(text: &str) -> Result<String, ConfigError> {
+    decode(text).map_err(|_| ConfigError::BadPercentEncoding("the password".into()))
+}
+
+/// Percent-decodes `text`, refusing a `%` not followed by two hex digits
+/// (`percent-encoding` would keep it as it is) and bytes that are not UTF-8.
+fn decode(text: &str) -> Result<String, ConfigError> {
+    let bad = || ConfigError::BadPercentEncoding(text.to_string());
+    let well_formed = text.split('%').skip(1).all(|escape| {
+        escape.len() >= 2 && escape.as_bytes()[..2].iter().all(u8::is_ascii_hexdigit)
+    });
+    if !well_formed {
+        return Err(bad());
+    }
+    percent_decode_str(text)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| bad())
+}
+
 fn parse_bool(name: &'static str, value: &str) -> Result<bool, ConfigError> {
     match value {
         "true" | "1" => Ok(true),
@@ -117,6 +237,18 @@ fn parse_bool(name: &'static str, value: &str) -> Result<bool, ConfigError> {
     }
 }
 
+/// A positive humantime duration (`750ms`, `2s`, `1m 30s`).
+fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    match humantime::parse_duration(value) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        _ => Err(ConfigError::BadTimeout {
+            name,
+            value: value.to_string(),
+        }),
+    }
+}
+
+/// A positive whole number of milliseconds (the older `_ms` parameters).
 fn parse_millis(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
     match value.parse::<u64>() {
         Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
@@ -125,26 +257,6 @@ fn parse_millis(name: &'static str, value: &str) -> Result<Duration, ConfigError
             value: value.to_string(),
         }),
     }
-}
-
-/// Percent-decodes `s` (`+` is left alone: this is not a form).
-fn decode(s: &str) -> Result<String, ConfigError> {
-    let bad = || ConfigError::BadPercentEncoding(s.to_string());
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
-            let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad())
 }
 
 #[cfg(test)]
@@ -255,5 +367,165 @@ mod tests {
                 .build()
                 .unwrap()
         );
+    }
+
+    #[test]
+    fn host_lists() {
+        let hosts = |url: &str| {
+            ScyllaConfig::from_url(url)
+                .unwrap()
+                .contact_points()
+                .to_vec()
+        };
+        assert_eq!(
+            hosts("scylla://a,b:9043,10.0.0.3,[::1]:9044,[fe80::2]/ks"),
+            [
+                "a:9042",
+                "b:9043",
+                "10.0.0.3:9042",
+                "[::1]:9044",
+                "[fe80::2]:9042"
+            ]
+        );
+        // Empty entries are skipped, as before.
+        assert_eq!(hosts("scylla://,a,,b,/ks"), ["a:9042", "b:9042"]);
+        // Credentials before a list; an `@` in the password, unencoded.
+        let config = ScyllaConfig::from_url("scylla://u:p@ss@a:1,b:2/ks").unwrap();
+        assert_eq!(config.contact_points(), ["a:1", "b:2"]);
+        assert_eq!(config.user(), Some("u"));
+        assert_eq!(config.credentials.as_ref().unwrap().password, "p@ss");
+        // A list ended by the query: the keyspace is still required.
+        assert_eq!(
+            ScyllaConfig::from_url("scylla://a,b?table=t").map(|c| c.contact_points().to_vec()),
+            Err(ConfigError::NoKeyspace)
+        );
+        for bad in ["a,b:0", "a,b:x", "a,b:70000", "a,[::1", "a,[zz]", "a,b c"] {
+            let err = ScyllaConfig::from_url(&format!("scylla://{bad}/ks")).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::BadContactPoint(_)),
+                "{bad}: {err:?}"
+            );
+        }
+        assert_eq!(
+            ScyllaConfig::from_url("scylla://,,/ks"),
+            Err(ConfigError::NoContactPoints)
+        );
+        assert_eq!(
+            ScyllaConfig::from_url("scylla://u:p@/ks"),
+            Err(ConfigError::NoContactPoints)
+        );
+    }
+
+    #[test]
+    fn durations_and_their_ms_aliases() {
+        let config =
+            ScyllaConfig::from_url("scylla://h/ks?timeout=1s%20500ms&connect_timeout=2s").unwrap();
+        assert_eq!(config.request_timeout(), Duration::from_millis(1500));
+        assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+        let config =
+            ScyllaConfig::from_url("scylla://h/ks?timeout_ms=250&connect_timeout_ms=3000").unwrap();
+        assert_eq!(config.request_timeout(), Duration::from_millis(250));
+        assert_eq!(config.connect_timeout(), Duration::from_secs(3));
+        let bad = |name: &'static str, value: &str| ConfigError::BadTimeout {
+            name,
+            value: value.into(),
+        };
+        let cases: &[(&str, ConfigError)] = &[
+            ("timeout=5", bad("timeout", "5")),
+            ("timeout=0s", bad("timeout", "0s")),
+            ("timeout=soon", bad("timeout", "soon")),
+            ("connect_timeout=-1s", bad("connect_timeout", "-1s")),
+            ("timeout_ms=2s", bad("timeout_ms", "2s")),
+            ("connect_timeout_ms=-5", bad("connect_timeout_ms", "-5")),
+            (
+                "timeout=1s&timeout_ms=1000",
+                ConfigError::DuplicateParameter("timeout_ms".into()),
+            ),
+            (
+                "connect_timeout_ms=1&connect_timeout=1s",
+                ConfigError::DuplicateParameter("connect_timeout".into()),
+            ),
+        ];
+        for (query, expected) in cases {
+            let url = format!("scylla://h/ks?{query}");
+            assert_eq!(
+                ScyllaConfig::from_url(&url).as_ref(),
+                Err(expected),
+                "{url}"
+            );
+        }
+        let err = ScyllaConfig::from_url("scylla://h/ks?timeout=5").unwrap_err();
+        assert!(err.to_string().contains("2s"), "{err}");
+    }
+
+    #[test]
+    fn encodings_and_edges() {
+        // `+` stays a plus (not a form); `%2B` is one too.
+        let config =
+            ScyllaConfig::from_url("scylla://u:a+b%2Bc@h/ks?tls=true&tls_ca_file=/etc/ca+1.pem")
+                .unwrap();
+        assert_eq!(config.credentials.as_ref().unwrap().password, "a+b+c");
+        assert_eq!(
+            config.tls().unwrap().ca_file,
+            std::path::PathBuf::from("/etc/ca+1.pem")
+        );
+        // A `#` in a password needs no escape (as before); after the
+        // path it starts a fragment, which is refused.
+        let config = ScyllaConfig::from_url("scylla://u:p#w@h/ks").unwrap();
+        assert_eq!(config.credentials.as_ref().unwrap().password, "p#w");
+        assert_eq!(
+            ScyllaConfig::from_url("scylla://h#x/ks"),
+            Err(ConfigError::BadContactPoint("h#x".into()))
+        );
+        // Only the timeouts have `_ms` forms.
+        assert_eq!(
+            ScyllaConfig::from_url("scylla://h/ks?table=a&table_ms=b"),
+            Err(ConfigError::UnknownParameter("table_ms".into()))
+        );
+        // An empty password is a password.
+        let config = ScyllaConfig::from_url("scylla://u:@h/ks").unwrap();
+        assert_eq!(config.user(), Some("u"));
+        assert_eq!(config.credentials.as_ref().unwrap().password, "");
+        assert_eq!(
+            ScyllaConfig::from_url("scylla://:pw@h/ks"),
+            Err(ConfigError::BadCredentials)
+        );
+        assert_eq!(
+            ScyllaConfig::from_url("scylla://u:%FF@h/ks"),
+            Err(ConfigError::BadPercentEncoding("the password".into()))
+        );
+        assert_eq!(
+            ScyllaConfig::from_url("scylla://h/ks?table=%zz"),
+            Err(ConfigError::BadPercentEncoding("%zz".into()))
+        );
+        assert!(matches!(
+            ScyllaConfig::from_url("scylla://h/ks#frag"),
+            Err(ConfigError::BadUrl(_))
+        ));
+        assert_eq!(
+            ScyllaConfig::from_url("scylla:h/ks"),
+            Err(ConfigError::BadScheme)
+        );
+        assert_eq!(
+            ScyllaConfig::from_url("cassandra://h/a%5Fb").map(|c| c.keyspace().to_string()),
+            Ok("a_b".to_string())
+        );
+        assert!(matches!(
+            ScyllaConfig::from_url("scylla://h/ks/more"),
+            Err(ConfigError::BadIdentifier { .. })
+        ));
+    }
+
+    #[test]
+    fn errors_never_show_the_password() {
+        for url in [
+            "scylla://u:hunter2@h/ks?bogus=1",
+            "scylla://u:hunter2@h:99999/ks",
+            "scylla://u:hunter2@h/ks?timeout=x",
+            "scylla://u:hunter2%zz@h/ks",
+        ] {
+            let err = ScyllaConfig::from_url(url).unwrap_err();
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
     }
 }

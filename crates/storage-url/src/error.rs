@@ -7,10 +7,10 @@ pub enum UrlError {
     /// Nothing was given.
     #[error("empty storage URL")]
     Empty,
-    /// The scheme is not one of any driver.
-    #[error(
-        "unknown storage scheme in {url:?}; known: mem, redb://, scylla://, cassandra://, dynamodb://"
-    )]
+    /// The scheme is not one of any driver. The message lists every scheme
+    /// the registry knows, saying which are compiled into this build and
+    /// which cargo feature adds the others.
+    #[error("unknown storage scheme in {url:?}; {}", crate::schemes::known())]
     Unknown {
         /// The URL, password redacted.
         url: String,

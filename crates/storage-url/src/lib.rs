@@ -39,6 +39,7 @@
 mod error;
 mod parse;
 mod redact;
+mod schemes;
 
 use std::{fmt, path::PathBuf, sync::Arc};
 
@@ -113,32 +114,16 @@ pub async fn open(url: &str) -> Result<DynTtlStorage, OpenError> {
     parsed.open().await
 }
 
-/// One line per scheme compiled into this build, for `--help` texts.
+/// One line per driver compiled into this build, for `--help` texts (the
+/// same table as the "unknown scheme" error, which also names the drivers
+/// left out and their cargo features).
 pub fn schemes_help() -> String {
-    let mut lines = vec!["mem[://?max_records=N] (this process only)".to_owned()];
-    #[cfg(feature = "redb")]
-    lines.push(
-        "redb:///path/file.redb[?mode=exclusive] (an embedded file, shared by the processes of one host; exclusive: one process, faster)"
-            .to_owned(),
-    );
-    #[cfg(feature = "scylla")]
-    lines.push(
-        "scylla://[user:password@]host[:port][,host...]/keyspace[?options] (Cassandra, ScyllaDB; also cassandra://)"
-            .to_owned(),
-    );
-    #[cfg(feature = "dynamodb")]
-    lines.push("dynamodb://TABLE?region=R[&endpoint=URL] (DynamoDB)".to_owned());
-    #[cfg(feature = "valkey")]
-    lines.push(
-        "redis://[user:password@]host[:port][/db] (Valkey, Redis; rediss:// for TLS)".to_owned(),
-    );
-    #[cfg(feature = "postgres")]
-    lines.push(
-        "postgres://user:password@host[:port]/database[?sslmode=require] (PostgreSQL)".to_owned(),
-    );
-    #[cfg(feature = "etcd")]
-    lines.push("etcd://host[:port] (etcd v3; etcds:// for TLS)".to_owned());
-    lines.join("\n")
+    schemes::DRIVERS
+        .iter()
+        .filter(|driver| driver.built_in)
+        .map(|driver| driver.help)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 impl StorageUrl {
@@ -167,7 +152,7 @@ impl StorageUrl {
         &self.raw
     }
 
-    /// The scheme (`mem`, `redb`, `scylla`, `cassandra`, `dynamodb`).
+    /// The scheme (`mem`, `redb`, `scylla`, `postgres`, ...), as given.
     pub fn scheme(&self) -> &str {
         self.raw
             .split_once("://")

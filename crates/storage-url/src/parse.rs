@@ -1,6 +1,6 @@
 //! The one place that matches on storage URL schemes.
 
-use crate::{Kind, UrlError, redact::redact};
+use crate::{Kind, UrlError, redact::redact, schemes};
 
 /// The driver `raw` selects, after the driver has validated it.
 pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
@@ -12,6 +12,17 @@ pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
         None if raw == "mem" => "mem",
         None => return Err(UrlError::Unknown { url: redact(raw) }),
     };
+    let Some(driver) = schemes::driver(scheme) else {
+        return Err(UrlError::Unknown { url: redact(raw) });
+    };
+    if let Some(feature) = driver.feature
+        && !driver.built_in
+    {
+        return Err(UrlError::NotBuiltIn {
+            scheme: scheme.to_owned(),
+            feature,
+        });
+    }
     let invalid = |source: Box<dyn std::error::Error + Send + Sync>| UrlError::Invalid {
         scheme: scheme.to_owned(),
         url: redact(raw),
@@ -57,28 +68,9 @@ pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
             Ok(_) => Ok(Kind::Etcd),
             Err(err) => Err(invalid(Box::new(err))),
         },
-        #[cfg(not(feature = "valkey"))]
-        "redis" | "rediss" | "valkey" | "valkeys" => not_built_in(scheme, "valkey"),
-        #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => not_built_in(scheme, "postgres"),
-        #[cfg(not(feature = "etcd"))]
-        "etcd" | "etcds" => not_built_in(scheme, "etcd"),
-        #[cfg(not(feature = "redb"))]
-        "redb" => not_built_in(scheme, "redb"),
-        #[cfg(not(feature = "scylla"))]
-        "scylla" | "cassandra" => not_built_in(scheme, "scylla"),
-        #[cfg(not(feature = "dynamodb"))]
-        "dynamodb" => not_built_in(scheme, "dynamodb"),
+        // Every other scheme was answered from the table above.
         _ => Err(UrlError::Unknown { url: redact(raw) }),
     }
-}
-
-#[allow(dead_code)] // unused when every driver is compiled in
-fn not_built_in(scheme: &str, feature: &'static str) -> Result<Kind, UrlError> {
-    Err(UrlError::NotBuiltIn {
-        scheme: scheme.to_owned(),
-        feature,
-    })
 }
 
 /// The one network address of a URL, if it names exactly one.

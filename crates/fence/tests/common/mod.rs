@@ -73,19 +73,7 @@ pub async fn appends_in_order(fence: &impl Log) {
 
 /// A resource id unique to this run.
 pub fn resource(case: &str) -> String {
-    format!("{case}-{:016x}", rand_u64())
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    );
-    h.finish()
+    format!("{case}-{:016x}", rand::random::<u64>())
 }
 
 /// Lower tokens are refused, equal and higher ones accepted, and the
