@@ -3,13 +3,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
 use std::time::Duration;
 
 use elections::{Elections, RecordingKiller};
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use storage_mem::MemStorage;
-use ttl_storage::{Key, Ttl, TtlStorage};
+use ttl_storage::{Key, StorageError, Ttl, TtlStorage};
 
 /// One metric: kind, name, labels, value.
 type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);
@@ -158,6 +162,91 @@ fn leadership_lifecycle_is_measured() {
             let snap = Snapshot::take(&snapshotter);
             assert_eq!(snap.counter("elections_releases_total", &[k]), 1);
             assert_eq!(snap.counter("elections_killer_fired_total", &[k]), 0);
+        });
+    });
+}
+
+/// A store whose renewals (compare-and-swap) fail with a transient error
+/// while `failing` is set; everything else goes to `MemStorage`.
+struct FailingRenewals {
+    inner: MemStorage,
+    failing: Arc<AtomicBool>,
+}
+
+#[async_trait::async_trait]
+impl TtlStorage for FailingRenewals {
+    async fn insert_if_not_exists(
+        &self,
+        key: &Key,
+        value: &[u8],
+        ttl: Ttl,
+    ) -> ttl_storage::Result<bool> {
+        self.inner.insert_if_not_exists(key, value, ttl).await
+    }
+    async fn compare_and_swap(
+        &self,
+        key: &Key,
+        old: &[u8],
+        new: &[u8],
+        ttl: Ttl,
+    ) -> ttl_storage::Result<bool> {
+        if self.failing.load(Ordering::SeqCst) && old == new {
+            return Err(StorageError::transient("injected: store unreachable"));
+        }
+        self.inner.compare_and_swap(key, old, new, ttl).await
+    }
+    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> ttl_storage::Result<bool> {
+        self.inner.compare_and_delete(key, value).await
+    }
+    async fn get(&self, key: &Key) -> ttl_storage::Result<Option<Vec<u8>>> {
+        self.inner.get(key).await
+    }
+}
+
+/// Renewals that keep failing: each failed attempt is counted by its kind,
+/// and after the third the leadership is lost with cause `renewal_failed`.
+#[test]
+fn failed_renewals_are_counted_and_end_in_a_renewal_failed_loss() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let key = Key::new("metrics-failing").unwrap();
+    let k = ("key", "metrics-failing");
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let failing = Arc::new(AtomicBool::new(false));
+            let storage = FailingRenewals {
+                inner: MemStorage::new(),
+                failing: failing.clone(),
+            };
+            let elections = Elections::with_killer(storage, RecordingKiller::new());
+            let leadership = elections
+                .acquire_leadership(&key, "node-1", Duration::from_secs(20))
+                .await
+                .unwrap()
+                .expect("free key");
+            Snapshot::take(&snapshotter);
+            failing.store(true, Ordering::SeqCst);
+            leadership.ended().await;
+            let snap = Snapshot::take(&snapshotter);
+            assert_eq!(
+                snap.counter(
+                    "elections_renewal_failures_total",
+                    &[k, ("kind", "transient")]
+                ),
+                3
+            );
+            assert_eq!(
+                snap.counter("elections_losses_total", &[k, ("cause", "renewal_failed")]),
+                1
+            );
+            assert_eq!(snap.gauge("elections_leader", &[k]), Some(0.0));
+            leadership.release().await;
+            elections.cleanup().await;
         });
     });
 }
