@@ -97,11 +97,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .find(|e| e.name == *entry)
             .with_context(|| format!("no engine {entry}"))?;
         println!("== chaos {name}: starting the engine ==");
-        let running: Started = match std::env::var(engine.endpoint_var) {
-            Ok(endpoint) if !endpoint.is_empty() => {
-                Started::external(vec![(engine.endpoint_var.to_string(), endpoint)])
-            }
-            _ => match (engine.start)(&work_dir.join(engine.name)) {
+        let running: Started = match engine.external() {
+            Some(external) => external,
+            None => match (engine.start)(&work_dir.join(engine.name)) {
                 Ok(started) => started,
                 Err(err) => {
                     eprintln!("chaos {name}: the engine did not start: {err:#}");

@@ -53,6 +53,7 @@ pub(crate) fn engines() -> Vec<Engine> {
         let scylla = (engine.name == "cassandra").then_some(Engine {
             name: "scylla",
             endpoint_var: engine.endpoint_var,
+            endpoint_aliases: engine.endpoint_aliases,
             passthrough_vars: engine.passthrough_vars,
             start: engines::scylla,
             suites: engine.suites,
