@@ -1,8 +1,14 @@
 //! `cargo xtask chaos`: contender processes under faults against a real
 //! engine (crate `chaos`): kills, pauses and partitions of the leader, with
 //! fencing checked at a guarded resource. Exits non-zero on any violation.
+//!
+//! On `cassandra-3` (three nodes, replication factor 3) the contenders
+//! connect straight to the cluster (`--direct`), and meanwhile single
+//! nodes are SIGKILLed and restarted, SIGSTOPped and continued, and cut off
+//! on their storage port with iptables, one at a time
+//! ([`engines::node_faults`]).
 
-use std::process::Command;
+use std::{process::Command, time::Duration};
 
 use anyhow::Context;
 
@@ -37,6 +43,7 @@ const SUPPORTED: &[(&str, &str, &str)] = &[
     ("valkey", "valkey", "VALKEY_URL"),
     ("postgres", "postgres", "POSTGRES_URL"),
     ("etcd", "etcd", "ETCD_URL"),
+    ("cassandra-3", "cassandra-3", "SCYLLA_URI"),
 ];
 
 /// The store URL for the harness from the variable the engine set.
@@ -87,6 +94,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&work_dir)?;
     let summary = work_dir.join(format!("chaos-summary-{}.txt", std::process::id()));
     let mut failed = Vec::new();
+    let mut node_reports = Vec::new();
     for name in &wanted {
         let Some((_, entry, var)) = SUPPORTED.iter().find(|(n, _, _)| n == name) else {
             continue;
@@ -114,23 +122,56 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .find(|(k, _)| k == var)
             .map(|(_, v)| store_url(name, v))
             .with_context(|| format!("the engine did not set {var}"))?;
-        let status = Command::new(&cargo)
+        let cluster = *name == "cassandra-3";
+        let mut harness = Command::new(&cargo)
             .args(["run", "-q", "-p", "chaos", "--bin", "chaos", "--"])
             .args(["--url", &url, "--engine", name])
             .args(["--duration-secs", &args.duration.to_string()])
             .args(["--lease-secs", &args.lease.to_string()])
             .args(["--contenders", &args.contenders.to_string()])
             .args(args.unfenced.then_some("--unfenced"))
+            .args(cluster.then_some("--direct"))
             .arg("--work-dir")
             .arg(work_dir.join(format!("chaos-{name}")))
             .arg("--summary")
             .arg(&summary)
             .envs(local_aws_credentials(name))
-            .status()
+            .spawn()
             .context("running the chaos harness")?;
+        let mut running = running;
+        let mut status = None;
+        if cluster && engine.external().is_none() {
+            // Faults of the cluster's own nodes while the harness runs.
+            let hold = node_fault_hold(args.duration, args.lease);
+            let mut stop = || {
+                if status.is_none() {
+                    status = harness.try_wait().ok().flatten();
+                }
+                status.is_some()
+            };
+            match engines::node_faults(
+                &mut running,
+                hold,
+                Duration::from_secs(args.lease),
+                &mut stop,
+            ) {
+                Ok(report) => node_reports.push(format!("{name}: {report}")),
+                Err(err) => {
+                    eprintln!("chaos {name}: node faults failed: {err:#}");
+                    node_reports.push(format!("{name}: node faults FAILED: {err:#}"));
+                    failed.push(name.clone());
+                }
+            }
+        } else if cluster {
+            node_reports.push(format!("{name}: external cluster, no node faults"));
+        }
+        let status = match status {
+            Some(status) => status,
+            None => harness.wait().context("waiting for the chaos harness")?,
+        };
         drop(running);
         println!("== chaos {name}: engine stopped ==");
-        if !status.success() {
+        if !status.success() && !failed.contains(name) {
             failed.push(name.clone());
         }
     }
@@ -149,8 +190,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
+    for line in &node_reports {
+        println!("{line}");
+    }
     anyhow::ensure!(failed.is_empty(), "chaos failed on {failed:?}");
     Ok(())
+}
+
+/// How long each node fault of a cassandra-3 run is held: a sixth of the
+/// run (so one kill with its restart, one pause and one cut fit in it),
+/// at least two leases (longer than an election's renewal budget) and at
+/// most 20 s (past the driver's keepalive timeout and gossip's failure
+/// detection, ~19 s).
+fn node_fault_hold(duration_secs: u64, lease_secs: u64) -> Duration {
+    Duration::from_secs((duration_secs / 6).clamp(2 * lease_secs, 20.max(2 * lease_secs)))
 }
 
 /// DynamoDB Local accepts any credentials, but the AWS SDK wants some:
@@ -167,7 +220,17 @@ fn local_aws_credentials(engine: &str) -> Vec<(&'static str, &'static str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use std::time::Duration;
+
+    use super::{node_fault_hold, parse_duration};
+
+    #[test]
+    fn node_faults_are_held_a_sixth_of_the_run_within_bounds() {
+        assert_eq!(node_fault_hold(60, 4), Duration::from_secs(10));
+        assert_eq!(node_fault_hold(30, 4), Duration::from_secs(8));
+        assert_eq!(node_fault_hold(600, 4), Duration::from_secs(20));
+        assert_eq!(node_fault_hold(600, 15), Duration::from_secs(30));
+    }
 
     #[test]
     fn durations() {

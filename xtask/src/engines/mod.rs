@@ -3,6 +3,8 @@
 
 mod cassandra;
 mod cassandra3;
+
+pub(crate) use cassandra3::node_faults;
 mod dynamodb;
 mod etcd;
 mod postgres;
