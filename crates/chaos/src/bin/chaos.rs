@@ -68,12 +68,12 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "chaos on {}: {} contenders{}, lease {}s, {}s of faults, logs in {}",
         args.engine,
+        args.contenders,
         if args.direct {
             " (direct, no proxies)"
         } else {
             ""
         },
-        args.contenders,
         args.lease_secs,
         args.duration_secs,
         work_dir.display()
