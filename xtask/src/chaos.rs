@@ -172,7 +172,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             // Faults of the cluster's own nodes while the harness runs.
             let hold = node_fault_hold(args.duration, lease);
             let mut stop = || exited(&mut harness, &mut status);
-            match engines::node_faults(&mut running, hold, Duration::from_secs(lease), &mut stop) {
+            let gap = Duration::from_secs(lease) / 2;
+            match engines::node_faults(&mut running, hold, gap, &mut stop) {
                 Ok(report) => node_reports.push(format!("{name}: {report}")),
                 Err(err) => {
                     eprintln!("chaos {name}: node faults failed: {err:#}");
@@ -244,12 +245,12 @@ fn default_lease(engine: &str) -> u64 {
 }
 
 /// How long each node fault of a cassandra-3 run is held: a sixth of the
-/// run (so one kill with its restart, one pause and one cut fit in it),
-/// at least two leases (longer than an election's renewal budget) and at
-/// most 20 s (past the driver's keepalive timeout and gossip's failure
-/// detection, ~19 s).
+/// run (so a cut, a pause and a kill with its ~17 s restart fit in it, half
+/// a lease apart), at least a lease (longer than an election's call budget,
+/// `d/4`, and its renewal period) and at most 20 s (past the driver's
+/// keepalive timeout, 12 s, and gossip's failure detection, ~19 s).
 fn node_fault_hold(duration_secs: u64, lease_secs: u64) -> Duration {
-    Duration::from_secs((duration_secs / 6).clamp(2 * lease_secs, 20.max(2 * lease_secs)))
+    Duration::from_secs((duration_secs / 6).clamp(lease_secs, 20.max(lease_secs)))
 }
 
 /// DynamoDB Local accepts any credentials, but the AWS SDK wants some:
@@ -272,10 +273,10 @@ mod tests {
 
     #[test]
     fn node_faults_are_held_a_sixth_of_the_run_within_bounds() {
-        assert_eq!(node_fault_hold(60, 4), Duration::from_secs(10));
-        assert_eq!(node_fault_hold(30, 4), Duration::from_secs(8));
-        assert_eq!(node_fault_hold(600, 4), Duration::from_secs(20));
-        assert_eq!(node_fault_hold(600, 15), Duration::from_secs(30));
+        assert_eq!(node_fault_hold(60, 8), Duration::from_secs(10));
+        assert_eq!(node_fault_hold(30, 8), Duration::from_secs(8));
+        assert_eq!(node_fault_hold(600, 8), Duration::from_secs(20));
+        assert_eq!(node_fault_hold(600, 30), Duration::from_secs(30));
     }
 
     #[test]

@@ -270,9 +270,9 @@ impl std::fmt::Display for NodeFaultReport {
 }
 
 /// Injects faults into single nodes of a cluster started by [`start`], in
-/// turn, until `stop` says so: SIGKILL a node and restart it on its data
-/// after `hold`; SIGSTOP one for `hold`, then SIGCONT; cut one off on the
-/// storage port for `hold` ([`StoragePortCut`]). One fault at a time, `gap`
+/// turn, until `stop` says so: cut one off on the storage port for `hold`
+/// ([`StoragePortCut`]); SIGSTOP one for `hold`, then SIGCONT; SIGKILL one
+/// and restart it on its data after `hold`. One fault at a time, `gap`
 /// between them, each node in turn for each kind. Every fault is undone
 /// before this returns, even on error (the cut's rules by its guard).
 pub(crate) fn node_faults(
@@ -294,11 +294,13 @@ pub(crate) fn node_faults(
         return Ok(report);
     }
     for round in 0usize.. {
+        // Cut, pause, kill: the kill (with its ~17 s restart) last, so all
+        // three kinds fit in a 60 s run.
         let kind = round % 3;
         let victim = (round + round / 3) % ADDRESSES.len();
         let address = ADDRESSES[victim];
         let stopped = match kind {
-            0 => {
+            2 => {
                 let Some(mut child) = cluster.nodes.get_mut(victim).and_then(Option::take) else {
                     bail!("node {address} is gone");
                 };
@@ -342,6 +344,7 @@ pub(crate) fn node_faults(
                 stopped
             }
             _ => {
+                // 0: the cut.
                 fault_line(&format!("cut {address} off on port {STORAGE_PORT}"));
                 cut.isolate(address)?;
                 report.cuts += 1;
