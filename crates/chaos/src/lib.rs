@@ -29,7 +29,10 @@
 //!   no write starts after a reported loss, and a lost leadership ends
 //!   (released, or the killer fired) by its deadline plus `0.2 d`;
 //! - after each kill, another process acquires within `d + 1 s + d/20 + 1 s`
-//!   of the victim's last successful write start.
+//!   of the victim's last successful write start (plus `d/2` with
+//!   `--direct`, a cluster whose nodes are faulted meanwhile: one
+//!   acquisition attempt that waits on a cut-off or frozen replica fails
+//!   only at the call budget, `d/4`, and its read-back, `d/4`).
 //!
 //! ## Assumptions
 //!
