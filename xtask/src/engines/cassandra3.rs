@@ -40,6 +40,17 @@ const STORAGE_PORT: u16 = 17000;
 pub(crate) const NATIVE_PORT: u16 = 19042;
 /// How long the cluster may take until every node is up and normal.
 const READY_LIMIT: Duration = Duration::from_secs(300);
+/// The elections suite's real-time margin on this cluster (the default is
+/// 1 s): an acquisition attempt whose lightweight transaction meets Paxos
+/// contention or a replica that is down or starved of CPU (three JVMs and
+/// 16 test threads on 2 cores) fails only at the election's call budget,
+/// `d/4` = 1.25 s, and then its read-back, another 1.25 s: a takeover can
+/// come one such attempt (2.5 s) later than on one node. Measured: an
+/// acquisition `OutcomeUnknown` ("did not answer within 1.25s") in 1 of 4
+/// runs of the degraded round.
+const SUITE_MARGIN_MS: u64 = 3500;
+/// The variable the suite reads it from (`elections_testsuite::MARGIN_VAR`).
+const MARGIN_VAR: &str = "ELECTIONS_SUITE_MARGIN_MS";
 /// The node [`degrade`] kills.
 const VICTIM: usize = 2;
 
@@ -101,7 +112,11 @@ pub(crate) fn start(work_dir: &Path) -> anyhow::Result<Started> {
         "scylla://{}/ttl_suite?replication=simple:3&create_schema=true",
         hosts.join(",")
     );
-    Ok(Started::external(vec![("SCYLLA_URI".into(), uri)]).with_guard(cluster))
+    Ok(Started::external(vec![
+        ("SCYLLA_URI".into(), uri),
+        (MARGIN_VAR.into(), SUITE_MARGIN_MS.to_string()),
+    ])
+    .with_guard(cluster))
 }
 
 /// SIGKILLs one node (127.0.0.3) of a cluster started by [`start`].
