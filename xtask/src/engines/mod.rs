@@ -185,8 +185,8 @@ pub(crate) fn all() -> Vec<Engine> {
             // The cluster test first: its schema creation and LWTs also warm
             // up a freshly started cluster for the timing-sensitive suite.
             suites: &[("storage-scylla", "cluster"), ("storage-scylla", "suite")],
-            // In the default list (CI): ~2-4 min of wall time on 2 cores
-            // (cluster start ~40 s, both rows ~40 s each).
+            // In the default list (CI): 85-98 s of wall time on 2 cores
+            // (cluster start 16-24 s, rows 31-41 s each; 3 runs in a row 106/0).
             default: true,
             degraded: Some(Degraded {
                 name: "cassandra-3-degraded",
