@@ -1,8 +1,22 @@
 //! `cargo xtask chaos`: contender processes under faults against a real
 //! engine (crate `chaos`): kills, pauses and partitions of the leader, with
 //! fencing checked at a guarded resource. Exits non-zero on any violation.
+//!
+//! On `cassandra-3` (three nodes, replication factor 3) the contenders
+//! connect straight to the cluster (`--direct`), and meanwhile single
+//! nodes are SIGKILLed and restarted, SIGSTOPped and continued, and cut off
+//! on their storage port with iptables, one at a time
+//! ([`engines::node_faults`]).
 
-use std::process::Command;
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::Context;
 
@@ -18,9 +32,10 @@ pub(crate) struct Args {
     /// another), e.g. `120s` or `3m`.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     duration: u64,
-    /// Lease in whole seconds.
-    #[arg(long, default_value_t = 4)]
-    lease: u64,
+    /// Lease in whole seconds (default: 4, and 8 on cassandra-3; see
+    /// `default_lease`).
+    #[arg(long)]
+    lease: Option<u64>,
     /// Contender processes.
     #[arg(long, default_value_t = 3)]
     contenders: usize,
@@ -37,6 +52,7 @@ const SUPPORTED: &[(&str, &str, &str)] = &[
     ("valkey", "valkey", "VALKEY_URL"),
     ("postgres", "postgres", "POSTGRES_URL"),
     ("etcd", "etcd", "ETCD_URL"),
+    ("cassandra-3", "cassandra-3", "SCYLLA_URI"),
 ];
 
 /// The store URL for the harness from the variable the engine set.
@@ -87,6 +103,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&work_dir)?;
     let summary = work_dir.join(format!("chaos-summary-{}.txt", std::process::id()));
     let mut failed = Vec::new();
+    let mut node_reports = Vec::new();
     for name in &wanted {
         let Some((_, entry, var)) = SUPPORTED.iter().find(|(n, _, _)| n == name) else {
             continue;
@@ -97,11 +114,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .find(|e| e.name == *entry)
             .with_context(|| format!("no engine {entry}"))?;
         println!("== chaos {name}: starting the engine ==");
-        let running: Started = match std::env::var(engine.endpoint_var) {
-            Ok(endpoint) if !endpoint.is_empty() => {
-                Started::external(vec![(engine.endpoint_var.to_string(), endpoint)])
-            }
-            _ => match (engine.start)(&work_dir.join(engine.name)) {
+        let running: Started = match engine.external() {
+            Some(external) => external,
+            None => match (engine.start)(&work_dir.join(engine.name)) {
                 Ok(started) => started,
                 Err(err) => {
                     eprintln!("chaos {name}: the engine did not start: {err:#}");
@@ -116,23 +131,69 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .find(|(k, _)| k == var)
             .map(|(_, v)| store_url(name, v))
             .with_context(|| format!("the engine did not set {var}"))?;
-        let status = Command::new(&cargo)
+        let cluster = *name == "cassandra-3";
+        let lease = args.lease.unwrap_or_else(|| default_lease(name));
+        let mut harness = Command::new(&cargo)
             .args(["run", "-q", "-p", "chaos", "--bin", "chaos", "--"])
             .args(["--url", &url, "--engine", name])
             .args(["--duration-secs", &args.duration.to_string()])
-            .args(["--lease-secs", &args.lease.to_string()])
+            .args(["--lease-secs", &lease.to_string()])
             .args(["--contenders", &args.contenders.to_string()])
             .args(args.unfenced.then_some("--unfenced"))
+            .args(cluster.then_some("--direct"))
             .arg("--work-dir")
             .arg(work_dir.join(format!("chaos-{name}")))
             .arg("--summary")
             .arg(&summary)
             .envs(local_aws_credentials(name))
-            .status()
+            .stdout(Stdio::piped())
+            .spawn()
             .context("running the chaos harness")?;
+        // The harness's lines, passed through; its first acquisition starts
+        // the node faults (it may need a while to connect first).
+        let acquired = Arc::new(AtomicBool::new(false));
+        let printer = harness.stdout.take().map(|stdout| {
+            let acquired = acquired.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if line.contains(" ev=acquired ") {
+                        acquired.store(true, Ordering::Relaxed);
+                    }
+                    println!("{line}");
+                }
+            })
+        });
+        let mut running = running;
+        let mut status = None;
+        if cluster && engine.external().is_none() {
+            while !acquired.load(Ordering::Relaxed) && !exited(&mut harness, &mut status) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            // Faults of the cluster's own nodes while the harness runs.
+            let hold = node_fault_hold(args.duration, lease);
+            let mut stop = || exited(&mut harness, &mut status);
+            let gap = Duration::from_secs(lease) / 2;
+            match engines::node_faults(&mut running, hold, gap, &mut stop) {
+                Ok(report) => node_reports.push(format!("{name}: {report}")),
+                Err(err) => {
+                    eprintln!("chaos {name}: node faults failed: {err:#}");
+                    node_reports.push(format!("{name}: node faults FAILED: {err:#}"));
+                    failed.push(name.clone());
+                }
+            }
+        } else if cluster {
+            node_reports.push(format!("{name}: external cluster, no node faults"));
+        }
+        let status = match status {
+            Some(status) => status,
+            None => harness.wait().context("waiting for the chaos harness")?,
+        };
+        if let Some(printer) = printer {
+            let _ = printer.join();
+        }
         drop(running);
         println!("== chaos {name}: engine stopped ==");
-        if !status.success() {
+        if !status.success() && !failed.contains(name) {
             failed.push(name.clone());
         }
     }
@@ -151,8 +212,45 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
+    for line in &node_reports {
+        println!("{line}");
+    }
     anyhow::ensure!(failed.is_empty(), "chaos failed on {failed:?}");
     Ok(())
+}
+
+/// Whether the harness has exited (its status kept in `status`).
+fn exited(
+    harness: &mut std::process::Child,
+    status: &mut Option<std::process::ExitStatus>,
+) -> bool {
+    if status.is_none() {
+        *status = harness.try_wait().ok().flatten();
+    }
+    status.is_some()
+}
+
+/// The lease of an engine's contenders: 4 s, and 8 s on cassandra-3. An
+/// election gives each storage call `d/4`; on a 3-node cluster sharing two
+/// cores, lightweight transactions take well over the 1 s of a 4 s lease
+/// while a node restarts (its JVM's start-up takes the CPU) or a frozen
+/// replica is still counted on, and contenders keep failing their
+/// acquisitions (liveness, not safety: measured, 1 s budgets, "no leader
+/// within 12 s").
+fn default_lease(engine: &str) -> u64 {
+    match engine {
+        "cassandra-3" => 8,
+        _ => 4,
+    }
+}
+
+/// How long each node fault of a cassandra-3 run is held: a sixth of the
+/// run (so a cut, a pause and a kill with its ~17 s restart fit in it, half
+/// a lease apart), at least a lease (longer than an election's call budget,
+/// `d/4`, and its renewal period) and at most 20 s (past the driver's
+/// keepalive timeout, 12 s, and gossip's failure detection, ~19 s).
+fn node_fault_hold(duration_secs: u64, lease_secs: u64) -> Duration {
+    Duration::from_secs((duration_secs / 6).clamp(lease_secs, 20.max(lease_secs)))
 }
 
 /// DynamoDB Local accepts any credentials, but the AWS SDK wants some:
@@ -169,7 +267,17 @@ fn local_aws_credentials(engine: &str) -> Vec<(&'static str, &'static str)> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use std::time::Duration;
+
+    use super::{node_fault_hold, parse_duration};
+
+    #[test]
+    fn node_faults_are_held_a_sixth_of_the_run_within_bounds() {
+        assert_eq!(node_fault_hold(60, 8), Duration::from_secs(10));
+        assert_eq!(node_fault_hold(30, 8), Duration::from_secs(8));
+        assert_eq!(node_fault_hold(600, 8), Duration::from_secs(20));
+        assert_eq!(node_fault_hold(600, 30), Duration::from_secs(30));
+    }
 
     #[test]
     fn durations() {

@@ -228,18 +228,12 @@ fn run_engine(
     let mut outcome = Outcome::new(engine.name);
     println!("== {}: starting ==", engine.name);
     let started = Instant::now();
-    let mut running: Started = match std::env::var(engine.endpoint_var) {
-        Ok(endpoint) if !endpoint.is_empty() => {
+    let mut running: Started = match engine.external() {
+        Some(external) => {
             outcome.external = true;
-            let mut env = vec![(engine.endpoint_var.to_string(), endpoint)];
-            for var in engine.passthrough_vars {
-                if let Ok(v) = std::env::var(var) {
-                    env.push((var.to_string(), v));
-                }
-            }
-            Started::external(env)
+            external
         }
-        _ => match (engine.start)(&work_dir.join(engine.name)) {
+        None => match (engine.start)(&work_dir.join(engine.name)) {
             Ok(running) => running,
             Err(err) => {
                 outcome.error = Some(format!("could not start: {err:#}"));

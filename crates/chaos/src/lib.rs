@@ -29,15 +29,22 @@
 //!   no write starts after a reported loss, and a lost leadership ends
 //!   (released, or the killer fired) by its deadline plus `0.2 d`;
 //! - after each kill, another process acquires within `d + 1 s + d/20 + 1 s`
-//!   of the victim's last successful write start.
+//!   of the victim's last successful write start (plus `d/2` with
+//!   `--direct`, a cluster whose nodes are faulted meanwhile: one
+//!   acquisition attempt that waits on a cut-off or frozen replica fails
+//!   only at the call budget, `d/4`, and its read-back, `d/4`).
 //!
 //! ## Assumptions
 //!
-//! The engine is a single node reached through one address (each
+//! Without `--direct` ([`harness::HarnessConfig::direct`]), the engine is
+//! a single node reached through one address (each
 //! contender connects to its own proxy; the `scylla` driver addresses the
 //! node it connected to by that address, so it never bypasses the proxy;
 //! DynamoDB is one HTTP endpoint; Valkey, PostgreSQL and etcd one TCP
-//! address each, with no discovery of other members); processes run on one machine, so their
+//! address each, with no discovery of other members). With `--direct`
+//! (a cluster, e.g. `cargo xtask chaos --engine cassandra-3`) contenders
+//! connect straight to every node and the proxy cut is skipped: the
+//! caller faults the engine's nodes instead. Processes run on one machine, so their
 //! wall clocks agree and event timestamps (ms since the epoch) compare.
 //!
 //! Run it with `cargo xtask chaos`, which starts the engine. The checker

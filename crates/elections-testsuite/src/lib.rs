@@ -46,7 +46,7 @@ mod ctx;
 mod faults;
 pub mod proxy;
 
-pub use ctx::{Ctx, Mode, sleep};
+pub use ctx::{Ctx, MARGIN_VAR, Mode, sleep};
 pub use faults::{Fault, FaultyStorage, Op};
 
 /// Expands to one `#[tokio::test]` per suite case, in a module `elections_suite`.

@@ -1,6 +1,9 @@
 //! Creating and checking the keyspace and table.
 
-use scylla::client::session::Session;
+use scylla::{
+    client::session::Session,
+    errors::{DbError, ExecutionError, RequestAttemptError},
+};
 use ttl_storage::{ErrorKind, StorageError};
 
 use crate::{
@@ -48,6 +51,9 @@ pub(crate) async fn create(session: &Session, config: &ScyllaConfig) -> Result<(
         }
         Err(err) => return Err(err),
     }
+    // The table statement may go to another coordinator: let every node
+    // know the keyspace first.
+    await_agreement(session).await?;
     let table = format!(
         "CREATE TABLE IF NOT EXISTS {}.{} (key text PRIMARY KEY, value blob)",
         config.keyspace, config.table
@@ -56,7 +62,31 @@ pub(crate) async fn create(session: &Session, config: &ScyllaConfig) -> Result<(
         "{table} WITH id = {}",
         table_id(&config.keyspace, &config.table)
     );
-    match run_ddl(session, &with_id).await {
+    // A coordinator that has not applied the keyspace yet (another
+    // creator's, still propagating) answers "Keyspace ... doesn't exist":
+    // wait for agreement and retry, a bounded number of times. Measured on
+    // a fresh 3-node Cassandra with three processes creating at once.
+    let mut attempt = 0u32;
+    let created = loop {
+        attempt += 1;
+        match session.query_unpaged(with_id.as_str(), ()).await {
+            Ok(_) => break Ok(()),
+            Err(err) if keyspace_missing(&err) && attempt < KEYSPACE_RETRIES => {
+                tracing::debug!(%err, attempt, "keyspace not known to the coordinator yet; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt)))
+                    .await;
+                await_agreement(session).await?;
+            }
+            Err(err) => {
+                break Err(StorageError::with_source(
+                    classify_execution(&err, Op::Read),
+                    format!("creating schema failed: {with_id}"),
+                    err,
+                ));
+            }
+        }
+    };
+    match created {
         Ok(()) => {}
         Err(err) if err.kind() == ErrorKind::Permanent => {
             // An engine without table ids in CQL: create it plainly (this
@@ -113,6 +143,20 @@ pub(crate) fn table_id(keyspace: &str, table: &str) -> String {
         &hex[12..16],
         &hex[16..20],
         &hex[20..32]
+    )
+}
+
+/// Attempts of the table statement while its coordinator does not know
+/// the keyspace yet (200 ms, 400 ms, ... apart: 9 s in all).
+const KEYSPACE_RETRIES: u32 = 10;
+
+/// Whether a schema statement failed because its coordinator does not know
+/// the keyspace (yet).
+fn keyspace_missing(err: &ExecutionError) -> bool {
+    matches!(
+        err,
+        ExecutionError::LastAttemptError(RequestAttemptError::DbError(DbError::Invalid, message))
+            if message.contains("Keyspace") && message.contains("doesn't exist")
     )
 }
 
@@ -224,6 +268,25 @@ mod tests {
             matches!(&id[19..20], "8" | "9" | "a" | "b"),
             "variant: {id}"
         );
+    }
+
+    #[test]
+    fn a_keyspace_unknown_to_the_coordinator_is_recognised() {
+        let db = |err, message: &str| {
+            ExecutionError::LastAttemptError(RequestAttemptError::DbError(err, message.into()))
+        };
+        assert!(keyspace_missing(&db(
+            DbError::Invalid,
+            "Keyspace 'schema_race_1_0' doesn't exist"
+        )));
+        assert!(!keyspace_missing(&db(
+            DbError::Invalid,
+            "Unknown property 'id'"
+        )));
+        assert!(!keyspace_missing(&db(
+            DbError::SyntaxError,
+            "Keyspace 'x' doesn't exist"
+        )));
     }
 
     #[test]

@@ -7,8 +7,6 @@
 //!     cargo test -p storage-scylla --test cluster -- --ignored
 //! ```
 
-use std::sync::Arc;
-
 use storage_scylla::ScyllaStorage;
 use ttl_storage::{Key, Ttl, TtlStorage};
 
@@ -37,65 +35,123 @@ fn parts(uri: &str) -> (Vec<String>, String) {
     (hosts, query.to_string())
 }
 
-/// Three storages connect at once with `create_schema=true` on a keyspace
-/// nobody created yet, each with a different node first in its contact
-/// points, so their schema statements run on different coordinators. All
-/// must connect and then work: no table created twice under two ids
-/// (which fails every later write with INCOMPATIBLE_SCHEMA).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// Set in a child process of [`three_processes_create_schema_at_once`]:
+/// the URL it connects with.
+const CHILD_URL: &str = "SCHEMA_RACE_CHILD_URL";
+/// Set in a child process: its instance number.
+const CHILD_INSTANCE: &str = "SCHEMA_RACE_CHILD_INSTANCE";
+/// Set in a child process: when to connect (ms since the epoch), the same
+/// instant for all three, so their schema statements really race.
+const CHILD_START_MS: &str = "SCHEMA_RACE_CHILD_START_MS";
+
+#[allow(clippy::unwrap_used)] // test helper: a clock before 1970 is the test failing
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// Three OS processes (this test binary re-executing this very test, with
+/// [`CHILD_URL`] set) start at the same instant with `create_schema=true`
+/// on a keyspace nobody created yet, each with a different node first in
+/// its contact points, so their schema statements run on different
+/// coordinators, as three `vvm-host` processes starting together would.
+/// All must connect and then work, and every live node must know the
+/// table under one id (a table created twice under two ids fails every
+/// later write with INCOMPATIBLE_SCHEMA). Two rounds, two fresh keyspaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers --engine cassandra-3`"]
-async fn concurrent_create_schema_on_a_fresh_keyspace() {
+async fn three_processes_create_schema_at_once() {
+    if let Ok(url) = std::env::var(CHILD_URL) {
+        return child(&url).await;
+    }
     let (hosts, query) = parts(&uri());
-    for round in 0..3 {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis();
-        let keyspace = format!("schema_race_{nanos}_{round}");
-        let mut tasks = Vec::new();
+    assert!(query.contains("create_schema=true"), "{query}");
+    let exe = std::env::current_exe().unwrap();
+    for round in 0..2 {
+        let keyspace = format!("schema_race_{}_{round}", now_ms());
+        // Far enough ahead that all three processes are up and waiting.
+        let start_ms = now_ms() + 1500;
+        let mut children = Vec::new();
         for i in 0..3 {
             let mut rotated = hosts.clone();
             rotated.rotate_left(i % hosts.len());
             let url = format!("scylla://{}/{keyspace}?{query}", rotated.join(","));
-            assert!(url.contains("create_schema=true"), "{url}");
-            tasks.push(tokio::spawn(async move {
-                let storage = ScyllaStorage::from_url(&url)
-                    .await
-                    .unwrap_or_else(|err| panic!("connecting {url}: {err:?}"));
-                let key = Key::new(format!("schema-race/{i}")).unwrap();
-                let ttl = Ttl::from_secs(60).unwrap();
-                let me = format!("instance-{i}").into_bytes();
-                assert!(
-                    storage
-                        .insert_if_not_exists(&key, &me, ttl)
-                        .await
-                        .unwrap_or_else(|err| panic!("instance {i} insert: {err:?}"))
-                );
-                assert_eq!(storage.get(&key).await.unwrap(), Some(me.clone()));
-                assert!(storage.compare_and_delete(&key, &me).await.unwrap());
-                Arc::new(storage)
-            }));
+            let child = tokio::process::Command::new(&exe)
+                .args(["--exact", "three_processes_create_schema_at_once"])
+                .args(["--ignored", "--nocapture", "--test-threads", "1"])
+                .env(CHILD_URL, &url)
+                .env(CHILD_INSTANCE, i.to_string())
+                .env(CHILD_START_MS, start_ms.to_string())
+                .stdin(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .output();
+            children.push(tokio::spawn(child));
         }
+        for (i, child) in children.into_iter().enumerate() {
+            let output = child.await.unwrap().unwrap();
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success() && stdout.contains("test result: ok. 1 passed"),
+                "round {round}: process {i} failed ({}):\n{stdout}\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(
+                stdout.contains(&format!("schema-race child {i}: ok")),
+                "round {round}: process {i} did not run the child part:\n{stdout}"
+            );
+        }
+        // Each sees what the others wrote, through any coordinator.
         let mut storages = Vec::new();
-        for task in tasks {
-            storages.push(task.await.unwrap());
+        for i in 0..3 {
+            let mut rotated = hosts.clone();
+            rotated.rotate_left(i % hosts.len());
+            let url = format!("scylla://{}/{keyspace}?{query}", rotated.join(","));
+            storages.push(ScyllaStorage::from_url(&url).await.unwrap());
         }
-        // Each sees what the others write.
-        let key = Key::new("schema-race/shared").unwrap();
-        let ttl = Ttl::from_secs(60).unwrap();
-        assert!(
-            storages[0]
-                .insert_if_not_exists(&key, b"zero", ttl)
-                .await
-                .unwrap()
-        );
-        for s in &storages[1..] {
-            assert_eq!(s.get(&key).await.unwrap(), Some(b"zero".to_vec()));
-            assert!(!s.insert_if_not_exists(&key, b"other", ttl).await.unwrap());
+        for i in 0..3 {
+            let key = Key::new(format!("schema-race/{i}/kept")).unwrap();
+            for s in &storages {
+                let value = format!("instance-{i}").into_bytes();
+                assert_eq!(s.get(&key).await.unwrap(), Some(value), "round {round}");
+            }
         }
         let table = storages[0].config().table().to_string();
         assert_one_table_id(&hosts, &keyspace, &table).await;
     }
+}
+
+/// The child part: waits for the common start, connects (creating the
+/// schema), then works: insert, read back, delete, and a record the parent
+/// reads back through other coordinators.
+#[allow(clippy::unwrap_used)] // the child's part of the test: a failure is the test failing
+async fn child(url: &str) {
+    let i: usize = std::env::var(CHILD_INSTANCE).unwrap().parse().unwrap();
+    let start_ms: u128 = std::env::var(CHILD_START_MS).unwrap().parse().unwrap();
+    let wait = start_ms.saturating_sub(now_ms());
+    tokio::time::sleep(std::time::Duration::from_millis(
+        u64::try_from(wait).unwrap(),
+    ))
+    .await;
+    let storage = ScyllaStorage::from_url(url)
+        .await
+        .unwrap_or_else(|err| panic!("instance {i}: connecting {url}: {err:?}"));
+    let key = Key::new(format!("schema-race/{i}")).unwrap();
+    let ttl = Ttl::from_secs(60).unwrap();
+    let me = format!("instance-{i}").into_bytes();
+    assert!(
+        storage
+            .insert_if_not_exists(&key, &me, ttl)
+            .await
+            .unwrap_or_else(|err| panic!("instance {i} insert: {err:?}"))
+    );
+    assert_eq!(storage.get(&key).await.unwrap(), Some(me.clone()));
+    assert!(storage.compare_and_delete(&key, &me).await.unwrap());
+    let kept = Key::new(format!("schema-race/{i}/kept")).unwrap();
+    assert!(storage.insert_if_not_exists(&kept, &me, ttl).await.unwrap());
+    println!("schema-race child {i}: ok");
 }
 
 /// Every live node knows `keyspace.table` under one and the same id.

@@ -36,23 +36,27 @@ const LABEL: (&str, &str) = ("ttl-cluster.xtask", "test-drivers");
 pub(crate) fn engines() -> Vec<Engine> {
     let mut out = Vec::new();
     for mut engine in crate::engines::all() {
-        let start: fn(&Path) -> anyhow::Result<Started> = match engine.name {
-            "mem-real-time" => engine.start, // in-process, nothing to containerise
-            "cassandra" => engines::cassandra,
-            "dynamodb" => engines::dynamodb,
-            "valkey" => engines::valkey,
-            "postgres" => engines::postgres,
-            "etcd" => engines::etcd,
-            "pg-example" => engines::pg_example,
+        let route: Option<fn(&Path) -> anyhow::Result<Started>> = match engine.name {
+            "mem-real-time" => Some(engine.start), // in-process, nothing to containerise
+            "cassandra" => Some(engines::cassandra),
+            "dynamodb" => Some(engines::dynamodb),
+            "valkey" => Some(engines::valkey),
+            "postgres" => Some(engines::postgres),
+            "etcd" => Some(engines::etcd),
+            "pg-example" => Some(engines::pg_example),
             // e.g. cassandra-3: a cluster of local processes on 127.0.0.1-3
-            _ => no_container_route,
+            _ => None,
         };
-        engine.start = start;
+        // An engine without a container route is not in the default list
+        // here; selected by name, it fails saying so.
+        engine.default &= route.is_some();
+        engine.start = route.unwrap_or(no_container_route);
         // A degraded round breaks processes we started; none here.
         engine.degraded = None;
         let scylla = (engine.name == "cassandra").then_some(Engine {
             name: "scylla",
             endpoint_var: engine.endpoint_var,
+            endpoint_aliases: engine.endpoint_aliases,
             passthrough_vars: engine.passthrough_vars,
             start: engines::scylla,
             suites: engine.suites,
@@ -256,7 +260,7 @@ fn start(spec: Spec) -> anyhow::Result<Running> {
 
 #[cfg(test)]
 mod tests {
-    use super::{image_var, split_image};
+    use super::{engines, image_var, split_image};
 
     #[test]
     fn image_names() {
@@ -274,5 +278,16 @@ mod tests {
             ("localhost:5000/pg", "latest")
         );
         assert_eq!(image_var("cassandra-3"), "TTL_IMAGE_CASSANDRA_3");
+    }
+
+    #[test]
+    fn engines_without_a_container_route_are_not_in_the_default_list() {
+        let process_route = crate::engines::all();
+        let cluster = process_route.iter().find(|e| e.name == "cassandra-3");
+        assert!(cluster.is_some_and(|e| e.default));
+        let docker = engines();
+        let cluster = docker.iter().find(|e| e.name == "cassandra-3");
+        assert!(cluster.is_some_and(|e| !e.default));
+        assert!(docker.iter().any(|e| e.name == "scylla" && e.default));
     }
 }

@@ -33,6 +33,11 @@ struct Args {
     /// zombies the run must then report stale writes accepted (and fail).
     #[arg(long)]
     unfenced: bool,
+    /// Contenders connect straight to the engine, without a fault proxy
+    /// each (for a cluster URL naming several nodes; the partition scenario
+    /// is then skipped: partition the engine's nodes instead).
+    #[arg(long)]
+    direct: bool,
     /// Directory for logs (default: a temporary one).
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -61,9 +66,14 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| std::env::temp_dir().join(format!("chaos-{}", std::process::id())));
     let lease = Duration::from_secs(args.lease_secs);
     println!(
-        "chaos on {}: {} contenders, lease {}s, {}s of faults, logs in {}",
+        "chaos on {}: {} contenders{}, lease {}s, {}s of faults, logs in {}",
         args.engine,
         args.contenders,
+        if args.direct {
+            " (direct, no proxies)"
+        } else {
+            ""
+        },
         args.lease_secs,
         args.duration_secs,
         work_dir.display()
@@ -77,6 +87,7 @@ async fn main() -> anyhow::Result<()> {
         work_dir,
         zombie: !args.no_zombie,
         unfenced: args.unfenced,
+        direct: args.direct,
     })
     .await?;
     println!();
