@@ -1,6 +1,12 @@
 //! [`ValkeyStorage`]: the [`TtlStorage`] implementation.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use fred::{
@@ -139,17 +145,25 @@ impl Subscriber {
             messages: subscriber.message_rx(),
         };
         let task = subscriber.connect();
+        let refused = Arc::new(AtomicBool::new(false));
         let hub = tokio::spawn(run_hub(
             Hub {
                 subscriber,
                 publisher,
                 channel: channel.clone(),
                 waiters: Arc::clone(&waiters),
+                refused: Arc::clone(&refused),
             },
             events,
         ));
+        // Until proven, refused (no need to wait: the ACL will not change
+        // by itself), or the limit.
         let deadline = tokio::time::Instant::now() + limit;
-        while !waiters.is_ready() && tokio::time::Instant::now() < deadline && !hub.is_finished() {
+        while !waiters.is_ready()
+            && !refused.load(Ordering::Relaxed)
+            && tokio::time::Instant::now() < deadline
+            && !hub.is_finished()
+        {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         if !waiters.is_ready() {
@@ -176,6 +190,9 @@ struct Hub {
     publisher: Client,
     channel: String,
     waiters: Arc<Waiters>,
+    /// Set when the server refused a probe (`NOPERM`: the ACL gives the
+    /// user no right to publish on the channel).
+    refused: Arc<AtomicBool>,
 }
 
 /// The first pause between probes of a subscription; it doubles up to
@@ -214,6 +231,9 @@ impl Hub {
             .publish(self.channel.as_str(), token.to_string())
             .await;
         if let Err(err) = published {
+            if err.details().starts_with("NOPERM") {
+                self.refused.store(true, Ordering::Relaxed);
+            }
             tracing::warn!(channel = %self.channel, %err, "valkey watch: cannot publish a probe");
         }
     }
