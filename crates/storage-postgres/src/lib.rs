@@ -21,10 +21,26 @@
 //! |---|---|
 //! | `insert_if_not_exists` | `INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE expires_at <= now()` |
 //! | `compare_and_swap` | `UPDATE ... WHERE key = $1 AND value = $old AND (expires_at IS NULL OR expires_at > now())` |
-//! | `compare_and_delete` | `DELETE ... WHERE key = $1 AND value = $v AND <live>` |
+//! | `compare_and_delete` | `WITH gone AS (DELETE ... WHERE key = $1 AND value = $v AND <live> RETURNING key) SELECT pg_notify(<channel>, key) FROM gone` |
 //! | `get` | `SELECT value ... WHERE key = $1 AND <live>` |
 //!
 //! The answer is the number of rows the statement changed (1 or 0).
+//!
+//! ## Watching (`TtlStorage::watch`)
+//!
+//! A waiter wakes as soon as the record may be gone: compare-and-delete
+//! notifies the deleted key on the table's channel
+//! (`ttl_storage_<hash of the table name>`) in the delete's own statement,
+//! so the notification is sent when the delete commits, and each storage
+//! keeps one extra connection (outside the pool) listening on it. A watch
+//! registers locally, reads the record's remaining life as the server
+//! computes it (`expires_at - now()`), and completes when there is no live
+//! record, when its delete is notified, or 1 ms after that remaining time
+//! (rows do not expire by themselves: expiry is a local timer). While the
+//! listener is not listening (connecting, reconnecting after a failure or
+//! a failed health check), `watch` answers
+//! [`ttl_storage::WatchUnsupported`] and the caller polls; losing it wakes
+//! every pending watch.
 //!
 //! ## Guarantees
 //!
@@ -99,10 +115,12 @@
 mod config;
 mod error;
 pub mod fence;
+mod listen;
 mod schema;
 mod storage;
 mod tls;
 mod url;
+mod waiters;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,

@@ -1,16 +1,20 @@
 //! [`PostgresStorage`]: the [`TtlStorage`] implementation.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio::task::JoinHandle;
 use tokio_postgres::{NoTls, Statement, types::ToSql};
-use ttl_storage::{ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, check_value};
+use ttl_storage::{
+    ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
+};
 
 use crate::{
     config::PostgresConfig,
     error::{ConfigError, Op, classify, classify_pool, storage_error},
-    schema,
+    listen, schema,
+    waiters::Waiters,
 };
 
 /// How much longer than the server's `statement_timeout` the client waits
@@ -18,7 +22,7 @@ use crate::{
 /// "not applied") should normally arrive first.
 const CLIENT_TIMEOUT_MARGIN: Duration = Duration::from_millis(500);
 
-/// The four statements, for one table. `now()` is the start of the
+/// The statements, for one table. `now()` is the start of the
 /// statement's transaction on the *server's* clock; each statement is its
 /// own transaction, so every expiry decision uses one server instant.
 #[derive(Debug)]
@@ -27,10 +31,14 @@ struct Statements {
     cas: String,
     cad: String,
     get: String,
+    /// The record's time to live in milliseconds, on the server's clock
+    /// (`NULL`: never expires; no row: no live record).
+    remaining: String,
 }
 
 impl Statements {
-    fn new(table: &str) -> Self {
+    /// The statements on `table`; compare-and-delete notifies `channel`.
+    fn new(table: &str, channel: &str) -> Self {
         // $n::bigint seconds; 0 means "never expires" (NULL).
         let expiry = |n: u8| {
             format!(
@@ -50,8 +58,18 @@ impl Statements {
                  WHERE key = $1 AND value = $2 AND {live}",
                 expiry(4)
             ),
-            cad: format!("DELETE FROM {table} WHERE key = $1 AND value = $2 AND {live}"),
+            // The notification is sent when the statement's transaction
+            // commits, that is with the delete; its row count is the
+            // number of rows deleted.
+            cad: format!(
+                "WITH gone AS (DELETE FROM {table} WHERE key = $1 AND value = $2 AND {live} \
+                 RETURNING key) SELECT pg_notify('{channel}', key) FROM gone"
+            ),
             get: format!("SELECT value FROM {table} WHERE key = $1 AND {live}"),
+            remaining: format!(
+                "SELECT (extract(epoch FROM expires_at - now()) * 1000)::float8 \
+                 FROM {table} WHERE key = $1 AND {live}"
+            ),
         }
     }
 }
@@ -61,7 +79,30 @@ impl Statements {
 pub struct PostgresStorage {
     pool: Pool,
     config: PostgresConfig,
-    sql: Statements,
+    sql: Arc<Statements>,
+    /// The notification channel compare-and-delete notifies.
+    channel: String,
+    /// The waiters of [`TtlStorage::watch`], ready while the listener listens.
+    waiters: Arc<Waiters>,
+    /// The task of the `LISTEN` connection ([`listen::run`]).
+    _listener: AbortOnDrop,
+}
+
+impl Drop for PostgresStorage {
+    fn drop(&mut self) {
+        // Pending watches complete (their waiters re-check and fail).
+        self.waiters.set_ready(false);
+    }
+}
+
+/// A task aborted when this is dropped (also when `connect` fails after
+/// starting it).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl std::fmt::Debug for PostgresStorage {
@@ -108,14 +149,28 @@ impl PostgresStorage {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
-        let manager = if config.ssl_mode.uses_tls() {
+        let channel = listen::channel(&config.qualified_table());
+        let waiters = Arc::new(Waiters::default());
+        let (manager, listener) = if config.ssl_mode.uses_tls() {
             pg.ssl_mode(tokio_postgres::config::SslMode::Require);
             let tls = crate::tls::client_config(config.ssl_root_cert()).await?;
             let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
-            Manager::from_config(pg, tls, manager_config)
+            let listener = AbortOnDrop(tokio::spawn(listen::run(
+                pg.clone(),
+                tls.clone(),
+                channel.clone(),
+                Arc::clone(&waiters),
+            )));
+            (Manager::from_config(pg, tls, manager_config), listener)
         } else {
             pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
-            Manager::from_config(pg, NoTls, manager_config)
+            let listener = AbortOnDrop(tokio::spawn(listen::run(
+                pg.clone(),
+                NoTls,
+                channel.clone(),
+                Arc::clone(&waiters),
+            )));
+            (Manager::from_config(pg, NoTls, manager_config), listener)
         };
         let pool = Pool::builder(manager)
             .max_size(config.pool_size)
@@ -129,8 +184,11 @@ impl PostgresStorage {
             })?;
         let storage = PostgresStorage {
             pool,
-            sql: Statements::new(&config.qualified_table()),
+            sql: Arc::new(Statements::new(&config.qualified_table(), &channel)),
             config,
+            channel,
+            waiters,
+            _listener: listener,
         };
         let mut client = storage.client(&format!("connecting to {url}")).await?;
         let config = &storage.config;
@@ -150,12 +208,28 @@ impl PostgresStorage {
             ))
         })??;
         tracing::debug!(%url, table = %storage.config.qualified_table(), "postgres storage connected");
+        // The listener connects in parallel; watches answer unsupported
+        // until it listens.
+        let deadline = tokio::time::Instant::now() + storage.config.connect_timeout;
+        while !storage.waiters.is_ready() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if !storage.waiters.is_ready() {
+            tracing::warn!(%url, "postgres watch: not listening yet; waiters poll until it is");
+        }
         Ok(storage)
     }
 
     /// The configuration this storage was connected with.
     pub fn config(&self) -> &PostgresConfig {
         &self.config
+    }
+
+    /// The notification channel on which compare-and-delete notifies the
+    /// key it deleted (`ttl_storage_<hash of the table>`), which
+    /// [`TtlStorage::watch`] listens to.
+    pub fn watch_channel(&self) -> &str {
+        &self.channel
     }
 
     /// The connection pool, for callers that want to share it (the
@@ -272,6 +346,93 @@ impl TtlStorage for PostgresStorage {
                 .map_err(|err| storage_error(ErrorKind::Permanent, WHAT, err)),
         }
     }
+
+    /// Registers a waiter of the key with the `LISTEN` connection, then (in
+    /// the future) reads the record's remaining time to live, computed by
+    /// the server (`expires_at - now()`): completes at once when there is
+    /// no live record, when a compare-and-delete of the key commits (its
+    /// `pg_notify`), 1 ms after the record's expiry as read, or when the
+    /// listener connection is lost. Answers [`WatchUnsupported`] while the
+    /// listener is not listening (connecting, or reconnecting): the caller
+    /// polls.
+    fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
+        let woken = self
+            .waiters
+            .register(key.as_str().to_string())
+            .ok_or(WatchUnsupported)?;
+        let pool = self.pool.clone();
+        let sql = Arc::clone(&self.sql);
+        let key = key.as_str().to_string();
+        let limit = self.answer_limit();
+        Ok(Box::pin(async move {
+            let left = match remaining(&pool, &sql.remaining, &key, limit).await {
+                Ok(Remaining::Gone) => return,
+                Ok(Remaining::Never) => None,
+                Ok(Remaining::Left(left)) => Some(left),
+                Err(err) => {
+                    tracing::debug!(%err, "postgres watch: reading the record's expiry failed");
+                    tokio::time::sleep(WATCH_ERROR_PAUSE).await;
+                    return;
+                }
+            };
+            let expired = async {
+                match left {
+                    Some(left) => tokio::time::sleep(left).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = woken.woken() => {}
+                () = expired => {}
+            }
+        }))
+    }
+}
+
+/// How long a watch whose expiry read failed waits before it completes, so
+/// that a caller that re-watches at once does not spin while the server is
+/// unreachable.
+const WATCH_ERROR_PAUSE: Duration = Duration::from_millis(200);
+
+/// What the expiry read of a watch found.
+enum Remaining {
+    /// No live record.
+    Gone,
+    /// A record that never expires.
+    Never,
+    /// A record that expires after this (plus 1 ms, so that it has).
+    Left(Duration),
+}
+
+/// Reads the remaining time to live of `key`'s record with `sql`.
+async fn remaining(pool: &Pool, sql: &str, key: &str, limit: Duration) -> Result<Remaining> {
+    const WHAT: &str = "watch";
+    let client = pool.get().await.map_err(|err| {
+        let kind = classify_pool(&err);
+        storage_error(kind, WHAT, err)
+    })?;
+    let read = async {
+        let statement = client.prepare_cached(sql).await?;
+        client.query_opt(&statement, &[&key]).await
+    };
+    let row = tokio::time::timeout(limit, read)
+        .await
+        .map_err(|_| StorageError::transient(format!("{WHAT}: no answer within {limit:?}")))?
+        .map_err(|err| storage_error(classify(&err, Op::Read), WHAT, err))?;
+    let Some(row) = row else {
+        return Ok(Remaining::Gone);
+    };
+    let millis: Option<f64> = row
+        .try_get(0)
+        .map_err(|err| storage_error(ErrorKind::Permanent, WHAT, err))?;
+    Ok(match millis {
+        None => Remaining::Never,
+        Some(ms) if ms.is_finite() && ms > 0.0 => {
+            // At most MAX_TTL away: the conversion cannot saturate.
+            Remaining::Left(Duration::from_secs_f64(ms / 1000.0) + Duration::from_millis(1))
+        }
+        Some(_) => Remaining::Gone,
+    })
 }
 
 #[cfg(test)]
@@ -280,8 +441,9 @@ mod tests {
 
     #[test]
     fn statements_judge_expiry_by_the_server_clock() {
-        let sql = Statements::new("s.t");
-        for statement in [&sql.insert, &sql.cas, &sql.cad, &sql.get] {
+        let sql = Statements::new("s.t", "ttl_storage_0");
+        assert!(sql.cad.contains("pg_notify('ttl_storage_0', key)"));
+        for statement in [&sql.insert, &sql.cas, &sql.cad, &sql.get, &sql.remaining] {
             assert!(statement.contains("now()"), "{statement}");
             assert!(statement.contains("s.t"), "{statement}");
         }

@@ -14,7 +14,7 @@
 //! |---|---|
 //! | `insert_if_not_exists` | `SET key value NX PX ttl_ms` |
 //! | `compare_and_swap` | Lua: `GET`, compare, `SET key new PX ttl_ms` |
-//! | `compare_and_delete` | Lua: `GET`, compare, `DEL key` |
+//! | `compare_and_delete` | Lua: `GET`, compare, `DEL key`, `PUBLISH <prefix>__deleted key` |
 //! | `get` | `GET key` |
 //!
 //! Scripts run with `EVALSHA`; a server that answers `NOSCRIPT` (after a
@@ -65,6 +65,21 @@
 //! - `maxmemory-policy` must not evict keys (`noeviction`, or a `volatile-*`
 //!   policy with room to spare): an evicted record is a lost lease.
 //!
+//! ## Watching (`TtlStorage::watch`)
+//!
+//! A waiter wakes as soon as the record may be gone, without server
+//! configuration: the compare-and-delete script publishes the deleted key
+//! on `<prefix>__deleted` in the same script as the `DEL`, and each storage
+//! keeps a second connection subscribed to that channel. A watch registers
+//! locally, reads the key's `PTTL`, and completes when the key is absent,
+//! when its delete is published, or 1 ms after the `PTTL` (expiry is a
+//! local timer from the server's remaining TTL). The subscription counts as
+//! live only once a probe published by the storage came back through it
+//! (checked again every 15 s); while it is not live, `watch` answers
+//! [`ttl_storage::WatchUnsupported`] and the caller polls, and losing it
+//! wakes every pending watch. The publish is a `pcall`: a user without the
+//! right to publish on the channel still deletes (and polls).
+//!
 //! ## Fencing
 //!
 //! [`fence::ValkeyFence`] guards a resource kept in the same server: a
@@ -95,6 +110,7 @@ mod scripts;
 mod storage;
 mod tls;
 mod url;
+mod waiters;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, TlsSettings,

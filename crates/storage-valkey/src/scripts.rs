@@ -21,12 +21,20 @@ end
 return 1
 "#;
 
-/// Deletes the key if it holds `ARGV[1]`. Reply: 1 deleted, 0 not.
+/// Deletes the key if it holds `ARGV[1]`, then publishes the key's name on
+/// channel `ARGV[2]` (in the same script, so atomically with the delete:
+/// a subscriber that was subscribed before the delete receives it). The
+/// publish is a `pcall`: a user without the right to publish on the
+/// channel still deletes (its deletes wake no watcher; watchers then fall
+/// back to their poll). Reply: 1 deleted, 0 not.
 pub(crate) const CAD: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
+if ARGV[2] then
+  redis.pcall('PUBLISH', ARGV[2], KEYS[1])
+end
 return 1
 "#;
 

@@ -107,20 +107,22 @@ pub trait TtlStorage: Send + Sync {
     /// not `async`, so the trait stays object safe and the registration
     /// happens in the call.
     ///
-    /// # How other engines can implement it
+    /// # How the network drivers implement it
     ///
-    /// - **Valkey / Redis:** keyspace notifications (`notify-keyspace-events
-    ///   Kgx`): subscribe to `__keyspace@<db>__:<key>` for `del` and
-    ///   `expired`, then `EXISTS` the key (completing at once when absent).
-    ///   Valkey reports expiry when it reclaims the key, which may lag the
-    ///   TTL: add a timer at the record's `PTTL`.
-    /// - **PostgreSQL:** `LISTEN ttl_storage_<hash of key>` on a dedicated
-    ///   connection, a trigger (or the driver itself) `NOTIFY`ing on delete;
-    ///   then read the record's expiry and add a timer at it (rows do not
-    ///   expire by themselves).
-    /// - **etcd:** a watch on the key from the revision of a `get`, completing
-    ///   on a `DELETE` event; leases that expire delete their keys, which the
-    ///   same watch reports.
+    /// - **Valkey / Redis** (`storage-valkey`): the compare-and-delete
+    ///   script `PUBLISH`es the deleted key on one channel per prefix, a
+    ///   second connection is subscribed to it (proven by a probe), and a
+    ///   timer runs to the key's `PTTL`; no server configuration (keyspace
+    ///   notifications) is needed. `WatchUnsupported` while the
+    ///   subscription is not live.
+    /// - **PostgreSQL** (`storage-postgres`): compare-and-delete calls
+    ///   `pg_notify` in its own statement (sent at commit), one extra
+    ///   connection `LISTEN`s, and a timer runs to `expires_at - now()` as
+    ///   the server computes it (rows do not expire by themselves).
+    ///   `WatchUnsupported` while not listening.
+    /// - **etcd** (`storage-etcd`): a watch on the key from the revision of a
+    ///   `get`, completing on a `DELETE` event; leases that expire delete
+    ///   their keys, which the same watch reports.
     ///
     /// ```
     /// use std::time::Duration;
