@@ -9,6 +9,7 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 command -v openssl >/dev/null || need+=(openssl)   # throwaway CAs for the TLS cases
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v protoc >/dev/null || need+=(protobuf-compiler)   # etcd-client's build script
+command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts single nodes off
 # The container route in CI (.ci/docker.sh): a Docker engine, a Debian base
 # image built with debootstrap, docker-compose to validate docker-compose.yml.
 command -v dockerd >/dev/null || need+=(docker.io)
