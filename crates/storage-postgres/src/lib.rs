@@ -120,7 +120,6 @@ mod schema;
 mod storage;
 mod tls;
 mod url;
-mod waiters;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,

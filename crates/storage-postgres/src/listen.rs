@@ -9,7 +9,7 @@ use tokio_postgres::{
     tls::{MakeTlsConnect, TlsConnect},
 };
 
-use crate::waiters::Waiters;
+use ttl_storage::waiters::Waiters;
 
 /// The first pause before reconnecting a lost listener; it doubles up to
 /// [`RECONNECT_MAX_PAUSE`].

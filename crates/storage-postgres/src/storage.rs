@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio::task::JoinHandle;
 use tokio_postgres::{NoTls, Statement, types::ToSql};
+use ttl_storage::waiters::Waiters;
 use ttl_storage::{
     ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
 };
@@ -14,7 +15,6 @@ use crate::{
     config::PostgresConfig,
     error::{ConfigError, Op, classify, classify_pool, storage_error},
     listen, schema,
-    waiters::Waiters,
 };
 
 /// How much longer than the server's `statement_timeout` the client waits

@@ -110,7 +110,6 @@ mod scripts;
 mod storage;
 mod tls;
 mod url;
-mod waiters;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, TlsSettings,

@@ -18,6 +18,7 @@ use fred::{
     types::{ConnectHandle, Message, Value},
 };
 use tokio::{sync::broadcast::error::RecvError, task::JoinHandle};
+use ttl_storage::waiters::Waiters;
 use ttl_storage::{
     ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
 };
@@ -26,7 +27,6 @@ use crate::{
     config::ValkeyConfig,
     error::{ConfigError, Op, classify, classify_connect, storage_error},
     scripts::{CAD, CAS, Script},
-    waiters::Waiters,
 };
 
 /// Reconnection backoff after a lost connection: first retry at once,

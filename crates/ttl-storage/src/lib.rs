@@ -44,6 +44,7 @@ mod key;
 mod storage;
 mod ttl;
 mod value;
+pub mod waiters;
 mod watch;
 
 pub use entry::{Entry, TimeLeft};

@@ -1,17 +1,41 @@
-//! The waiters of [`TtlStorage::watch`](ttl_storage::TtlStorage::watch),
-//! by server key, and whether the subscription that wakes them is live.
+//! [`Waiters`]: for driver authors, the waiters of
+//! [`TtlStorage::watch`](crate::TtlStorage::watch) by record key, woken by
+//! the driver's notification feed (a pub/sub subscription, a `LISTEN`
+//! connection, ...), and whether that feed is live.
+//!
+//! A driver registers a waiter when `watch` is called (before it reads the
+//! record, so a removal after the call is never missed), wakes the key's
+//! waiters when its feed reports a removal, and marks the feed down when it
+//! may miss notifications: going down wakes every waiter, and while it is
+//! down `register` answers `None`, so `watch` answers
+//! [`WatchUnsupported`](crate::WatchUnsupported) and callers poll.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::sync::Arc;
+//! use ttl_storage::waiters::Waiters;
+//!
+//! let waiters = Arc::new(Waiters::default());
+//! assert!(waiters.register("leader/1".into()).is_none()); // feed not live yet
+//! waiters.set_ready(true);
+//! let waiter = waiters.register("leader/1".into()).expect("feed is live");
+//! waiters.wake("leader/1"); // the feed reported a delete of leader/1
+//! waiter.woken().await;
+//! # }
+//! ```
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use tokio::sync::oneshot;
+use futures_channel::oneshot;
 
-/// The registered waiters. A waiter is woken by sending on (or dropping)
-/// its [`oneshot::Sender`]; both complete its [`Registration`].
+/// The registered waiters of one storage. A waiter is woken by sending on
+/// (or dropping) its channel; both complete its [`Registration`].
 #[derive(Debug, Default)]
-pub(crate) struct Waiters {
+pub struct Waiters {
     inner: Mutex<Inner>,
 }
 
@@ -33,7 +57,7 @@ impl Waiters {
     /// Registers a waiter of `key`, or `None` while the subscription is not
     /// live (the caller must poll). Checked and registered under one lock,
     /// so a later [`set_ready(false)`](Self::set_ready) wakes it.
-    pub(crate) fn register(self: &Arc<Self>, key: String) -> Option<Registration> {
+    pub fn register(self: &Arc<Self>, key: String) -> Option<Registration> {
         let mut inner = self.lock();
         if !inner.ready {
             return None;
@@ -53,7 +77,7 @@ impl Waiters {
     }
 
     /// Wakes every waiter of `key`.
-    pub(crate) fn wake(&self, key: &str) {
+    pub fn wake(&self, key: &str) {
         let woken = self.lock().by_key.remove(key);
         for (_, tx) in woken.into_iter().flatten() {
             let _ = tx.send(());
@@ -61,14 +85,14 @@ impl Waiters {
     }
 
     /// Wakes every waiter (notifications may have been missed).
-    pub(crate) fn wake_all(&self) {
+    pub fn wake_all(&self) {
         let woken = std::mem::take(&mut self.lock().by_key);
         drop(woken);
     }
 
     /// Records whether the subscription is live. Going down wakes every
     /// waiter: deletes may now go unnoticed, so they re-check and poll.
-    pub(crate) fn set_ready(&self, ready: bool) {
+    pub fn set_ready(&self, ready: bool) {
         let woken = {
             let mut inner = self.lock();
             inner.ready = ready;
@@ -81,7 +105,7 @@ impl Waiters {
     }
 
     /// Whether the subscription is live.
-    pub(crate) fn is_ready(&self) -> bool {
+    pub fn is_ready(&self) -> bool {
         self.lock().ready
     }
 
@@ -95,14 +119,14 @@ impl Waiters {
 /// One registered waiter: [`woken`](Self::woken) completes when it is
 /// woken. Dropping it deregisters it.
 #[derive(Debug)]
-pub(crate) struct Registration {
+pub struct Registration {
     rx: oneshot::Receiver<()>,
     _deregister: Deregister,
 }
 
 impl Registration {
     /// Completes when the waiter is woken (or the storage is gone).
-    pub(crate) async fn woken(self) {
+    pub async fn woken(self) {
         let Registration { rx, _deregister } = self;
         let _ = rx.await;
     }
