@@ -2,8 +2,7 @@
 //! cached hot path.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use fred::prelude::*;
 
@@ -164,21 +163,25 @@ impl Registry {
         opts: ResolveOptions,
     ) -> Result<Resolution> {
         let key = (dest.clone(), opts);
-        // Whether this call ran the lookup (a miss) or shared another's.
-        let led = AtomicBool::new(false);
+        // Whether this call ran the lookup (a miss) or shared another's: a
+        // lookup still running, or one that ended (and filled the cache)
+        // between this call's cache check and its turn here.
+        let outcome = Mutex::new("coalesced");
         let resolution = self
             .inner
             .flights
-            .run(&key, || {
-                led.store(true, Ordering::Relaxed);
-                self.resolve_destination(dest, opts)
+            .run(&key, || async {
+                let i = &self.inner;
+                if let Some(set) = i.cache.get(dest)
+                    && !(i.strategy.uses_load() && set.len() > 1)
+                {
+                    return Ok(self.pick_from(dest, set, PickPurpose::Request, RouteSource::Cache));
+                }
+                *lock(&outcome) = "miss";
+                self.resolve_destination(dest, opts).await
             })
             .await;
-        telemetry::route_lookup(if led.load(Ordering::Relaxed) {
-            "miss"
-        } else {
-            "coalesced"
-        });
+        telemetry::route_lookup(*lock(&outcome));
         resolution
     }
 
@@ -337,6 +340,11 @@ pub(super) fn parse_lock(
         owner_record,
         metadata,
     }))
+}
+
+/// Locks `m`, poisoned or not (the value is a plain label).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
