@@ -1,6 +1,6 @@
 //! [`ScyllaStorage`]: the [`TtlStorage`] implementation.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -8,6 +8,8 @@ use scylla::{
     client::{
         execution_profile::ExecutionProfile, session::Session, session_builder::SessionBuilder,
     },
+    errors::ExecutionError,
+    policies::load_balancing::DefaultPolicy,
     response::query_result::QueryResult,
     serialize::row::SerializeRow,
     statement::prepared::PreparedStatement,
@@ -23,6 +25,7 @@ use crate::{
     },
     config::ScyllaConfig,
     schema,
+    suspects::{AttemptTracker, AvoidSuspects, Suspects, Unanswered},
 };
 
 /// Cassandra's largest TTL (20 years), which is also [`MAX_TTL`].
@@ -37,6 +40,8 @@ pub struct ScyllaStorage {
     cas: PreparedStatement,
     delete: PreparedStatement,
     get: PreparedStatement,
+    /// Coordinators that left a request unanswered (see [`crate::suspects`]).
+    suspects: Arc<Suspects>,
 }
 
 impl std::fmt::Debug for ScyllaStorage {
@@ -62,7 +67,10 @@ impl ScyllaStorage {
     /// Errors: [`ErrorKind::Permanent`] for a wrong schema, bad credentials
     /// or a TLS setup problem; [`ErrorKind::Transient`] when no node answers.
     pub async fn connect(config: ScyllaConfig) -> Result<Self> {
+        let suspects = Arc::new(Suspects::default());
+        let policy = AvoidSuspects::new(Arc::new(DefaultPolicy::default()), suspects.clone());
         let profile = ExecutionProfile::builder()
+            .load_balancing_policy(Arc::new(policy))
             .request_timeout(Some(config.request_timeout))
             .consistency(config.consistency.to_driver())
             .serial_consistency(Some(config.serial_consistency.to_driver()))
@@ -124,7 +132,26 @@ impl ScyllaStorage {
             cas,
             delete,
             get,
+            suspects,
         })
+    }
+
+    /// Executes `statement`, noting which node each attempt went to: an
+    /// attempt still unanswered when the request ends or is dropped makes
+    /// its node a suspect that later requests go around.
+    async fn execute(
+        &self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow,
+    ) -> std::result::Result<QueryResult, ExecutionError> {
+        let tracker = Arc::new(AttemptTracker::default());
+        let mut statement = statement.clone();
+        statement.set_history_listener(tracker.clone());
+        let _unanswered = Unanswered {
+            tracker,
+            suspects: &self.suspects,
+        };
+        self.session.execute_unpaged(&statement, values).await
     }
 
     /// The configuration this storage was connected with.
@@ -147,11 +174,7 @@ impl ScyllaStorage {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let err = match self
-                .session
-                .execute_unpaged(&self.get, (key.as_str(),))
-                .await
-            {
+            let err = match self.execute(&self.get, (key.as_str(),)).await {
                 Ok(result) => return Ok(result),
                 Err(err) => err,
             };
@@ -182,15 +205,11 @@ impl ScyllaStorage {
         values: impl SerializeRow,
         what: &str,
     ) -> Result<bool> {
-        let result = self
-            .session
-            .execute_unpaged(statement, values)
-            .await
-            .map_err(|err| {
-                let kind = classify_execution(&err, Op::ConditionalWrite);
-                tracing::debug!(%err, ?kind, "{what} failed");
-                StorageError::with_source(kind, describe(what, &err), err)
-            })?;
+        let result = self.execute(statement, values).await.map_err(|err| {
+            let kind = classify_execution(&err, Op::ConditionalWrite);
+            tracing::debug!(%err, ?kind, "{what} failed");
+            StorageError::with_source(kind, describe(what, &err), err)
+        })?;
         applied(result).map_err(|message| {
             // The write was executed; only its answer is unreadable.
             StorageError::outcome_unknown(format!("{what}: {message}"))
