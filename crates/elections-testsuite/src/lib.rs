@@ -45,9 +45,11 @@ pub mod cases;
 mod ctx;
 mod faults;
 pub mod proxy;
+mod time_left;
 
 pub use ctx::{Ctx, MARGIN_VAR, Mode, sleep};
 pub use faults::{Fault, FaultyStorage, Op};
+pub use time_left::assert_time_left;
 
 /// Expands to one `#[tokio::test]` per suite case, in a module `elections_suite`.
 ///

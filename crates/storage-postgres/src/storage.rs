@@ -8,7 +8,8 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{NoTls, Statement, types::ToSql};
 use ttl_storage::waiters::Waiters;
 use ttl_storage::{
-    ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
+    Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch,
+    WatchUnsupported, check_value,
 };
 
 use crate::{
@@ -31,6 +32,8 @@ struct Statements {
     cas: String,
     cad: String,
     get: String,
+    /// The value and its time to live in milliseconds (`NULL`: never).
+    entry: String,
     /// The record's time to live in milliseconds, on the server's clock
     /// (`NULL`: never expires; no row: no live record).
     remaining: String,
@@ -66,6 +69,10 @@ impl Statements {
                  RETURNING key) SELECT pg_notify('{channel}', key) FROM gone"
             ),
             get: format!("SELECT value FROM {table} WHERE key = $1 AND {live}"),
+            entry: format!(
+                "SELECT value, (extract(epoch FROM expires_at - now()) * 1000)::float8 \
+                 FROM {table} WHERE key = $1 AND {live}"
+            ),
             remaining: format!(
                 "SELECT (extract(epoch FROM expires_at - now()) * 1000)::float8 \
                  FROM {table} WHERE key = $1 AND {live}"
@@ -248,6 +255,23 @@ impl PostgresStorage {
         })
     }
 
+    /// Runs the read `sql` for `key` (one row at most) within the answer
+    /// limit; errors are classified as reads.
+    async fn read_row(
+        &self,
+        what: &str,
+        sql: &str,
+        key: &Key,
+    ) -> Result<Option<tokio_postgres::Row>> {
+        let client = self.client(what).await?;
+        let statement = self.prepare(&client, what, sql).await?;
+        let limit = self.answer_limit();
+        tokio::time::timeout(limit, client.query_opt(&statement, &[&key.as_str()]))
+            .await
+            .map_err(|_| StorageError::transient(format!("{what}: no answer within {limit:?}")))?
+            .map_err(|err| storage_error(classify(&err, Op::Read), what, err))
+    }
+
     /// How long the client waits for one answer.
     fn answer_limit(&self) -> Duration {
         self.config.request_timeout + CLIENT_TIMEOUT_MARGIN
@@ -331,20 +355,30 @@ impl TtlStorage for PostgresStorage {
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
         const WHAT: &str = "get";
-        let client = self.client(WHAT).await?;
-        let statement = self.prepare(&client, WHAT, &self.sql.get).await?;
-        let limit = self.answer_limit();
-        let row = tokio::time::timeout(limit, client.query_opt(&statement, &[&key.as_str()]))
-            .await
-            .map_err(|_| StorageError::transient(format!("{WHAT}: no answer within {limit:?}")))?
-            .map_err(|err| storage_error(classify(&err, Op::Read), WHAT, err))?;
-        match row {
+        match self.read_row(WHAT, &self.sql.get, key).await? {
             None => Ok(None),
             Some(row) => row
                 .try_get::<_, Vec<u8>>(0)
                 .map(Some)
                 .map_err(|err| storage_error(ErrorKind::Permanent, WHAT, err)),
         }
+    }
+
+    /// The value and its time to live, computed by the server
+    /// (`expires_at - now()`) in the same statement: [`TimeLeft::About`]
+    /// to the millisecond, or [`TimeLeft::Never`].
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+        const WHAT: &str = "get";
+        let Some(row) = self.read_row(WHAT, &self.sql.entry, key).await? else {
+            return Ok(None);
+        };
+        let permanent = |err| storage_error(ErrorKind::Permanent, WHAT, err);
+        let value: Vec<u8> = row.try_get(0).map_err(permanent)?;
+        let millis: Option<f64> = row.try_get(1).map_err(permanent)?;
+        Ok(Some(Entry {
+            value,
+            time_left: time_left(millis),
+        }))
     }
 
     /// Registers a waiter of the key with the `LISTEN` connection, then (in
@@ -404,6 +438,19 @@ enum Remaining {
     Left(Duration),
 }
 
+/// A live record's time left from the server's `expires_at - now()` in
+/// milliseconds (`None`: no expiry).
+fn time_left(millis: Option<f64>) -> TimeLeft {
+    match millis {
+        None => TimeLeft::Never,
+        // At most MAX_TTL away: the conversion cannot saturate.
+        Some(ms) if ms.is_finite() && ms >= 0.0 => {
+            TimeLeft::About(Duration::from_secs_f64(ms / 1000.0))
+        }
+        Some(_) => TimeLeft::Unknown,
+    }
+}
+
 /// Reads the remaining time to live of `key`'s record with `sql`.
 async fn remaining(pool: &Pool, sql: &str, key: &str, limit: Duration) -> Result<Remaining> {
     const WHAT: &str = "watch";
@@ -440,10 +487,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn time_left_from_the_server() {
+        assert_eq!(time_left(None), TimeLeft::Never);
+        assert_eq!(
+            time_left(Some(1500.0)),
+            TimeLeft::About(Duration::from_millis(1500))
+        );
+        assert_eq!(time_left(Some(f64::NAN)), TimeLeft::Unknown);
+        assert_eq!(time_left(Some(-3.0)), TimeLeft::Unknown);
+    }
+
+    #[test]
     fn statements_judge_expiry_by_the_server_clock() {
         let sql = Statements::new("s.t", "ttl_storage_0");
         assert!(sql.cad.contains("pg_notify('ttl_storage_0', key)"));
-        for statement in [&sql.insert, &sql.cas, &sql.cad, &sql.get, &sql.remaining] {
+        for statement in [
+            &sql.insert,
+            &sql.cas,
+            &sql.cad,
+            &sql.get,
+            &sql.entry,
+            &sql.remaining,
+        ] {
             assert!(statement.contains("now()"), "{statement}");
             assert!(statement.contains("s.t"), "{statement}");
         }

@@ -22,7 +22,7 @@ use std::{
 };
 
 use storage_postgres::PostgresStorage;
-use ttl_storage::{DynTtlStorage, ErrorKind, Key, Ttl, TtlStorage};
+use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
 
 fn base_url() -> String {
     std::env::var("POSTGRES_URL").unwrap_or_else(|_| {
@@ -138,12 +138,21 @@ async fn expiry_is_computed_by_the_server() {
     assert!(s.insert_if_not_exists(&k, b"v", ttl(20)).await.unwrap());
     let left = remaining(&s, &k).await.unwrap();
     assert!((19.0..=20.0).contains(&left), "{left}");
+    // get_entry reports the same server-side figure.
+    let entry = s.get_entry(&k).await.unwrap().unwrap();
+    elections_testsuite::assert_time_left(
+        &entry,
+        b"v",
+        Duration::from_secs(19)..=Duration::from_secs(20),
+    );
     assert!(
         s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)
             .await
             .unwrap()
     );
     assert_eq!(remaining(&s, &k).await, None);
+    let entry = s.get_entry(&k).await.unwrap().unwrap();
+    assert_eq!(entry.time_left, TimeLeft::Never);
     assert!(s.compare_and_swap(&k, b"w", b"x", ttl(1)).await.unwrap());
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     assert_eq!(s.get(&k).await.unwrap(), None);

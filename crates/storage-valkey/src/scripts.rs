@@ -1,4 +1,5 @@
-//! The Lua scripts of compare-and-swap and compare-and-delete, run with
+//! The Lua scripts of compare-and-swap, compare-and-delete and the entry
+//! read, run with
 //! `EVALSHA` and re-sent with `EVAL` when the server answers `NOSCRIPT`.
 
 use fred::{
@@ -36,6 +37,17 @@ if ARGV[2] then
   redis.pcall('PUBLISH', ARGV[2], KEYS[1])
 end
 return 1
+"#;
+
+/// Reads the value and its `PTTL` in one step (so both describe the same
+/// record). Reply: nil when absent, else `{value, pttl}` where `pttl` is
+/// the milliseconds left, or -1 for a key without expiry.
+pub(crate) const ENTRY: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return false
+end
+return {v, redis.call('PTTL', KEYS[1])}
 "#;
 
 /// A script and its SHA-1, computed once.

@@ -20,13 +20,14 @@ use fred::{
 use tokio::{sync::broadcast::error::RecvError, task::JoinHandle};
 use ttl_storage::waiters::Waiters;
 use ttl_storage::{
-    ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
+    Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch,
+    WatchUnsupported, check_value,
 };
 
 use crate::{
     config::ValkeyConfig,
     error::{ConfigError, Op, classify, classify_connect, storage_error},
-    scripts::{CAD, CAS, Script},
+    scripts::{CAD, CAS, ENTRY, Script},
 };
 
 /// Reconnection backoff after a lost connection: first retry at once,
@@ -45,6 +46,7 @@ pub struct ValkeyStorage {
     config: ValkeyConfig,
     cas: Script,
     cad: Script,
+    entry: Script,
     task: ConnectHandle,
     /// The channel the compare-and-delete script publishes deleted keys on.
     channel: String,
@@ -396,6 +398,7 @@ impl ValkeyStorage {
             config,
             cas: Script::new(CAS),
             cad: Script::new(CAD),
+            entry: Script::new(ENTRY),
             task,
             channel,
             waiters,
@@ -457,6 +460,30 @@ impl ValkeyStorage {
             ))),
         }
     }
+}
+
+/// The entry script's reply: nil, or `{value, pttl}`.
+fn entry_from_reply(reply: Value) -> Result<Option<Entry>> {
+    let unexpected =
+        |reply: &Value| StorageError::permanent(format!("get: unexpected reply {reply:?}"));
+    let Value::Array(items) = reply else {
+        return match reply {
+            Value::Null => Ok(None),
+            other => Err(unexpected(&other)),
+        };
+    };
+    let (value, pttl) = match items.as_slice() {
+        [Value::Bytes(value), Value::Integer(pttl)] => (value.to_vec(), *pttl),
+        [Value::String(value), Value::Integer(pttl)] => (value.as_bytes().to_vec(), *pttl),
+        _ => return Err(unexpected(&Value::Array(items))),
+    };
+    let time_left = match u64::try_from(pttl) {
+        Ok(ms) => TimeLeft::About(Duration::from_millis(ms)),
+        // -1: no expiry (-2, no key, cannot follow a GET that found it).
+        Err(_) if pttl == -1 => TimeLeft::Never,
+        Err(_) => TimeLeft::Unknown,
+    };
+    Ok(Some(Entry { value, time_left }))
 }
 
 /// The error of a conditional write, classified and logged.
@@ -542,6 +569,23 @@ impl TtlStorage for ValkeyStorage {
         }
     }
 
+    /// The value and its `PTTL`, read by one script (so both describe the
+    /// same record): [`TimeLeft::About`] to the millisecond, or
+    /// [`TimeLeft::Never`] for a record without expiry.
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+        self.ensure_connected("get")?;
+        let reply = self
+            .entry
+            .run(&self.client, &self.server_key(key), Vec::new())
+            .await
+            .map_err(|err| {
+                let kind = classify(&err, Op::Read);
+                tracing::debug!(%err, ?kind, "get_entry failed");
+                storage_error(kind, "get", err)
+            })?;
+        entry_from_reply(reply)
+    }
+
     /// Registers a waiter of the key with the subscriber, then (in the
     /// future) reads the key's `PTTL`: completes at once when the key is
     /// absent, when compare-and-delete publishes the key (same script as
@@ -594,5 +638,25 @@ mod tests {
         assert_eq!(ttl_millis(Ttl::from_secs(20).unwrap()), 20_000);
         let max = Ttl::new(ttl_storage::MAX_TTL).unwrap();
         assert_eq!(ttl_millis(max), ttl_storage::MAX_TTL.as_millis() as u64);
+    }
+
+    #[test]
+    fn entry_replies() {
+        let value = || Value::Bytes(b"a\0".to_vec().into());
+        assert_eq!(entry_from_reply(Value::Null).unwrap(), None);
+        let entry = entry_from_reply(Value::Array(vec![value(), Value::Integer(1500)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(entry.value, b"a\0".to_vec());
+        assert_eq!(
+            entry.time_left,
+            TimeLeft::About(Duration::from_millis(1500))
+        );
+        let entry = entry_from_reply(Value::Array(vec![value(), Value::Integer(-1)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(entry.time_left, TimeLeft::Never);
+        assert!(entry_from_reply(Value::Integer(3)).is_err());
+        assert!(entry_from_reply(Value::Array(vec![value()])).is_err());
     }
 }

@@ -24,7 +24,7 @@ use std::{
 
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface};
 use storage_valkey::ValkeyStorage;
-use ttl_storage::{DynTtlStorage, ErrorKind, Key, Ttl, TtlStorage};
+use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
 
 fn base_url() -> String {
     std::env::var("VALKEY_URL").unwrap_or_else(|_| {
@@ -97,6 +97,13 @@ async fn records_are_prefixed_keys_with_px_ttl() {
     assert!((19_000..=20_000).contains(&pttl), "PTTL {pttl}");
     let stored: Vec<u8> = s.client().get(raw.as_str()).await.unwrap();
     assert_eq!(stored, b"v");
+    // get_entry reports the same PTTL.
+    let entry = s.get_entry(&k).await.unwrap().unwrap();
+    elections_testsuite::assert_time_left(
+        &entry,
+        b"v",
+        Duration::from_secs(19)..=Duration::from_secs(20),
+    );
 
     assert!(
         s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)
@@ -105,6 +112,8 @@ async fn records_are_prefixed_keys_with_px_ttl() {
     );
     let pttl: i64 = s.client().pttl(raw.as_str()).await.unwrap();
     assert_eq!(pttl, -1, "a swap to Ttl::NEVER removes the expiry");
+    let entry = s.get_entry(&k).await.unwrap().unwrap();
+    assert_eq!(entry.time_left, TimeLeft::Never);
 
     assert!(s.compare_and_swap(&k, b"w", b"x", ttl(1)).await.unwrap());
     let pttl: i64 = s.client().pttl(raw.as_str()).await.unwrap();
