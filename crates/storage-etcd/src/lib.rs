@@ -17,6 +17,7 @@
 //! | `compare_and_swap` | `IF value(key) = old THEN put(key, new, new lease)` |
 //! | `compare_and_delete` | `IF value(key) = value THEN delete(key)` |
 //! | `get` | a linearizable range read |
+//! | `get_entry` (`vvm-host status`) | the same read, then `LeaseTimeToLive` of the key's lease (whole seconds; no lease: never expires) |
 //! | `watch` | a read, then an etcd watch of the key from the next revision, delete events only |
 //!
 //! The lease a write replaced (or a lease granted for a write that did not

@@ -6,7 +6,8 @@ use etcd_client::{
     TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 use ttl_storage::{
-    ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
+    Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch,
+    WatchUnsupported, check_value,
 };
 
 use crate::{
@@ -233,6 +234,37 @@ impl TtlStorage for EtcdStorage {
         Ok(response.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
+    /// The value, and the time left on its lease (`LeaseTimeToLive`, whole
+    /// seconds; a second call, so the lease may have run out in between:
+    /// then zero). A key without a lease never expires.
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+        let mut client = self.client.clone();
+        let response = client
+            .get(self.server_key(key), None)
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?;
+        let Some(kv) = response.kvs().first() else {
+            return Ok(None);
+        };
+        let value = kv.value().to_vec();
+        let lease = kv.lease();
+        if lease == 0 {
+            return Ok(Some(Entry {
+                value,
+                time_left: TimeLeft::Never,
+            }));
+        }
+        let left = client
+            .lease_time_to_live(lease, None)
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?
+            .ttl();
+        Ok(Some(Entry {
+            value,
+            time_left: lease_time_left(left),
+        }))
+    }
+
     /// An etcd watch of the key from the revision it was read at: completes
     /// on its delete event (a compare-and-delete, or its lease expiring), at
     /// once when the key holds no record, and, after a short pause, when
@@ -247,6 +279,14 @@ impl TtlStorage for EtcdStorage {
             }
         }))
     }
+}
+
+/// A lease's `LeaseTimeToLive` answer in seconds as a time left: -1 means
+/// it has expired (since the key was read).
+fn lease_time_left(seconds: i64) -> TimeLeft {
+    TimeLeft::About(std::time::Duration::from_secs(
+        u64::try_from(seconds).unwrap_or(0),
+    ))
 }
 
 /// How long a failed watch waits before it completes, so that a caller that
@@ -298,5 +338,21 @@ async fn watch_until_deleted(mut client: Client, key: String) -> bool {
                 return false;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn lease_ttl_as_time_left() {
+        assert_eq!(
+            lease_time_left(17),
+            TimeLeft::About(Duration::from_secs(17))
+        );
+        assert_eq!(lease_time_left(-1), TimeLeft::About(Duration::ZERO));
     }
 }

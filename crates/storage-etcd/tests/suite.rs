@@ -22,7 +22,7 @@ use std::{
 };
 
 use storage_etcd::EtcdStorage;
-use ttl_storage::{DynTtlStorage, ErrorKind, Key, Ttl, TtlStorage};
+use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
 
 fn base_url() -> String {
     std::env::var("ETCD_URL").unwrap_or_else(|_| {
@@ -86,6 +86,12 @@ async fn records_are_prefixed_keys_on_leases() {
     let mut client = s.client().clone();
     let left = client.lease_time_to_live(first, None).await.unwrap().ttl();
     assert!((18..=20).contains(&left), "lease TTL left {left}");
+    let entry = s.get_entry(&k).await.unwrap().unwrap();
+    elections_testsuite::assert_time_left(
+        &entry,
+        b"v",
+        Duration::from_secs(18)..=Duration::from_secs(20),
+    );
 
     assert!(
         s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)
@@ -93,6 +99,10 @@ async fn records_are_prefixed_keys_on_leases() {
             .unwrap()
     );
     assert_eq!(lease_of(&s).await, Some(0), "Ttl::NEVER attaches no lease");
+    assert_eq!(
+        s.get_entry(&k).await.unwrap().unwrap().time_left,
+        TimeLeft::Never
+    );
 
     assert!(s.compare_and_swap(&k, b"w", b"x", ttl(1)).await.unwrap());
     assert_ne!(lease_of(&s).await, Some(0));

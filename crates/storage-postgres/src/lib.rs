@@ -23,6 +23,7 @@
 //! | `compare_and_swap` | `UPDATE ... WHERE key = $1 AND value = $old AND (expires_at IS NULL OR expires_at > now())` |
 //! | `compare_and_delete` | `WITH gone AS (DELETE ... WHERE key = $1 AND value = $v AND <live> RETURNING key) SELECT pg_notify(<channel>, key) FROM gone` |
 //! | `get` | `SELECT value ... WHERE key = $1 AND <live>` |
+//! | `get_entry` (`vvm-host status`) | `SELECT value, expires_at - now() ...` in milliseconds, on the server's clock |
 //!
 //! The answer is the number of rows the statement changed (1 or 0).
 //!

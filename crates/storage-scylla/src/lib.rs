@@ -15,6 +15,7 @@
 //! | `compare_and_swap` | `UPDATE t USING TTL ? SET value = ? WHERE key = ? IF value = ?` |
 //! | `compare_and_delete` | `DELETE FROM t WHERE key = ? IF value = ?` |
 //! | `get` | `SELECT value FROM t WHERE key = ?` at consistency SERIAL (or LOCAL_SERIAL) |
+//! | `get_entry` (`vvm-host status`) | `SELECT value, TTL(value) FROM t WHERE key = ?`, same consistency (whole seconds) |
 //!
 //! The insert is a conditional `UPDATE` rather than `INSERT ... IF NOT
 //! EXISTS` on purpose: an `INSERT` also writes a row marker with its own TTL,

@@ -16,7 +16,9 @@ use scylla::{
     value::{CqlValue, Row},
 };
 use tokio::time::Instant;
-use ttl_storage::{ErrorKind, Key, MAX_TTL, Result, StorageError, Ttl, TtlStorage, check_value};
+use ttl_storage::{
+    Entry, ErrorKind, Key, MAX_TTL, Result, StorageError, TimeLeft, Ttl, TtlStorage, check_value,
+};
 
 use crate::{
     classify::{
@@ -40,6 +42,8 @@ pub struct ScyllaStorage {
     cas: PreparedStatement,
     delete: PreparedStatement,
     get: PreparedStatement,
+    /// `get` with the value's remaining TTL, for [`TtlStorage::get_entry`].
+    entry: PreparedStatement,
     /// Coordinators that left a request unanswered (see [`crate::suspects`]).
     suspects: Arc<Suspects>,
 }
@@ -119,11 +123,14 @@ impl ScyllaStorage {
         let cas = format!("UPDATE {table} USING TTL ? SET value = ? WHERE key = ? IF value = ?");
         let delete = format!("DELETE FROM {table} WHERE key = ? IF value = ?");
         let get = format!("SELECT value FROM {table} WHERE key = ?");
+        let entry = format!("SELECT value, TTL(value) FROM {table} WHERE key = ?");
         let insert = prepare(&session, &insert, false).await?;
         let cas = prepare(&session, &cas, false).await?;
         let delete = prepare(&session, &delete, false).await?;
         let mut get = prepare(&session, &get, true).await?;
         get.set_consistency(config.serial_consistency.as_read_consistency());
+        let mut entry = prepare(&session, &entry, true).await?;
+        entry.set_consistency(config.serial_consistency.as_read_consistency());
         tracing::debug!(%table, nodes = ?config.contact_points, "scylla storage connected");
         Ok(ScyllaStorage {
             session,
@@ -132,6 +139,7 @@ impl ScyllaStorage {
             cas,
             delete,
             get,
+            entry,
             suspects,
         })
     }
@@ -168,13 +176,13 @@ impl ScyllaStorage {
     /// (`WriteTimeout` at SERIAL, write type CAS): exactly when elections
     /// run. Giving up at the first such answer would leave the outcome
     /// unknown for no reason.
-    async fn serial_read(&self, key: &Key) -> Result<QueryResult> {
+    async fn serial_read(&self, statement: &PreparedStatement, key: &Key) -> Result<QueryResult> {
         let deadline = Instant::now() + self.config.request_timeout;
         let mut delays = settle_backoff();
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let err = match self.execute(&self.get, (key.as_str(),)).await {
+            let err = match self.execute(statement, (key.as_str(),)).await {
                 Ok(result) => return Ok(result),
                 Err(err) => err,
             };
@@ -310,20 +318,59 @@ impl TtlStorage for ScyllaStorage {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        let result = self.serial_read(key).await?;
-        let rows = result.into_rows_result().map_err(|err| {
-            StorageError::with_source(ErrorKind::Transient, "get: answer has no rows", err)
-        })?;
-        let row: Option<(Option<Vec<u8>>,)> = rows.maybe_first_row().map_err(|err| {
-            StorageError::with_source(ErrorKind::Permanent, "get: unexpected column type", err)
-        })?;
+        let result = self.serial_read(&self.get, key).await?;
+        let row: Option<(Option<Vec<u8>>,)> = first_row(result)?;
         Ok(row.and_then(|(value,)| value))
+    }
+
+    /// The value and `TTL(value)`, read at SERIAL like `get`: whole seconds
+    /// as the replicas count them (a record written with TTL `t` shows up
+    /// to `t + 1`, see the crate docs), [`TimeLeft::Never`] for `USING TTL 0`.
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+        let result = self.serial_read(&self.entry, key).await?;
+        let row: Option<(Option<Vec<u8>>, Option<i32>)> = first_row(result)?;
+        Ok(row.and_then(|(value, ttl)| {
+            value.map(|value| Entry {
+                value,
+                time_left: cell_time_left(ttl),
+            })
+        }))
+    }
+}
+
+/// The first row of a read's answer, if any, as `R`.
+fn first_row<R>(result: QueryResult) -> Result<Option<R>>
+where
+    R: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata>,
+{
+    let rows = result.into_rows_result().map_err(|err| {
+        StorageError::with_source(ErrorKind::Transient, "get: answer has no rows", err)
+    })?;
+    rows.maybe_first_row().map_err(|err| {
+        StorageError::with_source(ErrorKind::Permanent, "get: unexpected column type", err)
+    })
+}
+
+/// A cell's `TTL(...)` in seconds as a time left (`null`: no TTL).
+fn cell_time_left(ttl: Option<i32>) -> TimeLeft {
+    match ttl {
+        None => TimeLeft::Never,
+        Some(secs) => TimeLeft::About(Duration::from_secs(u64::try_from(secs).unwrap_or(0))),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cell_ttl_as_time_left() {
+        assert_eq!(cell_time_left(None), TimeLeft::Never);
+        assert_eq!(
+            cell_time_left(Some(21)),
+            TimeLeft::About(Duration::from_secs(21))
+        );
+    }
 
     #[test]
     fn settle_backoff_is_jittered_growing_and_bounded() {

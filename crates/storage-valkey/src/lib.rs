@@ -16,6 +16,7 @@
 //! | `compare_and_swap` | Lua: `GET`, compare, `SET key new PX ttl_ms` |
 //! | `compare_and_delete` | Lua: `GET`, compare, `DEL key`, `PUBLISH <prefix>__deleted key` |
 //! | `get` | `GET key` |
+//! | `get_entry` (`vvm-host status`) | a script: `GET key` and `PTTL key` (milliseconds) |
 //!
 //! Scripts run with `EVALSHA`; a server that answers `NOSCRIPT` (after a
 //! restart, a failover or `SCRIPT FLUSH`) gets the script once with `EVAL`.
