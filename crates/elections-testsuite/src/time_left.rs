@@ -2,7 +2,7 @@
 
 use std::{ops::RangeInclusive, time::Duration};
 
-use ttl_storage::{Entry, TimeLeft};
+use ttl_storage::{Entry, Key, TimeLeft, Ttl, TtlStorage};
 
 /// Asserts that `entry` holds `value` and reports a time left within
 /// `within` (a driver that can read its store's expiry, checked against the
@@ -28,4 +28,39 @@ pub fn assert_time_left(entry: &Entry, value: &[u8], within: RangeInclusive<Dura
         }
         other => panic!("time left {other:?}, expected about {within:?}"),
     }
+}
+
+/// The round trip drivers that know their expiry share: a record written
+/// with a 20 s TTL reports a time left within `within`, then
+/// [`TimeLeft::Never`] after a swap to [`Ttl::NEVER`]; the record is
+/// deleted at the end.
+///
+/// # Panics
+///
+/// When a storage call fails or an entry differs.
+pub async fn assert_time_left_round_trip(
+    storage: &dyn TtlStorage,
+    key: &Key,
+    within: RangeInclusive<Duration>,
+) {
+    let twenty = Ttl::from_secs(20).expect("a valid TTL");
+    assert!(
+        storage
+            .insert_if_not_exists(key, b"v", twenty)
+            .await
+            .expect("insert"),
+        "the key was free"
+    );
+    let entry = storage.get_entry(key).await.expect("get_entry");
+    assert_time_left(&entry.expect("a live record"), b"v", within);
+    assert!(
+        storage
+            .compare_and_swap(key, b"v", b"w", Ttl::NEVER)
+            .await
+            .expect("swap")
+    );
+    let entry = storage.get_entry(key).await.expect("get_entry");
+    assert_eq!(entry.expect("a live record").time_left, TimeLeft::Never);
+    assert!(storage.compare_and_delete(key, b"w").await.expect("delete"));
+    assert_eq!(storage.get_entry(key).await.expect("get_entry"), None);
 }

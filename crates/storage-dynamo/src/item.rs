@@ -6,7 +6,7 @@ use std::{
 };
 
 use aws_sdk_dynamodb::{primitives::Blob, types::AttributeValue};
-use ttl_storage::{StorageError, Ttl};
+use ttl_storage::{Entry, StorageError, TimeLeft, Ttl};
 
 /// Partition key (String): the storage key.
 pub(crate) const KEY: &str = "pk";
@@ -147,18 +147,35 @@ pub(crate) fn live_value(
     item: &HashMap<String, AttributeValue>,
     now_ms: u64,
 ) -> Result<Option<Vec<u8>>, StorageError> {
-    if let Some(expires) = item.get(EXPIRES_MS) {
-        let expires: u64 = expires
-            .as_n()
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| corrupt(EXPIRES_MS, "a whole number"))?;
-        if expires <= now_ms {
-            return Ok(None);
+    Ok(live_entry(item, now_ms)?.map(|entry| entry.value))
+}
+
+/// The record read back with its time left at `now_ms` (the writer's
+/// expiry against the reader's wall clock, as every operation judges it),
+/// or `None` if it expired.
+pub(crate) fn live_entry(
+    item: &HashMap<String, AttributeValue>,
+    now_ms: u64,
+) -> Result<Option<Entry>, StorageError> {
+    let time_left = match item.get(EXPIRES_MS) {
+        Some(expires) => {
+            let expires: u64 = expires
+                .as_n()
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| corrupt(EXPIRES_MS, "a whole number"))?;
+            if expires <= now_ms {
+                return Ok(None);
+            }
+            TimeLeft::About(Duration::from_millis(expires - now_ms))
         }
-    }
+        None => TimeLeft::Never,
+    };
     match item.get(VALUE) {
-        Some(AttributeValue::B(blob)) => Ok(Some(blob.as_ref().to_vec())),
+        Some(AttributeValue::B(blob)) => Ok(Some(Entry {
+            value: blob.as_ref().to_vec(),
+            time_left,
+        })),
         _ => Err(corrupt(VALUE, "a binary value")),
     }
 }
@@ -195,6 +212,23 @@ mod tests {
         let item = record("k", b"v", Ttl::from_secs(1).unwrap(), 10_000);
         assert_eq!(live_value(&item, 10_999).unwrap(), Some(b"v".to_vec()));
         assert_eq!(live_value(&item, 11_000).unwrap(), None);
+    }
+
+    #[test]
+    fn time_left_is_the_expiry_against_the_reader_clock() {
+        let item = record("k", b"v", Ttl::from_secs(20).unwrap(), 10_000);
+        let entry = live_entry(&item, 12_500).unwrap().unwrap();
+        assert_eq!(entry.value, b"v".to_vec());
+        assert_eq!(
+            entry.time_left,
+            TimeLeft::About(Duration::from_millis(17_500))
+        );
+        assert_eq!(live_entry(&item, 30_000).unwrap(), None);
+        let never = record("k", b"v", Ttl::NEVER, 10_000);
+        assert_eq!(
+            live_entry(&never, 12_500).unwrap().unwrap().time_left,
+            TimeLeft::Never
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use aws_config::{BehaviorVersion, Region, retry::RetryConfig, timeout::TimeoutConfig};
 use aws_sdk_dynamodb::{Client, config::Credentials, types::AttributeValue};
 use backon::{ExponentialBuilder, Retryable};
-use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage, check_value};
+use ttl_storage::{Entry, Key, Result, StorageError, Ttl, TtlStorage, check_value};
 
 use crate::{
     ConnectError, DynamoConfig, ExpiryMode,
@@ -234,6 +234,17 @@ impl TtlStorage for DynamoStorage {
             }
         })
         .await
+    }
+
+    /// In [`ExpiryMode::WallClock`] the time left is the record's expiry
+    /// (written by its writer) minus this machine's wall clock: the same
+    /// comparison every operation makes. In [`ExpiryMode::ObservedLease`]
+    /// expiry is per observer, so it is unknown.
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+        match self.mode {
+            ExpiryMode::WallClock => self.retrying("get", || self.get_entry_wall(key)).await,
+            ExpiryMode::ObservedLease => Ok(self.get(key).await?.map(Entry::unknown_time_left)),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! the stored `exp_ms` with the caller's wall clock, inside each condition.
 
 use aws_sdk_dynamodb::{primitives::Blob, types::AttributeValue};
-use ttl_storage::{Key, Result, Ttl};
+use ttl_storage::{Entry, Key, Result, Ttl};
 
 use crate::{
     DynamoStorage,
@@ -68,6 +68,14 @@ impl DynamoStorage {
             // The clock is read after the answer: a record that expired
             // while the request was in flight is reported as gone.
             Some(found) => item::live_value(&found, item::now_ms()?),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Self::get_wall`] with the time left on the reader's wall clock.
+    pub(crate) async fn get_entry_wall(&self, key: &Key) -> Result<Option<Entry>> {
+        match self.read(key).await? {
+            Some(found) => item::live_entry(&found, item::now_ms()?),
             None => Ok(None),
         }
     }

@@ -12,7 +12,7 @@ use std::{
 };
 
 use storage_dynamo::{ConnectError, DynamoConfig, DynamoConfigBuilder, DynamoStorage, ExpiryMode};
-use ttl_storage::{DynTtlStorage, Key, Ttl, TtlStorage};
+use ttl_storage::{DynTtlStorage, Key, TimeLeft, Ttl, TtlStorage};
 
 const TABLE: &str = "ttl_storage_suite";
 
@@ -85,6 +85,31 @@ async fn empty_and_largest_values_fit_an_item() {
     assert_eq!(s.get(&key).await.unwrap(), Some(big.clone()));
     assert!(s.compare_and_delete(&key, &big).await.unwrap());
     assert_eq!(s.get(&key).await.unwrap(), None);
+}
+
+/// Wall-clock mode reports the time left (the writer's expiry against this
+/// machine's clock); observed-lease mode cannot tell.
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn entry_reports_the_time_left_in_wall_clock_mode() {
+    let s = make_storage().await;
+    let key = fresh_key("entry");
+    elections_testsuite::assert_time_left_round_trip(
+        &*s,
+        &key,
+        Duration::from_secs(19)..=Duration::from_secs(20),
+    )
+    .await;
+
+    let observed = observed_storage().await;
+    assert!(
+        observed
+            .insert_if_not_exists(&key, b"o", secs(20))
+            .await
+            .unwrap()
+    );
+    let entry = observed.get_entry(&key).await.unwrap().unwrap();
+    assert_eq!(entry.time_left, TimeLeft::Unknown);
 }
 
 #[tokio::test]

@@ -120,7 +120,10 @@
 //! after 500 ms when its request times out or is dropped by the caller
 //! makes that node a **suspect for 10 s**, which every later plan tries
 //! last (still tried if nothing else is left); any answer from it clears
-//! it. A `WARN` log names the node. Measured on a 3-node Cassandra 5.0
+//! it. A `WARN` log names the node. A false suspicion (a node that was
+//! only slow, or a client process paused mid-request) costs that node 10 s
+//! of traffic, never an error: with every node suspected, plans keep the
+//! driver's own order. Measured on a 3-node Cassandra 5.0
 //! cluster with one node cut off one way for 10 s and three contenders:
 //! before, no acquisition succeeded during the cut (a takeover took
 //! 23 s); after, takeovers during cuts took 8.5–8.9 s with an 8 s lease

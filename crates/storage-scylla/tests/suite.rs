@@ -13,7 +13,7 @@
 use std::{sync::Arc, time::Duration};
 
 use storage_scylla::ScyllaStorage;
-use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl};
+use ttl_storage::{DynTtlStorage, ErrorKind, Key, Ttl};
 
 fn uri() -> String {
     std::env::var("SCYLLA_URI").unwrap_or_else(|_| {
@@ -77,24 +77,12 @@ mod scylla_driver {
     #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
     async fn entry_reports_the_cell_ttl() {
         let s = make_storage().await;
-        let key = key("entry-ttl");
-        let twenty = Ttl::from_secs(20).unwrap();
-        assert!(s.insert_if_not_exists(&key, b"v", twenty).await.unwrap());
-        let entry = s.get_entry(&key).await.unwrap().unwrap();
-        elections_testsuite::assert_time_left(
-            &entry,
-            b"v",
+        elections_testsuite::assert_time_left_round_trip(
+            &*s,
+            &key("entry-ttl"),
             Duration::from_secs(19)..=Duration::from_secs(21),
-        );
-        assert!(
-            s.compare_and_swap(&key, b"v", b"w", Ttl::NEVER)
-                .await
-                .unwrap()
-        );
-        let entry = s.get_entry(&key).await.unwrap().unwrap();
-        assert_eq!(entry.time_left, TimeLeft::Never);
-        assert!(s.compare_and_delete(&key, b"w").await.unwrap());
-        assert_eq!(s.get_entry(&key).await.unwrap(), None);
+        )
+        .await;
     }
 
     /// Connecting to a table that does not exist, without create_schema,
