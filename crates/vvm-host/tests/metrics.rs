@@ -74,6 +74,9 @@ fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 struct Node {
     child: Child,
     addr: SocketAddr,
+    /// The command's output: it prints `leading` once it runs (and ignores
+    /// SIGTERM).
+    stdout: mpsc::Receiver<String>,
     _stderr: mpsc::Receiver<String>,
 }
 
@@ -96,10 +99,11 @@ fn start(storage: &str, fault_file: &Path, grace: &str) -> Node {
         COMMAND,
     ])
     .env("VVM_HOST_FAULT_FILE", fault_file)
-    .stdout(Stdio::null())
+    .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
+    let (stdout, _) = lines(child.stdout.take().unwrap());
     let (rx, _) = lines(child.stderr.take().unwrap());
     let line = wait_for_line(&rx, "metrics endpoint listening");
     let addr = line
@@ -111,6 +115,7 @@ fn start(storage: &str, fault_file: &Path, grace: &str) -> Node {
     Node {
         child,
         addr,
+        stdout,
         _stderr: rx,
     }
 }
@@ -172,6 +177,7 @@ fn leader_gauge_moves_across_a_handover_and_healthz_follows() {
 
     // Handover: A's store says the lease was taken. A's gauge drops to 0
     // while it is still up (its command ignores SIGTERM for a second)...
+    wait_for_line(&a.stdout, "leading");
     std::fs::write(&fault_a, "lost").unwrap();
     until("A's gauge at 0", || {
         leader_gauge(&get(a.addr, "/metrics")?.1).filter(|v| *v == 0.0)
@@ -202,7 +208,11 @@ fn leader_gauge_moves_across_a_handover_and_healthz_follows() {
         "A lost its lease"
     );
 
-    // Shutdown: B answers 503 while its command gets its grace period.
+    // Shutdown: B answers 503 while its command gets its grace period. Only
+    // once the command runs (and ignores SIGTERM): a vvm-host stopped while
+    // its command is still starting shuts down in milliseconds, too fast to
+    // be seen answering.
+    wait_for_line(&b.stdout, "leading");
     signal(&b.child, Signal::SIGTERM);
     let (_, stopping) = until("B to report shutting down", || {
         health(b.addr).filter(|(code, _)| *code == 503)
