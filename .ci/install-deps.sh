@@ -4,7 +4,10 @@ set -euo pipefail
 need=()
 command -v java >/dev/null || need+=(default-jre-headless)
 command -v mvn >/dev/null || need+=(maven)
-command -v redis-server >/dev/null || command -v valkey-server >/dev/null || need+=(redis-server)
+# Valkey itself on the process route (bookworm-backports packages it; the
+# container route's image keeps Debian's Redis 7, so CI runs both servers).
+need_valkey=
+command -v valkey-server >/dev/null || need_valkey=1
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 command -v openssl >/dev/null || need+=(openssl)   # throwaway CAs for the TLS cases
 command -v etcd >/dev/null || need+=(etcd-server)
@@ -15,9 +18,41 @@ command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v docker-compose >/dev/null || need+=(docker-compose)
+# Packages must not start their own daemons (redis on 6379, etcd on 2379,
+# postgresql): the tests start every server themselves, on ports of their
+# own. policy-rc.d answering 101 forbids it, for this install only.
+policy=/usr/sbin/policy-rc.d
+own_policy=
+if [[ ! -e $policy ]] && { ((${#need[@]})) || [[ -n $need_valkey ]]; }; then
+  printf '#!/bin/sh\nexit 101\n' >"$policy"
+  chmod +x "$policy"
+  own_policy=1
+  trap 'rm -f "$policy"' EXIT
+fi
+export DEBIAN_FRONTEND=noninteractive
 if ((${#need[@]})); then
-  export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need[@]}"
 fi
+if [[ -n $need_valkey ]]; then
+  if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release; then
+    backports=/etc/apt/sources.list.d/bookworm-backports.sources
+    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      cat >"$backports" <<'SOURCES'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+    fi
+    apt-get update -qq
+    apt-get install -y -qq -t bookworm-backports valkey-server
+  else
+    apt-get update -qq
+    apt-get install -y -qq valkey-server
+  fi
+fi
+[[ -z $own_policy ]] || rm -f "$policy"
+valkey-server --version
 java -version 2>&1 | head -1

@@ -1,8 +1,9 @@
 //! A throwaway local Valkey (or Redis) server for the coordinator's tests
 //! and benchmark.
 //!
-//! [`start`] runs `valkey-server` (or `redis-server`, whichever is on `PATH`)
-//! on a free loopback port with persistence off, waits until it answers
+//! [`start`] runs `valkey-server` (or `redis-server`, whichever is on `PATH`
+//! first; `VALKEY_SERVER=/path/to/redis-server` picks one) and prints its
+//! version, on a free loopback port with persistence off, waits until it answers
 //! `PING`, and returns the child process and its `redis://` URL (and, when
 //! asked, a `rediss://` URL of a TLS port with a throwaway CA, for
 //! storage-valkey's TLS case). The caller kills the child when done (its
@@ -19,6 +20,8 @@ use anyhow::{Context, Result, bail};
 
 /// Server binaries tried in order.
 const BINARIES: [&str; 2] = ["valkey-server", "redis-server"];
+/// Names the server binary to run instead of the first of [`BINARIES`].
+const SERVER_VAR: &str = "VALKEY_SERVER";
 /// How long the server may take to answer `PING`.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// Port picks tried (a free port can be taken before the server binds it).
@@ -30,6 +33,7 @@ const ATTEMPTS: usize = 3;
 /// `openssl`).
 pub(crate) fn start(work_dir: &Path, tls: bool) -> Result<(Child, String, Option<String>)> {
     let binary = find_binary()?;
+    println!("== valkey: {} ==", version(&binary)?);
     std::fs::create_dir_all(work_dir)
         .with_context(|| format!("cannot create {}", work_dir.display()))?;
     let certs = match tls {
@@ -86,8 +90,27 @@ pub(crate) fn start(work_dir: &Path, tls: bool) -> Result<(Child, String, Option
     Err(last_error.unwrap_or_else(|| anyhow::anyhow!("server did not start")))
 }
 
-/// The first of [`BINARIES`] found on `PATH`.
+/// `binary --version`, e.g. `Valkey server v=8.0.1 ...`.
+fn version(binary: &Path) -> Result<String> {
+    let out = Command::new(binary)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("cannot run {} --version", binary.display()))?;
+    if !out.status.success() {
+        bail!("{} --version failed: {}", binary.display(), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// [`SERVER_VAR`] if set, else the first of [`BINARIES`] found on `PATH`.
 fn find_binary() -> Result<PathBuf> {
+    if let Some(binary) = std::env::var_os(SERVER_VAR).filter(|v| !v.is_empty()) {
+        let binary = PathBuf::from(binary);
+        if !binary.is_file() {
+            bail!("{SERVER_VAR}={} is not a file", binary.display());
+        }
+        return Ok(binary);
+    }
     let path = std::env::var_os("PATH").unwrap_or_default();
     for name in BINARIES {
         for dir in std::env::split_paths(&path) {
@@ -99,7 +122,8 @@ fn find_binary() -> Result<PathBuf> {
     }
     bail!(
         "neither valkey-server nor redis-server is on PATH \
-         (Debian: `apt-get install redis-server`), or set VALKEY_URL"
+         (Debian: `apt-get install redis-server`, or valkey-server from \
+         bookworm-backports), or set VALKEY_URL"
     )
 }
 
