@@ -10,7 +10,10 @@
 //! when the lease it granted runs out.
 //!
 //! The variable is for tests of the real binary; it costs one file read per
-//! storage call and must not be set in production.
+//! storage call. It works in debug builds only (`cargo test` builds the
+//! binary it spawns that way): a release build (`cargo install`, `cargo
+//! build --release`) ignores it with a warning, so a production binary has
+//! no fault injection to switch on.
 
 use std::{
     path::{Path, PathBuf},
@@ -41,20 +44,23 @@ enum Fault {
 impl FaultyStorage {
     /// Wraps `inner` if the variable is set.
     pub(crate) fn wrap_if_requested(inner: DynTtlStorage) -> DynTtlStorage {
-        match std::env::var_os(FAULT_FILE_VAR) {
-            Some(file) if !file.is_empty() => {
-                tracing::warn!(file = ?file, "storage fault injection enabled ({FAULT_FILE_VAR}); for tests only");
-                let file = PathBuf::from(file);
-                let mut last_write = file.clone().into_os_string();
-                last_write.push(".last-write");
-                std::sync::Arc::new(FaultyStorage {
-                    inner,
-                    file,
-                    last_write: PathBuf::from(last_write),
-                })
-            }
-            _ => inner,
+        let file = match std::env::var_os(FAULT_FILE_VAR) {
+            Some(file) if !file.is_empty() => file,
+            _ => return inner,
+        };
+        if !cfg!(debug_assertions) {
+            tracing::warn!(file = ?file, "{FAULT_FILE_VAR} is ignored: storage fault injection exists in debug builds only");
+            return inner;
         }
+        tracing::warn!(file = ?file, "storage fault injection enabled ({FAULT_FILE_VAR}); for tests only");
+        let file = PathBuf::from(file);
+        let mut last_write = file.clone().into_os_string();
+        last_write.push(".last-write");
+        std::sync::Arc::new(FaultyStorage {
+            inner,
+            file,
+            last_write: PathBuf::from(last_write),
+        })
     }
 
     async fn fault(&self) -> Result<Fault, StorageError> {

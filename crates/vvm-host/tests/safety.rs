@@ -96,6 +96,10 @@ fn assert_gone_before(pids: [i32; 2], lease_end: SystemTime, log: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
 fn a_store_that_hangs_gets_the_whole_command_killed_before_the_lease_expires() {
     let script = job_with_escaping_grandchild("trap '' TERM; exec sleep 1000");
     let mut host = Host::start(&["--grace-period", "60s"], &script);
@@ -113,6 +117,10 @@ fn a_store_that_hangs_gets_the_whole_command_killed_before_the_lease_expires() {
 }
 
 #[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
 fn a_stopped_vvm_host_has_its_command_killed_by_the_guard_before_the_lease_expires() {
     let script = job_with_escaping_grandchild("trap '' TERM; exec sleep 1000");
     let mut host = Host::start(&[], &script);
@@ -137,6 +145,10 @@ fn a_stopped_vvm_host_has_its_command_killed_by_the_guard_before_the_lease_expir
 /// guard's parent) as its first act, before vvm-host has even read the
 /// guard's "started" report. The guard must already know the deadline.
 #[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
 fn a_vvm_host_stopped_as_the_command_starts_still_has_it_killed_in_time() {
     let script = format!(
         "read -r _ _ _ host _ < /proc/$PPID/stat; kill -STOP $host; echo stopped=$host; {}",
@@ -165,6 +177,10 @@ fn a_vvm_host_stopped_as_the_command_starts_still_has_it_killed_in_time() {
 }
 
 #[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
 fn sigkill_of_vvm_host_kills_the_command_and_its_escaped_grandchild() {
     let script = job_with_escaping_grandchild("trap '' TERM; exec sleep 1000");
     let mut host = Host::start(&[], &script);
@@ -179,6 +195,10 @@ fn sigkill_of_vvm_host_kills_the_command_and_its_escaped_grandchild() {
 }
 
 #[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
 fn a_failing_store_ends_in_an_orderly_stop_and_the_lost_status() {
     let script = job_with_escaping_grandchild(
         "trap 'echo got-term; exit 0' TERM; while :; do sleep 0.05; done",
@@ -200,6 +220,10 @@ fn a_failing_store_ends_in_an_orderly_stop_and_the_lost_status() {
 }
 
 #[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
 fn a_lease_taken_away_stops_the_command_with_the_configured_status() {
     let script = job_with_escaping_grandchild("trap 'exit 0' TERM; while :; do sleep 0.05; done");
     let mut host = Host::start(&["--exit-code-lost", "99"], &script);
@@ -215,6 +239,10 @@ fn a_lease_taken_away_stops_the_command_with_the_configured_status() {
 /// started, even outside its process group) stops, then leadership is
 /// released, and vvm-host exits 0.
 #[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
 fn sighup_and_sigquit_shut_down_in_order() {
     for sig in [Signal::SIGHUP, Signal::SIGQUIT] {
         let script = job_with_escaping_grandchild(
@@ -237,6 +265,10 @@ fn sighup_and_sigquit_shut_down_in_order() {
 /// status passes through even where it equals one of vvm-host's own (with a
 /// warning in the log).
 #[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
 fn a_command_that_exits_leaves_nothing_behind_and_its_status_passes_through() {
     let script = job_with_escaping_grandchild("exit 123");
     let mut host = Host::start(&[], &script);
@@ -254,6 +286,10 @@ fn a_command_that_exits_leaves_nothing_behind_and_its_status_passes_through() {
 /// Exit 124 (or the configured status) when no leadership is acquired in
 /// time: a crashed leader's lease is still in the file.
 #[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
 fn no_leadership_in_time_has_its_own_status() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("redb://{}", dir.path().join("leases.redb").display());
@@ -286,6 +322,10 @@ fn hold_lease_and_crash(url: &str) -> bool {
 }
 
 #[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
 fn ambiguous_exit_codes_are_refused() {
     let output = vvm_host(&["--exit-code-lost", "125"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
