@@ -98,17 +98,12 @@ pub(crate) fn endpoint(kind: &Kind, raw: &str) -> Option<String> {
                 endpoint.port_or_known_default()?
             ))
         }
-        #[cfg(any(feature = "valkey", feature = "postgres", feature = "etcd"))]
-        Kind::Valkey | Kind::Postgres | Kind::Etcd => {
-            let url = url::Url::parse(raw).ok()?;
-            let port = url.port().or(match url.scheme() {
-                "redis" | "rediss" | "valkey" | "valkeys" => Some(6379),
-                "postgres" | "postgresql" => Some(5432),
-                "etcd" | "etcds" => Some(2379),
-                _ => None,
-            })?;
-            Some(format!("{}:{port}", url.host_str()?))
-        }
+        #[cfg(feature = "valkey")]
+        Kind::Valkey => host_and_port(raw),
+        #[cfg(feature = "postgres")]
+        Kind::Postgres => host_and_port(raw),
+        #[cfg(feature = "etcd")]
+        Kind::Etcd => host_and_port(raw),
         _ => {
             let _ = raw;
             None
@@ -152,20 +147,43 @@ pub(crate) fn with_endpoint(kind: &Kind, raw: &str, addr: &str) -> Result<String
             url.query_pairs_mut().clear().extend_pairs(pairs);
             Ok(url.to_string())
         }
-        #[cfg(any(feature = "valkey", feature = "postgres", feature = "etcd"))]
-        Kind::Valkey | Kind::Postgres | Kind::Etcd => {
-            let (host, port) = addr.rsplit_once(':').ok_or_else(no_endpoint)?;
-            let port: u16 = port.parse().map_err(|_| no_endpoint())?;
-            let mut url = url::Url::parse(raw).map_err(|_| no_endpoint())?;
-            url.set_host(Some(host)).map_err(|_| no_endpoint())?;
-            url.set_port(Some(port)).map_err(|()| no_endpoint())?;
-            Ok(url.to_string())
-        }
+        #[cfg(feature = "valkey")]
+        Kind::Valkey => replace_host_and_port(raw, addr).ok_or_else(no_endpoint),
+        #[cfg(feature = "postgres")]
+        Kind::Postgres => replace_host_and_port(raw, addr).ok_or_else(no_endpoint),
+        #[cfg(feature = "etcd")]
+        Kind::Etcd => replace_host_and_port(raw, addr).ok_or_else(no_endpoint),
         _ => {
             let _ = addr;
             Err(no_endpoint())
         }
     }
+}
+
+/// `host:port` of a URL of the plain `scheme://[userinfo@]host[:port]/...`
+/// form (Valkey, PostgreSQL, etcd), with the scheme's default port.
+#[cfg(any(feature = "valkey", feature = "postgres", feature = "etcd"))]
+fn host_and_port(raw: &str) -> Option<String> {
+    let url = url::Url::parse(raw).ok()?;
+    let port = url.port().or(match url.scheme() {
+        "redis" | "rediss" | "valkey" | "valkeys" => Some(6379),
+        "postgres" | "postgresql" => Some(5432),
+        "etcd" | "etcds" => Some(2379),
+        _ => None,
+    })?;
+    Some(format!("{}:{port}", url.host_str()?))
+}
+
+/// `raw` (of the form [`host_and_port`] reads) with `host:port` replaced by
+/// `addr`.
+#[cfg(any(feature = "valkey", feature = "postgres", feature = "etcd"))]
+fn replace_host_and_port(raw: &str, addr: &str) -> Option<String> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let mut url = url::Url::parse(raw).ok()?;
+    url.set_host(Some(host)).ok()?;
+    url.set_port(Some(port)).ok()?;
+    Some(url.to_string())
 }
 
 #[cfg(test)]
