@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, PutOptions,
-    TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, KeyValue,
+    PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 use ttl_storage::{
     Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch,
@@ -226,24 +226,14 @@ impl TtlStorage for EtcdStorage {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        let mut client = self.client.clone();
-        let response = client
-            .get(self.server_key(key), None)
-            .await
-            .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?;
-        Ok(response.kvs().first().map(|kv| kv.value().to_vec()))
+        Ok(self.read(key).await?.map(|kv| kv.value().to_vec()))
     }
 
     /// The value, and the time left on its lease (`LeaseTimeToLive`, whole
     /// seconds; a second call, so the lease may have run out in between:
     /// then zero). A key without a lease never expires.
     async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
-        let mut client = self.client.clone();
-        let response = client
-            .get(self.server_key(key), None)
-            .await
-            .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?;
-        let Some(kv) = response.kvs().first() else {
+        let Some(kv) = self.read(key).await? else {
             return Ok(None);
         };
         let value = kv.value().to_vec();
@@ -254,7 +244,9 @@ impl TtlStorage for EtcdStorage {
                 time_left: TimeLeft::Never,
             }));
         }
-        let left = client
+        let left = self
+            .client
+            .clone()
             .lease_time_to_live(lease, None)
             .await
             .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?
@@ -278,6 +270,19 @@ impl TtlStorage for EtcdStorage {
                 tokio::time::sleep(WATCH_ERROR_PAUSE).await;
             }
         }))
+    }
+}
+
+impl EtcdStorage {
+    /// The key's record as etcd holds it (value and lease), if any.
+    async fn read(&self, key: &Key) -> Result<Option<KeyValue>> {
+        let mut response = self
+            .client
+            .clone()
+            .get(self.server_key(key), None)
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?;
+        Ok(response.take_kvs().into_iter().next())
     }
 }
 

@@ -177,10 +177,6 @@ fn a_vvm_host_stopped_as_the_command_starts_still_has_it_killed_in_time() {
 }
 
 #[test]
-#[cfg_attr(
-    not(debug_assertions),
-    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
-)]
 fn sigkill_of_vvm_host_kills_the_command_and_its_escaped_grandchild() {
     let script = job_with_escaping_grandchild("trap '' TERM; exec sleep 1000");
     let mut host = Host::start(&[], &script);
@@ -239,10 +235,6 @@ fn a_lease_taken_away_stops_the_command_with_the_configured_status() {
 /// started, even outside its process group) stops, then leadership is
 /// released, and vvm-host exits 0.
 #[test]
-#[cfg_attr(
-    not(debug_assertions),
-    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
-)]
 fn sighup_and_sigquit_shut_down_in_order() {
     for sig in [Signal::SIGHUP, Signal::SIGQUIT] {
         let script = job_with_escaping_grandchild(
@@ -265,10 +257,6 @@ fn sighup_and_sigquit_shut_down_in_order() {
 /// status passes through even where it equals one of vvm-host's own (with a
 /// warning in the log).
 #[test]
-#[cfg_attr(
-    not(debug_assertions),
-    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
-)]
 fn a_command_that_exits_leaves_nothing_behind_and_its_status_passes_through() {
     let script = job_with_escaping_grandchild("exit 123");
     let mut host = Host::start(&[], &script);
@@ -286,10 +274,6 @@ fn a_command_that_exits_leaves_nothing_behind_and_its_status_passes_through() {
 /// Exit 124 (or the configured status) when no leadership is acquired in
 /// time: a crashed leader's lease is still in the file.
 #[test]
-#[cfg_attr(
-    not(debug_assertions),
-    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
-)]
 fn no_leadership_in_time_has_its_own_status() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("redb://{}", dir.path().join("leases.redb").display());
@@ -322,10 +306,6 @@ fn hold_lease_and_crash(url: &str) -> bool {
 }
 
 #[test]
-#[cfg_attr(
-    not(debug_assertions),
-    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
-)]
 fn ambiguous_exit_codes_are_refused() {
     let output = vvm_host(&["--exit-code-lost", "125"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
