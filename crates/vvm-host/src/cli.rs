@@ -44,6 +44,15 @@ pub(crate) struct Args {
     #[arg(long, env = "VVM_HOST_GRACE_PERIOD", default_value = "10s", value_parser = parse_duration)]
     pub(crate) grace_period: Duration,
 
+    /// How the command's processes are kept within reach: `cgroup` (a cgroup
+    /// v2 of the job's own, ended with cgroup.kill: nothing escapes), `pidns`
+    /// (a PID namespace whose init takes every process with it), `subreaper`
+    /// (a process-tree walk: a process whose parent is stuck can escape), or
+    /// `auto`: the first of these that works here (the start log says which
+    /// and why).
+    #[arg(long, env = "VVM_HOST_CONTAINMENT", value_enum, default_value_t = crate::containment::Requested::Auto)]
+    pub(crate) containment: crate::containment::Requested,
+
     /// Serve Prometheus metrics at http://ADDR/metrics and a health report
     /// at /healthz (200 while healthy as leader or standby, 503 otherwise).
     /// ADDR is IP:PORT, e.g. 127.0.0.1:9187; port 0 picks a free port (the
@@ -114,16 +123,19 @@ Without COMMAND, a demo service logs the key it leads once a second.
 Storage URLs built into this vvm-host (others need a cargo feature):
 {}
 
-The command starts once leadership is acquired, in its own process group,
-under a small guard process, with VVM_HOST_KEY, VVM_HOST_KEY_INDEX and
-VVM_HOST_FENCING_TOKEN set. SIGINT, SIGTERM, SIGHUP, SIGQUIT or a leadership
-loss stop it: SIGTERM to its process group, SIGKILL after the grace period,
-then SIGKILL to every descendant left (even those that called setsid);
-leadership is released only after that. If vvm-host dies in any other way
-(SIGKILL, the OOM killer), the guard kills the whole command at once. If the
-lease may run out first (the store hangs, or the command outlives its grace
-period after a loss), the killer SIGKILLs the whole command at 0.8 x the
-leadership duration after the last renewal, and vvm-host exits 123.
+The command starts once leadership is acquired, under a small guard process
+(vvm-host-guard), contained (--containment), with VVM_HOST_KEY,
+VVM_HOST_KEY_INDEX and VVM_HOST_FENCING_TOKEN set. SIGINT, SIGTERM, SIGHUP,
+SIGQUIT or a leadership loss stop it: SIGTERM to every process of the job,
+SIGKILL after the grace period; leadership is released only once the job is
+empty (a process stuck in uninterruptible sleep keeps the lease, renewed,
+until it is gone). If vvm-host dies in any other way (SIGKILL, the OOM
+killer), the guard kills the whole job at once. If the lease may run out
+first (the store hangs, or the command outlives its grace period after a
+loss), the killer SIGKILLs the whole job at 0.8 x the leadership duration
+after the last renewal, and vvm-host exits 123. A guard that does not answer
+(stopped) by the end of the grace period: vvm-host ends the job itself and
+exits 125.
 
 Exit status: the command's own when it exits by itself (128+N if killed by
 signal N, 126/127 if it could not be started); 0 after a clean shutdown by

@@ -5,7 +5,14 @@ use std::{ffi::OsString, sync::Arc, sync::Mutex, sync::PoisonError, time::Durati
 
 use vvm_orch::{ServiceContext, ServicePipeline};
 
-use crate::job::{Job, JobError, Outcome, RunningJob};
+use crate::{
+    containment::Plan,
+    job::{Job, JobError, Outcome, RunningJob},
+};
+
+/// How long the guard has to acknowledge a `kill` before vvm-host ends
+/// the job itself.
+const KILL_ACK_LIMIT: Duration = Duration::from_secs(2);
 
 /// Why the command failed as a service.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +30,7 @@ pub(crate) struct CommandPipeline {
     grace: Duration,
     outcome: Arc<Mutex<Option<Outcome>>>,
     running: RunningJob,
+    containment: Arc<Plan>,
 }
 
 impl CommandPipeline {
@@ -32,6 +40,7 @@ impl CommandPipeline {
         command: Vec<OsString>,
         grace: Duration,
         running: RunningJob,
+        containment: Arc<Plan>,
     ) -> Option<(Self, Arc<Mutex<Option<Outcome>>>)> {
         let mut command = command.into_iter();
         let program = command.next()?;
@@ -42,6 +51,7 @@ impl CommandPipeline {
             grace,
             outcome: outcome.clone(),
             running,
+            containment,
         };
         Some((pipeline, outcome))
     }
@@ -60,17 +70,32 @@ impl ServicePipeline for CommandPipeline {
             ("VVM_HOST_KEY_INDEX", ctx.key_index().to_string()),
             ("VVM_HOST_FENCING_TOKEN", ctx.fencing_token().to_string()),
         ];
-        let mut job = match Job::start(&self.program, &self.args, &env, &self.running).await {
+        let started = Job::start(
+            &self.program,
+            &self.args,
+            &env,
+            &self.containment,
+            &self.running,
+        )
+        .await;
+        let mut job = match started {
             Ok(job) => job,
             Err(err) => {
                 if let JobError::Spawn { message, .. } = &err {
-                    let not_found = message.starts_with("not found");
-                    self.record(Outcome::NotStarted { not_found });
+                    let not_found = message.starts_with("not-found");
+                    if not_found || message.starts_with("not-executable") {
+                        self.record(Outcome::NotStarted { not_found });
+                    }
                 }
                 return Err(err.into());
             }
         };
-        tracing::info!(pid = job.pid().map_or(0, nix::unistd::Pid::as_raw), program = ?self.program, "command started");
+        tracing::info!(
+            pid = job.pid().map_or(0, nix::unistd::Pid::as_raw),
+            program = ?self.program,
+            cgroup = ?job.cgroup(),
+            "command started"
+        );
 
         tokio::select! {
             ended = job.wait() => {
@@ -82,13 +107,37 @@ impl ServicePipeline for CommandPipeline {
             () = ctx.shutdown_requested() => {}
         }
         tracing::info!(grace = ?self.grace, "stopping the command: SIGTERM");
-        job.terminate().map_err(JobError::from)?;
+        // A guard that is gone shows in `wait`; one that is stopped does
+        // not answer, and vvm-host then ends the job itself.
+        let _ = job.terminate();
         let (outcome, swept) = match tokio::time::timeout(self.grace, job.wait()).await {
             Ok(ended) => ended?,
             Err(_) => {
+                let _ = job.kill();
                 tracing::warn!(grace = ?self.grace, "the command outlived its grace period: SIGKILL");
-                job.kill().map_err(JobError::from)?;
-                job.wait().await?
+                let acked = tokio::time::timeout(KILL_ACK_LIMIT, async {
+                    loop {
+                        if job.acks().kill {
+                            break None;
+                        }
+                        // `wait` returns at the exit report, or sets the ack.
+                        tokio::select! {
+                            ended = job.wait() => break Some(ended),
+                            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                        }
+                    }
+                })
+                .await;
+                match acked {
+                    Ok(Some(ended)) => ended?,
+                    Ok(None) => job.wait().await?,
+                    Err(_) => {
+                        let waited = self.grace + KILL_ACK_LIMIT;
+                        let err = job.take_over(waited).await;
+                        tracing::error!(%err, "the guard is stopped or stuck");
+                        return Err(err.into());
+                    }
+                }
             }
         };
         self.record(outcome);

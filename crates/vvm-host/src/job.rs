@@ -5,16 +5,15 @@
 use std::{
     ffi::OsString,
     io::{self, Write},
-    os::unix::net::UnixStream as StdUnixStream,
+    os::{fd::OwnedFd, unix::net::UnixStream as StdUnixStream},
     process::Stdio,
     sync::{Arc, Mutex, OnceLock, PoisonError},
     time::{Duration, Instant},
 };
 
 use nix::{
-    errno::Errno,
     sys::{
-        signal::{Signal, killpg},
+        signal::Signal,
         wait::{Id, WaitPidFlag, WaitStatus, waitid},
     },
     unistd::Pid,
@@ -28,7 +27,10 @@ use tokio::{
     process::{Child, Command},
 };
 
-use crate::guard::{GUARD_ARG, KILL, TERMINATE, boot_time};
+use crate::{
+    containment::{JobCgroup, Plan, pidfd},
+    guard::{GUARD_ARG, GUARD_NAME, KILL, TERMINATE, boot_time},
+};
 
 /// The executable the guard runs as: this very binary, even if the file on
 /// disk was replaced since it started.
@@ -84,10 +86,12 @@ pub(crate) enum JobError {
     Guard(#[source] io::Error),
     #[error("cannot start {program:?}: {message}")]
     Spawn { program: OsString, message: String },
-    #[error(
-        "the guard process ended without reporting ({0}); the command's process group was killed"
-    )]
+    #[error("the guard process ended without reporting ({0})")]
     GuardLost(String),
+    #[error(
+        "the guard process did not answer within {0:?} (stopped?); vvm-host ended the job itself"
+    )]
+    GuardUnresponsive(Duration),
     #[error("lifeline to the guard: {0}")]
     Io(#[from] io::Error),
 }
@@ -96,6 +100,10 @@ pub(crate) enum JobError {
 #[derive(Debug)]
 pub(crate) struct JobHandle {
     guard: Pid,
+    /// Names the guard for as long as vvm-host lives (our own child).
+    guard_fd: Option<OwnedFd>,
+    /// The job's cgroup, in the cgroup mode: ended without the guard.
+    cgroup: Option<JobCgroup>,
     /// Known once the guard has reported it started the command.
     command: OnceLock<Pid>,
     lifeline: StdUnixStream,
@@ -120,39 +128,78 @@ impl JobHandle {
         }
     }
 
-    /// SIGKILL to the command's process group at once, then asks the guard
-    /// to kill every descendant, and waits up to `limit` for the guard to
-    /// report that the whole job is gone (by exiting). True if it did.
+    /// Ends the job at once, then says nothing: the caller logs. In the
+    /// cgroup mode, `cgroup.kill` first (no guard needed); then the guard
+    /// is asked to kill (it reaches everything in every mode). Waits up to
+    /// `limit` for the job to be gone: the cgroup empty, or the guard
+    /// exited (which it does only once the job is empty). If the guard
+    /// does not confirm, it is SIGKILLed too (in the PID-namespace mode its
+    /// death takes the namespace's init, and so the namespace, with it).
+    /// True if the job is known to be gone.
     pub(crate) fn kill_now(&self, limit: Duration) -> bool {
-        // Before the guard reported the command's pid, the `kill` request
-        // below is enough: the guard reads it once the command runs.
-        if let Some(&command) = self.command.get() {
-            match killpg(command, Signal::SIGKILL) {
-                Ok(()) | Err(Errno::ESRCH) => {}
-                Err(err) => tracing::error!(%err, "SIGKILL to the command's process group failed"),
-            }
+        if let Some(cgroup) = &self.cgroup {
+            let _ = cgroup.kill();
         }
-        match (&self.lifeline).write_all(KILL) {
-            Ok(()) => {}
+        let asked = match (&self.lifeline).write_all(KILL) {
+            Ok(()) => true,
             // The guard has finished already: the job is gone.
             Err(err) if err.kind() == io::ErrorKind::BrokenPipe => return true,
-            Err(err) => tracing::error!(
-                %err,
-                "cannot reach the guard; its lifeline closes when vvm-host exits"
-            ),
-        }
+            Err(_) => false,
+        };
         let deadline = std::time::Instant::now() + limit;
         loop {
-            // WNOWAIT: only look; the runtime reaps the guard.
-            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-            match waitid(Id::Pid(self.guard), flags) {
-                Ok(WaitStatus::StillAlive) => {}
-                Ok(_) | Err(_) => return true,
+            if self.gone() {
+                return true;
             }
-            if std::time::Instant::now() >= deadline {
-                return false;
+            if !asked || std::time::Instant::now() >= deadline {
+                break;
             }
             std::thread::sleep(Duration::from_millis(2));
+        }
+        self.kill_guard();
+        self.cgroup
+            .as_ref()
+            .is_some_and(|cgroup| !cgroup.populated())
+    }
+
+    /// The guard's notes waiting on the lifeline (for a caller about to
+    /// exit, which will not read them otherwise). Never blocks.
+    pub(crate) fn drain_notes(&self) -> Vec<String> {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = (&self.lifeline).read(&mut buf) {
+            if n == 0 || bytes.len() > 1 << 20 {
+                break;
+            }
+            bytes.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|line| line.strip_prefix("note ").map(str::to_owned))
+            .collect()
+    }
+
+    /// True once the job is known to be empty: its cgroup (cgroup mode) or
+    /// the guard has exited (it exits only once the job is empty).
+    fn gone(&self) -> bool {
+        if let Some(cgroup) = &self.cgroup
+            && !cgroup.populated()
+        {
+            return true;
+        }
+        // WNOWAIT: only look; the runtime reaps the guard.
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        !matches!(
+            waitid(Id::Pid(self.guard), flags),
+            Ok(WaitStatus::StillAlive)
+        )
+    }
+
+    /// SIGKILL to the guard, through the pidfd that names our own child.
+    fn kill_guard(&self) {
+        if let Some(fd) = &self.guard_fd {
+            pidfd::send(fd, Signal::SIGKILL);
         }
     }
 }
@@ -203,6 +250,15 @@ impl RunningJob {
     }
 }
 
+/// What the guard has acknowledged so far.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Acks {
+    /// `ack term` seen.
+    pub(crate) term: bool,
+    /// `ack kill` seen.
+    pub(crate) kill: bool,
+}
+
 /// A command running under its guard.
 pub(crate) struct Job {
     guard: Child,
@@ -214,21 +270,28 @@ pub(crate) struct Job {
     lifeline_write: Option<OwnedWriteHalf>,
     handle: Arc<JobHandle>,
     running: RunningJob,
+    acks: Acks,
 }
 
 impl Job {
-    /// Starts `program args...` under a guard, with `env` added to its
-    /// environment, and publishes it in `running` for the killer.
+    /// Starts `program args...` under a guard, contained as `containment`
+    /// says, with `env` added to its environment, and publishes it in
+    /// `running` for the killer.
     pub(crate) async fn start(
         program: &OsString,
         args: &[OsString],
         env: &[(&str, String)],
+        containment: &Plan,
         running: &RunningJob,
     ) -> Result<Job, JobError> {
+        let (mode, cgroup) = containment.prepare().map_err(JobError::Guard)?;
         let (host_end, guard_end) = StdUnixStream::pair().map_err(JobError::Guard)?;
         let mut command = Command::new(SELF_EXE);
         command
+            .arg0(GUARD_NAME)
             .arg(GUARD_ARG)
+            .arg("--containment")
+            .arg(mode.to_arg())
             .arg("--")
             .arg(program)
             .args(args)
@@ -240,7 +303,15 @@ impl Job {
         for (name, value) in env {
             command.env(name, value);
         }
-        let guard = command.spawn().map_err(JobError::Guard)?;
+        let guard = match command.spawn() {
+            Ok(guard) => guard,
+            Err(err) => {
+                if let Some(cgroup) = &cgroup {
+                    cgroup.remove();
+                }
+                return Err(JobError::Guard(err));
+            }
+        };
         // Our copy of the guard's end must close, or its death goes unseen.
         drop(command);
         let guard_pid = guard
@@ -251,6 +322,8 @@ impl Job {
 
         let handle = Arc::new(JobHandle {
             guard: guard_pid,
+            guard_fd: pidfd::open(guard_pid.as_raw()),
+            cgroup,
             command: OnceLock::new(),
             lifeline: host_end.try_clone().map_err(JobError::Guard)?,
         });
@@ -264,13 +337,20 @@ impl Job {
             lifeline_write: None,
             handle,
             running: running.clone(),
+            acks: Acks::default(),
         };
         host_end.set_nonblocking(true).map_err(JobError::Guard)?;
         let (read, write) = UnixStream::from_std(host_end)
             .map_err(JobError::Guard)?
             .into_split();
         let mut reports = BufReader::new(read).lines();
-        let first = reports.next_line().await?.unwrap_or_default();
+        let first = loop {
+            let line = reports.next_line().await?.unwrap_or_default();
+            match line.strip_prefix("note ") {
+                Some(note) => tracing::warn!(guard = note, "guard"),
+                None => break line,
+            }
+        };
         let mut words = first.splitn(3, ' ');
         match (words.next(), words.next(), words.next()) {
             (Some("started"), Some(pid), _) => {
@@ -283,60 +363,128 @@ impl Job {
                 job.lifeline_write = Some(write);
                 Ok(job)
             }
-            (Some("spawn-failed"), Some(kind), message) => Err(JobError::Spawn {
-                program: program.clone(),
-                message: format!(
-                    "{}{}",
-                    if kind == "not-found" {
-                        "not found: "
-                    } else {
-                        ""
-                    },
-                    message.unwrap_or_default()
-                ),
-            }),
-            _ => Err(JobError::GuardLost(format!("first report {first:?}"))),
+            (Some("spawn-failed"), Some(kind), message) => {
+                job.remove_cgroup();
+                Err(JobError::Spawn {
+                    program: program.clone(),
+                    message: format!("{kind}: {}", message.unwrap_or_default()),
+                })
+            }
+            _ => {
+                job.remove_cgroup();
+                Err(JobError::GuardLost(format!("first report {first:?}")))
+            }
         }
     }
 
-    /// The command's pid (the leader of its process group).
+    /// The command's pid (the leader of its process group; in the
+    /// PID-namespace mode, the namespace's init).
     pub(crate) fn pid(&self) -> Option<Pid> {
         self.handle.command.get().copied()
     }
 
-    /// SIGTERM to the command's process group and adopted orphans.
+    /// The job's cgroup, in the cgroup mode.
+    pub(crate) fn cgroup(&self) -> Option<&std::path::Path> {
+        self.handle.cgroup.as_ref().map(JobCgroup::path)
+    }
+
+    /// What the guard has acknowledged.
+    pub(crate) fn acks(&self) -> Acks {
+        self.acks
+    }
+
+    /// SIGTERM to every process of the job (through the guard).
     pub(crate) fn terminate(&self) -> io::Result<()> {
         (&self.handle.lifeline).write_all(TERMINATE)
     }
 
-    /// SIGKILL to everything of the job.
+    /// SIGKILL to every process of the job (through the guard).
     pub(crate) fn kill(&self) -> io::Result<()> {
         (&self.handle.lifeline).write_all(KILL)
     }
 
     /// Waits until the command has ended and the guard has killed and
     /// reaped everything of the job; returns how it ended and how many
-    /// other processes of the job were killed.
+    /// other processes of the job were killed. Logs the guard's notes and
+    /// the processes that will not die meanwhile. Cancel-safe.
     pub(crate) async fn wait(&mut self) -> Result<(Outcome, usize), JobError> {
-        let report = match &mut self.reports {
-            Some(reports) => reports.next_line().await,
-            None => Ok(None),
+        let report = loop {
+            let line = match &mut self.reports {
+                Some(reports) => reports.next_line().await,
+                None => Ok(None),
+            };
+            let Ok(Some(line)) = line else {
+                break line;
+            };
+            match line.split_once(' ') {
+                Some(("note", note)) => tracing::warn!(guard = note, "guard"),
+                Some(("ack", "term")) => self.acks.term = true,
+                Some(("ack", "kill")) => self.acks.kill = true,
+                Some(("stuck", what)) => {
+                    let mut words = what.splitn(3, ' ');
+                    tracing::warn!(
+                        pid = words.next().unwrap_or("?"),
+                        state = words.next().unwrap_or("?"),
+                        wchan = words.next().unwrap_or("?"),
+                        "a process of the job has not ended after SIGKILL (uninterruptible sleep?); the lease is kept until it is gone"
+                    );
+                }
+                _ => break Ok(Some(line)),
+            }
         };
         let status = self.guard.wait().await;
         self.running.set(None);
         let line = match report {
             Ok(Some(line)) => line,
             other => {
-                // The guard died (SIGKILLed?): kill what we know of the job.
-                if let Some(pid) = self.pid() {
-                    let _ = killpg(pid, Signal::SIGKILL);
-                }
+                // The guard died (SIGKILLed?). In the cgroup mode the job
+                // is still within reach: end it and wait until it is empty.
+                self.empty_cgroup().await;
                 return Err(JobError::GuardLost(format!(
                     "report {other:?}, guard {status:?}"
                 )));
             }
         };
         parse_exit(&line).ok_or_else(|| JobError::GuardLost(format!("bad report {line:?}")))
+    }
+
+    /// Ends the job without the guard, which did not answer within
+    /// `waited`: `cgroup.kill` and a wait until the cgroup is empty (the
+    /// lease is held meanwhile), then SIGKILL to the guard (in the
+    /// PID-namespace mode that ends the namespace). Always an error: the
+    /// guard failed.
+    pub(crate) async fn take_over(&mut self, waited: Duration) -> JobError {
+        self.empty_cgroup().await;
+        self.handle.kill_guard();
+        let _ = self.guard.wait().await;
+        self.running.set(None);
+        self.remove_cgroup();
+        JobError::GuardUnresponsive(waited)
+    }
+
+    /// cgroup mode: `cgroup.kill`, then waits until the cgroup is empty,
+    /// logging what is left every few seconds.
+    async fn empty_cgroup(&self) {
+        let Some(cgroup) = &self.handle.cgroup else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        let mut logged = started;
+        while cgroup.populated() {
+            let _ = cgroup.kill();
+            if logged.elapsed() >= Duration::from_secs(5) {
+                logged = std::time::Instant::now();
+                tracing::warn!(pids = ?cgroup.pids(), waited = ?started.elapsed(), "processes of the job have not ended after SIGKILL; the lease is kept until they are gone");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cgroup.remove();
+    }
+
+    fn remove_cgroup(&self) {
+        if let Some(cgroup) = &self.handle.cgroup {
+            cgroup.remove();
+        }
     }
 }
 
@@ -354,6 +502,7 @@ fn parse_exit(line: &str) -> Option<(Outcome, usize)> {
 impl Drop for Job {
     fn drop(&mut self) {
         self.running.set(None);
+        self.remove_cgroup();
     }
 }
 

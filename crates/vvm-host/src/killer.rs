@@ -34,26 +34,30 @@ impl Killer for HostKiller {
     }
 
     fn kill(&self, key: &Key, deadline: Instant) {
+        // Kill first, then speak: the log may be a stalled pipe (its writer
+        // never blocks, but the kill must not wait for anything).
+        let late_by = Instant::now().saturating_duration_since(deadline);
+        let job = self.running.get();
+        let outcome = job.as_ref().map(|job| job.kill_now(CONFIRM_LIMIT));
         tracing::error!(
             %key,
-            late_by = ?Instant::now().saturating_duration_since(deadline),
+            ?late_by,
             "killer deadline passed while the command may still run (the lease may expire soon)"
         );
-        match self.running.get() {
-            Some(job) => {
-                if job.kill_now(CONFIRM_LIMIT) {
-                    tracing::error!(
-                        "killer: SIGKILL sent to the command's process group and its descendants; the job is gone"
-                    );
-                } else {
-                    tracing::error!(
-                        "killer: SIGKILL sent; the guard did not confirm within {CONFIRM_LIMIT:?} and finishes when vvm-host exits"
-                    );
-                }
+        for note in job.iter().flat_map(|job| job.drain_notes()) {
+            tracing::warn!(guard = note, "guard");
+        }
+        match outcome {
+            Some(true) => {
+                tracing::error!("killer: SIGKILL sent to every process of the job; the job is gone")
             }
+            Some(false) => tracing::error!(
+                "killer: SIGKILL sent; the job is not confirmed gone within {CONFIRM_LIMIT:?} (a process in uninterruptible sleep?)"
+            ),
             None => tracing::error!("killer: no command running"),
         }
         tracing::error!(exit_code = self.exit_code, "killer: exiting");
+        crate::log::flush();
         std::process::exit(i32::from(self.exit_code));
     }
 }

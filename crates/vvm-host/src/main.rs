@@ -16,6 +16,7 @@
 
 mod cli;
 mod command;
+mod containment;
 mod default_storage;
 mod demo;
 mod exit;
@@ -24,12 +25,13 @@ mod guard;
 mod health;
 mod job;
 mod killer;
+mod log;
 mod observe;
+mod program;
 mod signals;
 mod status;
 
 use std::{
-    io::IsTerminal,
     process::ExitCode,
     sync::{Arc, Mutex, PoisonError},
     time::Instant,
@@ -58,6 +60,11 @@ fn main() -> ExitCode {
     let mut raw = std::env::args_os();
     match raw.nth(1) {
         Some(first) if first == guard::GUARD_ARG => return guard::main(raw.collect()),
+        Some(first) if first == guard::exec::EXEC_ARG => return guard::exec::main(raw.collect()),
+        Some(first) if first == guard::init::INIT_ARG => return guard::init::main(raw.collect()),
+        Some(first) if first == containment::pidns::PROBE_ARG => {
+            return containment::pidns::probe_main();
+        }
         Some(first) if first == status::STATUS_ARG => return status::main(raw.collect()),
         _ => {}
     }
@@ -69,11 +76,21 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    log::init(filter);
+    let code = run_host(args);
+    log::flush();
+    code
+}
+
+fn run_host(args: Args) -> ExitCode {
+    // A mistyped program is said at once, before the store is touched,
+    // with the shell's status, not at the next failover.
+    if let Some(program) = args.command.first()
+        && let Err(err) = program::resolve(program)
+    {
+        eprintln!("vvm-host: {err}");
+        return ExitCode::from(err.exit_code());
+    }
     let (config, codes) = match args.vvm_config().and_then(|c| Ok((c, args.exit_codes()?))) {
         Ok(valid) => valid,
         Err(err) => {
@@ -118,13 +135,24 @@ async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<
     } else {
         storage
     };
-    tracing::info!(storage = %url, address = %config.address, cluster_size = config.cluster_size, "vvm-host starting");
+    let containment = match containment::Plan::choose(args.containment) {
+        Ok(plan) => Arc::new(plan),
+        Err(err) => anyhow::bail!(err),
+    };
+    tracing::info!(
+        storage = %url,
+        address = %config.address,
+        cluster_size = config.cluster_size,
+        containment = containment.name(),
+        why = %containment.reason,
+        "vvm-host starting"
+    );
     let running = RunningJob::default();
     let killer = Arc::new(HostKiller {
         running: running.clone(),
         exit_code: codes.lost,
     });
-    match CommandPipeline::new(args.command, args.grace_period, running) {
+    match CommandPipeline::new(args.command, args.grace_period, running, containment) {
         Some((pipeline, outcome)) => {
             host(
                 config,

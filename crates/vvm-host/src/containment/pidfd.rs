@@ -1,0 +1,77 @@
+//! Signals sent only to processes proven to be ours.
+//!
+//! A pid is a number the kernel hands out again once its process has been
+//! reaped. So a pid read from `/proc` or `cgroup.procs` is opened as a
+//! *pidfd* first, which names that one process for as long as the fd is
+//! open, and only then checked ("still in our cgroup", "still our
+//! descendant"); the signal goes through the pidfd. A process that was
+//! replaced by an unrelated one between the read and the open fails the
+//! check and is left alone.
+
+use nix::sys::signal::Signal;
+use rustix::process::{Pid, PidfdFlags, pidfd_open, pidfd_send_signal};
+
+/// Sends `signal` to `pid` if, once a pidfd names it, `still_ours()` holds.
+/// True if the signal was sent.
+pub(crate) fn signal_verified(pid: i32, signal: Signal, still_ours: impl FnOnce() -> bool) -> bool {
+    let Some(target) = Pid::from_raw(pid) else {
+        return false;
+    };
+    let Ok(fd) = pidfd_open(target, PidfdFlags::empty()) else {
+        return false; // gone already
+    };
+    if !still_ours() {
+        return false;
+    }
+    send(&fd, signal)
+}
+
+/// Sends `signal` through an open pidfd.
+pub(crate) fn send(fd: &impl std::os::fd::AsFd, signal: Signal) -> bool {
+    let Some(signal) = to_rustix(signal) else {
+        return false;
+    };
+    pidfd_send_signal(fd, signal).is_ok()
+}
+
+fn to_rustix(signal: Signal) -> Option<rustix::process::Signal> {
+    Some(match signal {
+        Signal::SIGKILL => rustix::process::Signal::KILL,
+        Signal::SIGTERM => rustix::process::Signal::TERM,
+        Signal::SIGINT => rustix::process::Signal::INT,
+        Signal::SIGHUP => rustix::process::Signal::HUP,
+        Signal::SIGQUIT => rustix::process::Signal::QUIT,
+        Signal::SIGCONT => rustix::process::Signal::CONT,
+        _ => return None,
+    })
+}
+
+/// A pidfd for `pid` (our own child, so the pid is still held), if the
+/// kernel has pidfds (Linux 5.3).
+pub(crate) fn open(pid: i32) -> Option<std::os::fd::OwnedFd> {
+    pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_failed_check_sends_nothing() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        assert!(!signal_verified(pid, Signal::SIGKILL, || false));
+        assert!(child.try_wait().unwrap().is_none(), "signalled anyway");
+        assert!(signal_verified(pid, Signal::SIGKILL, || true));
+        let status = child.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+    }
+}
