@@ -268,7 +268,7 @@ fn status_names_the_leader_and_reads_only() {
     let file = dir.path().join("leases.redb");
     let url = format!("redb://{}", file.display());
     let status = |extra: &[&str]| {
-        let mut command = std::process::Command::new(BIN);
+        let mut command = std::process::Command::new(bin());
         command.args(["status", "--storage", &url]).args(extra);
         command.output().unwrap()
     };

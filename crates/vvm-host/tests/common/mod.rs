@@ -1,6 +1,8 @@
 //! Helpers shared by the end-to-end tests of the real `vvm-host` binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unreachable_pub)]
 
+pub mod fixtures;
+
 use std::{
     io::{BufRead, BufReader, Read},
     process::{Child, Command, ExitStatus, Stdio},
@@ -18,11 +20,18 @@ use storage_redb::RedbStorage;
 use ttl_storage::{Key, TtlStorage};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_vvm-host");
+
+/// The binary under test: `VVM_HOST_TEST_BIN` when set (to run these tests
+/// against another build, e.g. an older one, to show a test fails there),
+/// else this crate's.
+pub fn bin() -> std::ffi::OsString {
+    std::env::var_os("VVM_HOST_TEST_BIN").unwrap_or_else(|| BIN.into())
+}
 /// Generous: CI machines are slow; nothing here waits this long when it works.
 pub const LIMIT: Duration = Duration::from_secs(60);
 
 pub fn vvm_host(args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
+    let mut command = Command::new(bin());
     command
         .args(["--address", "e2e", "--log", "info"])
         .args(args)

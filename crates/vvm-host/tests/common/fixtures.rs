@@ -1,0 +1,193 @@
+//! Real faults for the escape tests: a job that records its work in a file
+//! (so a test sees when it stops), a loop-mounted ext4 that can be frozen,
+//! and the guard process found from outside.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unreachable_pub)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    thread,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+/// A shell loop that appends the wall clock (ns) to `file` every 100 ms:
+/// the job's "work", whose last line says when it stopped.
+pub fn work_loop(file: &Path) -> String {
+    format!(
+        "while :; do date +%s%N >> '{}'; sleep 0.1; done",
+        file.display()
+    )
+}
+
+/// The last time `work_loop` wrote to `file`.
+pub fn last_work(file: &Path) -> Option<SystemTime> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let nanos: u64 = text
+        .lines()
+        .rev()
+        .find_map(|line| line.trim().parse().ok())?;
+    Some(UNIX_EPOCH + Duration::from_nanos(nanos))
+}
+
+/// Waits until `file` holds at least `lines` lines of work.
+pub fn wait_for_work(file: &Path, lines: usize) {
+    let started = std::time::Instant::now();
+    loop {
+        let count = std::fs::read_to_string(file)
+            .map(|text| text.lines().count())
+            .unwrap_or(0);
+        if count >= lines {
+            return;
+        }
+        assert!(
+            started.elapsed() < super::LIMIT,
+            "the job never worked ({file:?})"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits past `lease_end` (plus a margin for the last line to land), then
+/// asserts the work stopped before it.
+pub fn assert_work_stopped_before(file: &Path, lease_end: SystemTime, what: &str) {
+    let margin = Duration::from_millis(1500);
+    while SystemTime::now() < lease_end + margin {
+        thread::sleep(Duration::from_millis(50));
+    }
+    let last = last_work(file).expect("no work recorded");
+    assert!(
+        last < lease_end,
+        "{what}: the job still worked {:?} after the lease could expire",
+        last.duration_since(lease_end).unwrap_or_default()
+    );
+}
+
+/// True when running as root (cgroups, loop devices, fsfreeze, ns_last_pid).
+pub fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+/// The pids whose parent is `parent` (from `/proc`).
+pub fn children_of(parent: u32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|at| &stat[at + 1..]) else {
+            continue;
+        };
+        if rest.split_whitespace().nth(1) == Some(&parent.to_string()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The guard of the vvm-host process `host` (its child named
+/// `vvm-host-guard`, or in an older build any child).
+pub fn guard_of(host: u32) -> i32 {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(&pid) = children_of(host).first() {
+            return pid;
+        }
+        assert!(
+            started.elapsed() < super::LIMIT,
+            "vvm-host started no guard"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .status()
+        .map(|status| status.success())
+        .unwrap_or(false)
+}
+
+/// A loop-mounted ext4 file system that a test can freeze; thawed and
+/// unmounted when dropped, even when the test fails.
+pub struct FreezableFs {
+    dir: tempfile::TempDir,
+    pub mount: PathBuf,
+    frozen: bool,
+}
+
+impl FreezableFs {
+    /// Makes and mounts one (needs root).
+    pub fn new() -> FreezableFs {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("fs.img");
+        let mount = dir.path().join("mnt");
+        std::fs::create_dir(&mount).unwrap();
+        let image_s = image.to_str().unwrap();
+        assert!(run("truncate", &["-s", "32M", image_s]), "truncate");
+        assert!(run("mkfs.ext4", &["-q", "-F", image_s]), "mkfs.ext4");
+        assert!(
+            run("mount", &["-o", "loop", image_s, mount.to_str().unwrap()]),
+            "mount -o loop"
+        );
+        FreezableFs {
+            dir,
+            mount,
+            frozen: false,
+        }
+    }
+
+    /// `fsfreeze -f`: every write to it now sleeps uninterruptibly.
+    pub fn freeze(&mut self) {
+        assert!(
+            run("fsfreeze", &["-f", self.mount.to_str().unwrap()]),
+            "fsfreeze -f"
+        );
+        self.frozen = true;
+    }
+
+    /// `fsfreeze -u`.
+    pub fn thaw(&mut self) {
+        if self.frozen {
+            run("fsfreeze", &["-u", self.mount.to_str().unwrap()]);
+            self.frozen = false;
+        }
+    }
+
+    /// The directory the fixture lives in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for FreezableFs {
+    fn drop(&mut self) {
+        self.thaw();
+        let mount = self.mount.to_str().unwrap_or_default().to_owned();
+        // Writers released by the thaw need a moment to finish.
+        for _ in 0..100 {
+            if run("umount", &[&mount]) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        run("umount", &["-l", &mount]);
+    }
+}
+
+/// The state letter of `pid` (`D`: uninterruptible sleep).
+pub fn state_of(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}

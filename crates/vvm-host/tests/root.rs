@@ -1,0 +1,172 @@
+//! Escapes that need root to stage: a file system frozen with `fsfreeze`
+//! (a loop-mounted ext4, thawed and unmounted afterwards even when a test
+//! fails), a pid handed out again through `ns_last_pid`, and the job's own
+//! cgroup. Ignored unless asked for: `.ci/run` (root) runs them with
+//! `cargo test -p vvm-host --test root -- --ignored`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, SystemTime},
+};
+
+use common::{fixtures::*, *};
+use nix::sys::signal::Signal;
+
+/// The leadership duration (killer at 3.2 s after the last renewal).
+const LEASE: Duration = Duration::from_secs(4);
+const ROOT: &str =
+    "needs root (loop mount, fsfreeze, ns_last_pid, cgroups): run with --ignored as root";
+
+struct Host {
+    child: Child,
+    out: std::sync::mpsc::Receiver<String>,
+    dir: tempfile::TempDir,
+}
+
+impl Host {
+    fn start(extra: &[&str], script: &str) -> Host {
+        assert!(is_root(), "{ROOT}");
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("redb://{}", dir.path().join("leases.redb").display());
+        let lease = format!("{}s", LEASE.as_secs());
+        let mut args = vec!["--storage", &url, "--leadership-duration", &lease];
+        args.extend(extra);
+        args.extend(["--", "bash", "-c", script]);
+        let mut child = vvm_host(&args)
+            .env("VVM_HOST_FAULT_FILE", dir.path().join("fault"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (out, _) = lines(child.stdout.take().unwrap());
+        Host { child, out, dir }
+    }
+
+    fn lease_end(&self) -> SystemTime {
+        last_write(&self.dir.path().join("fault")) + LEASE
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn quoted(path: &Path) -> String {
+    format!("'{}'", path.display())
+}
+
+/// Escape 3: a process of the job sleeps uninterruptibly (it writes to a
+/// frozen file system) and so cannot die; the worker it started with
+/// `setsid` must still be killed when vvm-host dies. Before, it was reached
+/// only once its parent died, which it could not.
+#[test]
+#[ignore = "needs root (loop mount, fsfreeze): run with --ignored as root"]
+fn a_process_stuck_in_uninterruptible_sleep_does_not_shield_its_setsid_child() {
+    let mut fs = FreezableFs::new();
+    let work = fs.dir().join("work.log");
+    let script = format!(
+        "( setsid sh -c {} & sleep 1; echo stuck > {}/file; sleep 1000 ) & echo ready; wait",
+        quoted_script(&work_loop(&work)),
+        quoted(&fs.mount)
+    );
+    let mut host = Host::start(&[], &script);
+    wait_for_line(&host.out, "ready");
+    fs.freeze();
+    wait_for_work(&work, 15); // the writer to the frozen fs is stuck by now
+    signal(&host.child, Signal::SIGKILL);
+    let _ = host.child.wait();
+    let lease_end = host.lease_end();
+    assert_work_stopped_before(&work, lease_end, "sibling of a stuck process");
+    fs.thaw();
+}
+
+fn quoted_script(script: &str) -> String {
+    format!("\"{}\"", script.replace('"', "\\\""))
+}
+
+/// Escape 4: the command exits, leaving a helper stuck in uninterruptible
+/// sleep; its pid is handed to an unrelated process that makes it its
+/// process group (`setsid sleep`). That process must not be signalled.
+/// Before, the guard's final sweep sent SIGKILL to the command's old
+/// process group every 2 ms.
+#[test]
+#[ignore = "needs root (loop mount, fsfreeze, ns_last_pid): run with --ignored as root"]
+fn a_reused_pid_is_never_signalled() {
+    let mut fs = FreezableFs::new();
+    let script = format!(
+        "echo pid=$$; setsid sh -c 'sleep 0.5; echo stuck > {}/file' & echo ready; sleep 1; exit 0",
+        fs.mount.display()
+    );
+    let mut host = Host::start(&[], &script);
+    let command = read_number(&host.out, "pid=");
+    wait_for_line(&host.out, "ready");
+    fs.freeze();
+    wait_gone(command);
+    // Hand the command's pid to an unrelated process group leader.
+    let mut victim: Option<Child> = None;
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (command - 1).to_string()).unwrap();
+        let child = Command::new("setsid")
+            .args(["sleep", "30"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        if i32::try_from(child.id()).unwrap() == command {
+            victim = Some(child);
+            break;
+        }
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut victim = victim.expect("could not get the command's pid handed out again");
+    std::thread::sleep(Duration::from_millis(800));
+    let status = victim.try_wait().unwrap();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    fs.thaw();
+    assert_eq!(
+        status, None,
+        "an unrelated process with the command's old pid was signalled"
+    );
+    signal(&host.child, Signal::SIGTERM);
+    let _ = wait_with_limit(&mut host.child);
+}
+
+/// In the cgroup mode the command runs in the job's own cgroup, which is
+/// gone once the job has ended.
+#[test]
+#[ignore = "needs root (cgroups): run with --ignored as root"]
+fn in_cgroup_mode_the_command_runs_in_the_jobs_own_cgroup_which_is_removed_after() {
+    let mut host = Host::start(
+        &["--containment", "cgroup"],
+        "echo cgroup=$(grep '^0::' /proc/$$/cgroup); echo ready; sleep 1000",
+    );
+    let line = wait_for_line(&host.out, "cgroup=");
+    let path = line.trim().trim_start_matches("cgroup=0::").to_owned();
+    assert!(
+        path.contains("vvm-host-") && path.contains("-job-"),
+        "{line}"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = mounts
+        .lines()
+        .find(|l| l.contains(" - cgroup2 "))
+        .and_then(|l| l.split_whitespace().nth(4))
+        .unwrap()
+        .to_owned();
+    let dir = Path::new(&mount).join(path.trim_start_matches('/'));
+    assert!(dir.is_dir(), "{dir:?}");
+    wait_for_line(&host.out, "ready");
+    signal(&host.child, Signal::SIGTERM);
+    let status = wait_with_limit(&mut host.child);
+    assert_eq!(status.code(), Some(0));
+    assert!(!dir.exists(), "{dir:?} is left behind");
+}
