@@ -192,6 +192,7 @@ fn start<P: ServicePipeline>(
         fencing_token: info.fencing_token,
         value: shared.value.as_str().into(),
         record: leadership.record_value().into(),
+        tasks: shared.service_tasks.clone(),
     };
     shared
         .monitor_tasks

@@ -68,7 +68,8 @@
 //! 1. **Signal shutdown.** The Launcher stops acquiring (an interrupted
 //!    acquisition withdraws its own record, best effort); nothing new is
 //!    started after this point.
-//! 2. **Stop the services and wait for them.** The monitor still watches
+//! 2. **Stop the services and wait for them**, and for every task they
+//!    started with [`ServiceContext::spawn`]. The monitor still watches
 //!    leadership meanwhile, so a loss during a slow stop is still reported.
 //! 3. **Stop the monitor.**
 //! 4. **Clean up elections**: release every leadership (delete the record,
@@ -94,6 +95,9 @@
 //!   rate), at most one VVM runs services per key at any moment, provided
 //!   services stop when [`ServiceContext::shutdown_requested`] fires (the
 //!   killer ends the process otherwise).
+//! - Work the services hand to other tasks is covered only when those tasks
+//!   are started with [`ServiceContext::spawn`]: a plain `tokio::spawn` is
+//!   outside the guarantee and can run on while the next leader starts.
 //! - Shutdown waits for the services without a time limit: a pipeline that
 //!   ignores its stop signal makes shutdown hang (and, after a loss, is
 //!   stopped by the killer).

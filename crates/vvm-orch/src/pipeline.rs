@@ -2,7 +2,10 @@
 
 use std::{fmt, sync::Arc};
 
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio_util::{
+    sync::{CancellationToken, WaitForCancellationFuture},
+    task::TaskTracker,
+};
 use ttl_storage::{BoxError, Key};
 
 /// The application services a VVM runs once it leads (the design's
@@ -35,6 +38,7 @@ pub struct ServiceContext {
     pub(crate) fencing_token: u64,
     pub(crate) value: Arc<str>,
     pub(crate) record: Arc<[u8]>,
+    pub(crate) tasks: TaskTracker,
 }
 
 impl ServiceContext {
@@ -78,6 +82,38 @@ impl ServiceContext {
     /// resource that must reject a stale leader.
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
+    }
+
+    /// Spawns a task that belongs to the services: the VVM's shutdown waits
+    /// for it, like for [`ServicePipeline::run`], before leadership is
+    /// released, and the elections killer stays armed until it has ended.
+    /// The task should watch [`shutdown_requested`](Self::shutdown_requested)
+    /// and return soon after it fires.
+    ///
+    /// A task started with a plain `tokio::spawn` is **outside** the
+    /// guarantee: it can run on while the next leader starts. Use this for
+    /// every task that works as the leader.
+    ///
+    /// ```
+    /// use vvm_orch::{ServiceContext, service_fn};
+    ///
+    /// let pipeline = service_fn(|ctx: ServiceContext| async move {
+    ///     let worker = ctx.clone();
+    ///     ctx.spawn(async move {
+    ///         // background work as leader, until told to stop
+    ///         worker.shutdown_requested().await;
+    ///     });
+    ///     ctx.shutdown_requested().await;
+    ///     Ok::<_, std::io::Error>(())
+    /// });
+    /// # let _ = pipeline;
+    /// ```
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tasks.spawn(task)
     }
 }
 

@@ -202,6 +202,71 @@ async fn shutdown_releases_leadership_after_services_stop() {
     assert!(killer.kills().is_empty());
 }
 
+/// A task the services detached through `ServiceContext::spawn` that
+/// ignores its stop signal for 3 s: leadership is released (and the next
+/// leader may start) only after it has ended, and the killer stays armed
+/// meanwhile.
+#[tokio::test(start_paused = true)]
+async fn release_waits_for_tasks_spawned_through_the_context() {
+    let storage = MemStorage::new();
+    let detached_ended = Arc::new(Mutex::new(None::<Instant>));
+    let ended = detached_ended.clone();
+    let pipeline = service_fn(move |ctx: ServiceContext| {
+        let ended = ended.clone();
+        async move {
+            let worker = ctx.clone();
+            ctx.spawn(async move {
+                worker.shutdown_requested().await;
+                // Deaf to the stop signal for 3 s.
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                *ended.lock().unwrap() = Some(Instant::now());
+            });
+            ctx.shutdown_requested().await;
+            Ok::<_, Error>(())
+        }
+    });
+    let (vvm, problem, killer) = launch(config("vvm"), storage.clone(), pipeline);
+    vvm.wait_for_leadership().await.unwrap();
+    let stop = Instant::now();
+    let watcher = {
+        let storage = storage.clone();
+        tokio::spawn(async move {
+            // When did the record go?
+            loop {
+                if storage.get(&key1()).await.unwrap().is_none() {
+                    return Instant::now();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    vvm.shutdown().await.unwrap();
+    let released = watcher.await.unwrap();
+    let task_ended = detached_ended
+        .lock()
+        .unwrap()
+        .expect("the detached task ran to its end");
+    assert!(task_ended >= stop + Duration::from_secs(3));
+    assert!(
+        released >= task_ended,
+        "released {:?} before the detached task ended",
+        task_ended - released
+    );
+    assert!(!problem.is_raised());
+    // Disarmed only with the release, never while the task ran.
+    let disarms: Vec<Instant> = killer
+        .events()
+        .iter()
+        .filter(|event| event.reason == ArmReason::Disarmed)
+        .map(|event| event.basis)
+        .collect();
+    assert!(!disarms.is_empty());
+    assert!(
+        disarms.iter().all(|&at| at >= task_ended),
+        "disarmed while the task ran"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn shutdown_during_acquisition_is_prompt() {
     let storage = MemStorage::new();
