@@ -29,8 +29,14 @@ struct Host {
 
 impl Host {
     fn start(extra: &[&str], script: &str) -> Host {
-        assert!(is_root(), "{ROOT}");
         let dir = tempfile::tempdir().unwrap();
+        Host::start_in(dir, extra, script, Stdio::null())
+    }
+
+    /// A vvm-host whose store is `dir`'s redb file (shared by the
+    /// processes that use it), its log sent to `log`.
+    fn start_in(dir: tempfile::TempDir, extra: &[&str], script: &str, log: Stdio) -> Host {
+        assert!(is_root(), "{ROOT}");
         let url = format!("redb://{}", dir.path().join("leases.redb").display());
         let lease = format!("{}s", LEASE.as_secs());
         let mut args = vec!["--storage", &url, "--leadership-duration", &lease];
@@ -39,7 +45,7 @@ impl Host {
         let mut child = vvm_host(&args)
             .env("VVM_HOST_FAULT_FILE", dir.path().join("fault"))
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap();
         let (out, _) = lines(child.stdout.take().unwrap());
@@ -169,4 +175,68 @@ fn in_cgroup_mode_the_command_runs_in_the_jobs_own_cgroup_which_is_removed_after
     let status = wait_with_limit(&mut host.child);
     assert_eq!(status.code(), Some(0));
     assert!(!dir.exists(), "{dir:?} is left behind");
+}
+
+/// An orderly stop while a process of the job sleeps uninterruptibly (a
+/// write to a frozen file system): vvm-host keeps the lease, renewed, and
+/// says which process holds it up, until the process is gone; only then
+/// may the next leader start.
+#[test]
+#[ignore = "needs root (loop mount, fsfreeze): run with --ignored as root"]
+fn a_process_stuck_in_uninterruptible_sleep_keeps_the_lease_until_it_is_gone() {
+    let mut fs = FreezableFs::new();
+    let shared = tempfile::tempdir().unwrap();
+    let store = shared.path().to_owned();
+    let script = format!(
+        "echo leading; echo ready; sleep 0.5; echo stuck > {}/file; sleep 1000",
+        fs.mount.display()
+    );
+    let log_file = shared.path().join("a.log");
+    let log = std::fs::File::create(&log_file).unwrap();
+    let mut a = Host::start_in(shared, &["--grace-period", "1s"], &script, log.into());
+    wait_for_line(&a.out, "ready");
+    fs.freeze();
+    std::thread::sleep(Duration::from_secs(1)); // the write is stuck now
+    let b_dir = tempfile::TempDir::new_in(&store).unwrap();
+    let mut b = {
+        // B uses A's store file.
+        let url = format!("redb://{}", store.join("leases.redb").display());
+        let lease = format!("{}s", LEASE.as_secs());
+        let mut child = vvm_host(&[
+            "--storage",
+            &url,
+            "--leadership-duration",
+            &lease,
+            "--",
+            "sh",
+            "-c",
+            "echo leading-b; sleep 1000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        let (out, _) = lines(child.stdout.take().unwrap());
+        (child, out, b_dir)
+    };
+    signal(&a.child, Signal::SIGTERM);
+    // Three leases long: A must keep it, B must not lead.
+    let held_until = std::time::Instant::now() + 3 * LEASE;
+    while std::time::Instant::now() < held_until {
+        assert!(b.1.try_recv().is_err(), "B led while A's job was stuck");
+        assert!(
+            a.child.try_wait().unwrap().is_none(),
+            "A exited with its job stuck"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(&log_file).unwrap();
+    assert!(log.contains("has not ended after SIGKILL"), "{log}");
+    assert!(log.contains("wchan="), "{log}");
+    fs.thaw();
+    wait_for_line(&b.1, "leading-b");
+    let status = wait_with_limit(&mut a.child);
+    assert_eq!(status.code(), Some(0));
+    let _ = b.0.kill();
+    let _ = b.0.wait();
 }
