@@ -9,7 +9,11 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use ttl_storage::{ErrorKind, Key};
 
-use crate::{LeaderInfo, ServiceContext, ServicePipeline, VvmProblem, VvmStatus, shared::Shared};
+use crate::{
+    LeaderInfo, ServiceContext, ServicePipeline, VvmProblem, VvmStatus,
+    cluster_size::{self, Claim},
+    shared::Shared,
+};
 
 /// Longest time an interrupted acquisition spends withdrawing its record.
 const WITHDRAW_LIMIT: Duration = Duration::from_secs(1);
@@ -55,10 +59,24 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
                 result = attempt => result,
             };
             match result {
-                Ok(Some(leadership)) => {
-                    start(&shared, pipeline, index, leadership);
-                    return;
-                }
+                Ok(Some(leadership)) => match agree_on_size(&shared).await {
+                    Ok(()) => {
+                        start(&shared, pipeline, index, leadership);
+                        return;
+                    }
+                    Err(Some(problem)) => {
+                        // Nothing ran under this leadership: give it back.
+                        leadership.release().await;
+                        shared.fail(problem);
+                        return;
+                    }
+                    Err(None) => {
+                        leadership.release().await;
+                        last_error =
+                            Some("the cluster-size record could not be claimed".to_owned());
+                        round_failed = true;
+                    }
+                },
                 Ok(None) => tracing::debug!(%key, round, "key held by another VVM"),
                 // cleanup() ran: shutdown is under way.
                 Err(ElectionsError::Finalized) => return,
@@ -163,6 +181,57 @@ async fn withdraw(shared: &Shared, key: &Key) {
     }
 }
 
+/// Claims the cluster size beside the lease (see [`cluster_size`]).
+/// `Err(Some(problem))`: leaders of another size run; `Err(None)`: the
+/// store failed (retry later).
+async fn agree_on_size(shared: &Shared) -> Result<(), Option<VvmProblem>> {
+    let config = &shared.config;
+    let key = cluster_size::key(config)
+        .map_err(|err| Some(VvmProblem::Elections(ElectionsError::Invalid(err))))?;
+    let claim = tokio::time::timeout(
+        config.leadership_duration / 4,
+        cluster_size::claim(
+            &shared.storage,
+            &key,
+            config.cluster_size,
+            config.leadership_duration,
+        ),
+    )
+    .await;
+    match claim {
+        Ok(Ok(Claim::Agreed)) => Ok(()),
+        Ok(Ok(Claim::Mismatch(theirs))) => Err(Some(VvmProblem::ClusterSizeMismatch {
+            ours: config.cluster_size,
+            theirs: Some(theirs),
+        })),
+        Ok(Ok(Claim::Garbled)) => Err(Some(VvmProblem::ClusterSizeMismatch {
+            ours: config.cluster_size,
+            theirs: None,
+        })),
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "cannot claim the cluster size; giving the key back");
+            Err(None)
+        }
+        Err(_) => {
+            tracing::warn!("claiming the cluster size timed out; giving the key back");
+            Err(None)
+        }
+    }
+}
+
+/// Refreshes the cluster-size record every quarter of the leadership
+/// duration while leading; returns the problem if another size took it.
+async fn keep_size(shared: &Shared) -> VvmProblem {
+    let period = shared.config.leadership_duration / 4;
+    loop {
+        tokio::time::sleep(period).await;
+        match agree_on_size(shared).await {
+            Ok(()) | Err(None) => {}
+            Err(Some(problem)) => return problem,
+        }
+    }
+}
+
 /// Starts the monitor and the services, unless shutdown has begun.
 fn start<P: ServicePipeline>(
     shared: &Arc<Shared>,
@@ -211,6 +280,13 @@ async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: LeaderInfo) 
         // is still reported.
         () = leadership.ended() => {}
         () = shared.monitor_shut.cancelled() => return,
+        problem = keep_size(&shared) => {
+            // Another size took the record (it expired during store
+            // trouble): stop the services, as on a loss.
+            shared.services_shut.cancel();
+            shared.problems.update(problem);
+            return;
+        }
     }
     // Only loss ends a leadership while the monitor runs: release happens
     // in elections cleanup, after the monitor has stopped.

@@ -103,6 +103,7 @@
 //!   stopped by the killer).
 //! - All tasks run on the Tokio runtime `launch` was called in.
 
+mod cluster_size;
 mod config;
 mod launcher;
 mod pipeline;

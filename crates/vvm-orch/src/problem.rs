@@ -40,6 +40,19 @@ pub enum VvmProblem {
     /// Elections refused an acquisition for a reason retrying cannot fix.
     #[error("elections failed: {0}")]
     Elections(#[source] ElectionsError),
+    /// Leaders started with another cluster size are running (see
+    /// [`crate::VvmConfig::cluster_size`]): this VVM gave its key back
+    /// without starting the services.
+    #[error(
+        "cluster size {ours} disagrees with the leaders running ({}): every node of one cluster must be started with the same cluster size",
+        theirs.map_or_else(|| "an unreadable size record".to_owned(), |n| format!("started with {n}"))
+    )]
+    ClusterSizeMismatch {
+        /// This VVM's cluster size.
+        ours: u32,
+        /// The size the running leaders claimed (`None`: unreadable).
+        theirs: Option<u32>,
+    },
     /// The service pipeline returned an error.
     #[error("service pipeline failed: {0}")]
     Service(#[source] BoxError),

@@ -520,6 +520,62 @@ async fn second_key_is_taken_when_the_first_is_held() {
     b.shutdown().await.unwrap();
 }
 
+/// Nodes started with different cluster sizes never lead together: the
+/// second size refuses, gives its key back and starts nothing; once the
+/// first cluster is gone (and its size record expired) the other size may
+/// lead.
+#[tokio::test(start_paused = true)]
+async fn a_node_of_another_cluster_size_refuses_to_lead() {
+    let storage = MemStorage::new();
+    let mut two = config("two");
+    two.cluster_size = 2;
+    let (a, _, _) = launch(two, storage.clone(), idle());
+    a.wait_for_leadership().await.unwrap();
+    let mut three = config("three");
+    three.cluster_size = 3;
+    let started = Arc::new(AtomicBool::new(false));
+    let flag = started.clone();
+    let pipeline = service_fn(move |ctx: ServiceContext| {
+        let flag = flag.clone();
+        async move {
+            flag.store(true, Ordering::SeqCst);
+            ctx.shutdown_requested().await;
+            Ok::<_, Error>(())
+        }
+    });
+    let (b, problem, _) = launch(three.clone(), storage.clone(), pipeline);
+    problem.raised().await;
+    let refused = b.shutdown().await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            VvmProblem::ClusterSizeMismatch {
+                ours: 3,
+                theirs: Some(2)
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(
+        refused.to_string().contains("same cluster size"),
+        "{refused}"
+    );
+    assert!(!started.load(Ordering::SeqCst), "services started");
+    // B gave its key (2) back at once.
+    assert_eq!(
+        storage
+            .get(&Key::new("vvm/leader/2").unwrap())
+            .await
+            .unwrap(),
+        None
+    );
+    a.shutdown().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    let (c, _, _) = launch(three, storage.clone(), idle());
+    c.wait_for_leadership().await.unwrap();
+    c.shutdown().await.unwrap();
+}
+
 /// A storage that refuses everything permanently (bad credentials, say).
 struct Refusing;
 
