@@ -257,3 +257,20 @@ fn pidns_mode_runs_the_command_in_its_own_pid_namespace() {
     assert!(pid < 10, "pid {pid} in the namespace\n{log}");
     assert!(log.contains("containment=\"pidns\""), "{log}");
 }
+
+/// The guard SIGKILLed: vvm-host ends the job itself (in the cgroup mode
+/// with `cgroup.kill`; in the PID-namespace mode the init dies with the
+/// guard) before it releases anything, and exits 125.
+#[test]
+fn a_killed_guard_gets_the_job_ended_and_exit_125() {
+    let mut host = start(&[], |work| work_loop(work), None);
+    wait_for_work(&host.work(), 5);
+    let guard = guard_of(host.child.id());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(guard), Signal::SIGKILL).unwrap();
+    let status = wait_with_limit(&mut host.child);
+    let ended = SystemTime::now();
+    assert_eq!(status.code(), Some(125), "{status:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let last = last_work(&host.work()).unwrap();
+    assert!(last < ended, "the job worked on after vvm-host exited");
+}
