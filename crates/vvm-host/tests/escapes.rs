@@ -274,3 +274,28 @@ fn a_killed_guard_gets_the_job_ended_and_exit_125() {
     let last = last_work(&host.work()).unwrap();
     assert!(last < ended, "the job worked on after vvm-host exited");
 }
+
+/// The subreaper mode (the last resort) still reaches a `setsid` worker
+/// whose parent is alive, through the process tree.
+#[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
+)]
+fn in_subreaper_mode_a_setsid_worker_is_killed_with_vvm_host() {
+    let mut host = start(
+        &["--containment", "subreaper"],
+        |work| {
+            format!(
+                "setsid sh -c \"{}\" & wait",
+                work_loop(work).replace('"', "\\\"")
+            )
+        },
+        None,
+    );
+    wait_for_work(&host.work(), 5);
+    signal(&host.child, Signal::SIGKILL);
+    let _ = host.child.wait();
+    let lease_end = host.lease_end();
+    assert_work_stopped_before(&host.work(), lease_end, "subreaper mode");
+}
