@@ -4,21 +4,51 @@ use std::{ffi::OsString, net::SocketAddr, time::Duration};
 
 use clap::Parser;
 use storage_url::StorageUrl;
-use vvm_orch::{DEFAULT_KEY_PREFIX, MAX_CLUSTER_SIZE, VvmConfig};
+use vvm_orch::{MAX_CLUSTER_SIZE, VvmConfig};
 
 use crate::exit::{self, ExitCodes};
 
-/// Run a command only while this node leads: one of `--cluster-size` keys
-/// in a shared storage is held for it, renewed, and released after the
-/// command has stopped.
+/// Run a command only while this node holds a lock in a store you already
+/// run (like `consul lock` and `etcdctl lock`): the command never outlives
+/// the leadership.
 #[derive(Debug, Parser)]
 #[command(
-    after_help = after_help(),
     name = "vvm-host",
     version,
+    subcommand_required = true,
+    arg_required_else_help = true,
+    after_help = "Examples:\n  vvm-host run nightly-report -- ./report.sh\n  vvm-host run --storage postgres://db/app billing ./billing-daemon --port 8080\n  vvm-host status nightly-report\n\nSee `vvm-host run --help` for the exit statuses."
 )]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// What `vvm-host` is asked to do.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Run COMMAND only while this node holds the lock NAME (one of
+    /// --cluster-size keys NAME/1..=N), renewed, and released after the
+    /// command has stopped.
+    #[command(after_help = after_help())]
+    Run(Box<Args>),
+    /// Show who holds the lock NAME, and who waits (read only).
+    #[command(after_help = crate::status::AFTER_HELP)]
+    Status(crate::status::StatusArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), as `cargo xtask man` writes it.
+    #[command(hide = true)]
+    Man,
+}
+
+/// `vvm-host run`'s options.
+#[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Where the leadership records live, and which keys.
+    /// The lock, and where it lives.
     #[command(flatten)]
     pub(crate) store: StoreArgs,
 
@@ -26,22 +56,25 @@ pub(crate) struct Args {
     #[arg(long, env = "VVM_HOST_ADDRESS")]
     pub(crate) address: Option<String>,
 
-    /// Lease length (whole seconds): a crashed leader is replaced after at most this.
-    #[arg(long, env = "VVM_HOST_LEADERSHIP_DURATION", default_value = "20s", value_parser = parse_duration)]
+    /// Lease length, in whole seconds (e.g. 20s, 1m): a crashed leader is
+    /// replaced after at most this.
+    #[arg(long, env = "VVM_HOST_LEADERSHIP_DURATION", default_value = "20s", value_parser = parse_lease, allow_hyphen_values = true)]
     pub(crate) leadership_duration: Duration,
 
     /// Give up (exit 124, see --exit-code-no-leadership) if no key could be
     /// acquired within this time. Default: wait as long as it takes, as a
     /// standby should.
-    #[arg(long, env = "VVM_HOST_ACQUISITION_DURATION", default_value = "forever", value_parser = parse_acquisition)]
+    #[arg(long, env = "VVM_HOST_ACQUISITION_DURATION", default_value = "forever", value_parser = parse_acquisition, allow_hyphen_values = true)]
     pub(crate) acquisition_duration: Duration,
 
-    /// Pause between two acquisition rounds.
-    #[arg(long, env = "VVM_HOST_RETRY_PAUSE", default_value = "1s", value_parser = parse_duration)]
+    /// Pause between two acquisition rounds (a standby is woken sooner when
+    /// the store reports a release).
+    #[arg(long, env = "VVM_HOST_RETRY_PAUSE", default_value = "1s", value_parser = parse_positive, allow_hyphen_values = true)]
     pub(crate) retry_pause: Duration,
 
-    /// Time the command gets between SIGTERM and SIGKILL.
-    #[arg(long, env = "VVM_HOST_GRACE_PERIOD", default_value = "10s", value_parser = parse_duration)]
+    /// Time the command gets between SIGTERM and SIGKILL. A second SIGINT or
+    /// SIGTERM during it kills the command at once.
+    #[arg(long, env = "VVM_HOST_GRACE_PERIOD", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub(crate) grace_period: Duration,
 
     /// How the command's processes are kept within reach: `cgroup` (a cgroup
@@ -60,9 +93,10 @@ pub(crate) struct Args {
     #[arg(long, env = "VVM_HOST_METRICS_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
     pub(crate) metrics_listen: Option<SocketAddr>,
 
-    /// Log filter (tracing-subscriber syntax), e.g. `info` or `vvm_orch=debug`.
-    #[arg(long, env = "VVM_HOST_LOG", default_value = "info")]
-    pub(crate) log: String,
+    /// Log filter (tracing-subscriber syntax), e.g. `info` or
+    /// `vvm_orch=debug`. Default: $RUST_LOG, else `info`.
+    #[arg(long, env = "VVM_HOST_LOG")]
+    pub(crate) log: Option<String>,
 
     /// Exit status when leadership is lost (also after the killer ended the command).
     #[arg(long, env = "VVM_HOST_EXIT_CODE_LOST", default_value_t = exit::DEFAULT_LOST)]
@@ -72,24 +106,43 @@ pub(crate) struct Args {
     #[arg(long, env = "VVM_HOST_EXIT_CODE_NO_LEADERSHIP", default_value_t = exit::DEFAULT_NO_LEADERSHIP)]
     pub(crate) exit_code_no_leadership: u8,
 
-    /// Exit status on errors of vvm-host itself (storage, runtime).
+    /// Exit status on errors of vvm-host itself (storage, runtime, guard).
     #[arg(long, env = "VVM_HOST_EXIT_CODE_ERROR", default_value_t = exit::DEFAULT_ERROR)]
     pub(crate) exit_code_error: u8,
 
-    /// The command to run while leading, after `--`.
-    #[arg(last = true, value_name = "COMMAND")]
+    /// The command to run while leading, with its arguments (`--` before it
+    /// is accepted, and needed only when it starts with `-`).
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     pub(crate) command: Vec<OsString>,
 }
 
-/// The options `vvm-host` and `vvm-host status` share: the storage and the keys.
+impl Args {
+    /// The log filter: `--log` / `VVM_HOST_LOG`, else `RUST_LOG`, else `info`.
+    pub(crate) fn log_filter(&self) -> String {
+        self.log
+            .clone()
+            .or_else(|| std::env::var("RUST_LOG").ok().filter(|v| !v.is_empty()))
+            .unwrap_or_else(|| "info".to_owned())
+    }
+}
+
+/// The options `vvm-host run` and `vvm-host status` share: the lock's name,
+/// the storage and the keys.
 #[derive(Debug, clap::Args)]
 pub(crate) struct StoreArgs {
-    /// Storage URL (see "Storage URLs" below). Default: a redb file under
-    /// $XDG_DATA_HOME/vvm-host/ (~/.local/share).
+    /// Storage URL (see "Storage URLs" in `vvm-host run --help`). Default: a
+    /// redb file under $XDG_DATA_HOME/vvm-host/ (~/.local/share).
     #[arg(long, env = "VVM_HOST_STORAGE", value_name = "URL")]
     pub(crate) storage: Option<StorageUrl>,
 
-    /// Number of nodes that may lead at once (keys 1..=N are tried in turn).
+    /// Number of nodes that may hold the lock at once (keys NAME/1..=N are
+    /// tried in turn). Every node of one lock must use the same N.
     #[arg(
         long,
         env = "VVM_HOST_CLUSTER_SIZE",
@@ -98,27 +151,56 @@ pub(crate) struct StoreArgs {
     )]
     pub(crate) cluster_size: u32,
 
-    /// Prefix of the leadership keys; use one per job sharing a storage.
-    #[arg(long, env = "VVM_HOST_KEY_PREFIX", default_value = DEFAULT_KEY_PREFIX)]
-    pub(crate) key_prefix: String,
+    /// Expert override of the keys NAME gives (`PREFIX1..=N` instead of
+    /// `NAME/1..=N`), e.g. `vvm/leader/` to keep the keys of vvm-host 0.1,
+    /// whose default that was.
+    #[arg(long, env = "VVM_HOST_KEY_PREFIX", value_name = "PREFIX")]
+    pub(crate) key_prefix: Option<String>,
+
+    /// The lock's name: nodes that run with the same NAME on one store take
+    /// turns; different names are independent locks.
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub(crate) name: String,
 }
 
 impl StoreArgs {
+    /// The key prefix: `--key-prefix`, else `NAME/`.
+    pub(crate) fn key_prefix(&self) -> String {
+        self.key_prefix
+            .clone()
+            .unwrap_or_else(|| format!("{}/", self.name))
+    }
+
     /// A configuration naming these keys (for `address`).
     pub(crate) fn config(&self, address: String) -> VvmConfig {
         let mut config = VvmConfig::new(address);
         config.cluster_size = self.cluster_size;
-        config.key_prefix = self.key_prefix.clone();
+        config.key_prefix = self.key_prefix();
         config
     }
+}
+
+/// A lock name: the keys `NAME/1..=N` must be valid keys; `__` starts the
+/// names reserved for the library's own records.
+fn parse_name(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("the lock name is empty".to_owned());
+    }
+    if text.starts_with("__") || text.starts_with('-') {
+        return Err(format!(
+            "{text:?}: a lock name may not start with `__` or `-`"
+        ));
+    }
+    ttl_storage::Key::new(format!("{text}/{MAX_CLUSTER_SIZE}"))
+        .map(|_| text.to_owned())
+        .map_err(|err| format!("{text:?} is not a valid lock name: {err}"))
 }
 
 /// The text after the options in `--help`.
 fn after_help() -> String {
     format!(
         "\
-Without COMMAND, a demo service logs the key it leads once a second.
-`vvm-host status [--storage URL] [--json]` shows who leads (read only).
+`vvm-host status NAME` shows who holds the lock (read only).
 
 Storage URLs built into this vvm-host (others need a cargo feature):
 {}
@@ -209,12 +291,38 @@ pub(crate) fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// A lease length: positive, in whole seconds (every store keeps TTLs in
+/// seconds: the storage contract, `ttl_storage::Ttl`).
+fn parse_lease(text: &str) -> Result<Duration, String> {
+    let duration = parse_positive(text)?;
+    if duration.subsec_nanos() != 0 {
+        let up = Duration::from_secs(duration.as_secs() + 1);
+        return Err(format!(
+            "{text:?}: leases are kept in whole seconds by every store (the storage contract); use e.g. {}",
+            humantime::format_duration(up)
+        ));
+    }
+    Ok(duration)
+}
+
+/// A positive duration.
+fn parse_positive(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration.is_zero() {
+        return Err(format!("{text:?}: must be positive"));
+    }
+    Ok(duration)
+}
+
 /// Parses a duration with `humantime` (`1500ms`, `20s`, `2m`, `1h 30m`),
 /// or a bare number of seconds.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if let Ok(seconds) = text.parse::<u64>() {
         return Ok(Duration::from_secs(seconds));
+    }
+    if text.starts_with('-') {
+        return Err(format!("{text:?}: must be positive"));
     }
     humantime::parse_duration(text)
         .map_err(|err| format!("{text:?} is not a duration (examples: 500ms, 20s, 2m, 1h): {err}"))
@@ -223,6 +331,14 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_args(args: &[&str]) -> Result<Args, clap::Error> {
+        let all = ["vvm-host", "run"].iter().chain(args);
+        match Cli::try_parse_from(all)?.command {
+            Command::Run(args) => Ok(*args),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn durations() {
@@ -235,49 +351,67 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("s").is_err());
+        assert!(parse_lease("0s").unwrap_err().contains("must be positive"));
+        assert!(parse_lease("-1s").unwrap_err().contains("must be positive"));
+        let fractional = parse_lease("1500ms").unwrap_err();
+        assert!(
+            fractional.contains("whole seconds") && fractional.contains("2s"),
+            "{fractional}"
+        );
     }
 
     #[test]
     fn metrics_listen_takes_ip_and_port_only() {
-        let args = Args::parse_from(["vvm-host", "--metrics-listen", "127.0.0.1:0"]);
+        let args = run_args(&["--metrics-listen", "127.0.0.1:0", "job", "true"]).unwrap();
         assert_eq!(args.metrics_listen, Some("127.0.0.1:0".parse().unwrap()));
-        assert_eq!(Args::parse_from(["vvm-host"]).metrics_listen, None);
+        assert_eq!(run_args(&["job", "true"]).unwrap().metrics_listen, None);
         for bad in ["localhost:9187", "127.0.0.1", "9187", "1.2.3.4:99999", ""] {
-            let err = Args::try_parse_from(["vvm-host", "--metrics-listen", bad]).unwrap_err();
+            let err = run_args(&["--metrics-listen", bad, "job", "true"]).unwrap_err();
             assert!(err.to_string().contains("IP:PORT"), "{bad}: {err}");
         }
     }
 
     #[test]
+    fn a_name_and_a_command_with_or_without_the_double_dash() {
+        let plain = run_args(&["job", "sleep", "10"]).unwrap();
+        assert_eq!(plain.store.name, "job");
+        assert_eq!(plain.command, ["sleep", "10"]);
+        assert_eq!(plain.store.key_prefix(), "job/");
+        let dashed = run_args(&["job", "--", "sleep", "-x"]).unwrap();
+        assert_eq!(dashed.command, ["sleep", "-x"]);
+        // Options after the command belong to the command.
+        let late = run_args(&["job", "cmd", "--grace-period", "1s"]).unwrap();
+        assert_eq!(late.command, ["cmd", "--grace-period", "1s"]);
+        assert!(run_args(&["job"]).is_err(), "no command");
+        assert!(run_args(&[]).is_err(), "no name");
+        assert!(run_args(&["__fencing__", "true"]).is_err());
+        let prefixed = run_args(&["--key-prefix", "vvm/leader/", "job", "true"]).unwrap();
+        assert_eq!(prefixed.store.key_prefix(), "vvm/leader/");
+    }
+
+    #[test]
     fn options_make_a_validated_config() {
-        let args = Args::parse_from([
-            "vvm-host",
+        let args = run_args(&[
             "--address",
             "node-1",
             "--cluster-size",
             "3",
             "--leadership-duration",
             "4s",
+            "job",
             "--",
             "sleep",
             "10",
-        ]);
+        ])
+        .unwrap();
         let config = args.vvm_config().unwrap();
         assert_eq!(config.cluster_size, 3);
         assert_eq!(config.leadership_duration, Duration::from_secs(4));
+        assert_eq!(config.key(2).unwrap().as_str(), "job/2");
         // A standby waits as long as it takes unless told otherwise.
         assert_eq!(config.acquisition_duration, vvm_orch::ACQUIRE_FOREVER);
-        assert_eq!(args.command, ["sleep", "10"]);
-
-        let bad = Args::parse_from([
-            "vvm-host",
-            "--address",
-            "n",
-            "--leadership-duration",
-            "1500ms",
-        ]);
-        assert!(matches!(bad.vvm_config(), Err(ArgsError::Config(_))));
-        assert!(Args::try_parse_from(["vvm-host", "--cluster-size", "0"]).is_err());
-        assert!(Args::try_parse_from(["vvm-host", "--storage", "nope://x"]).is_err());
+        assert!(run_args(&["--leadership-duration", "1500ms", "job", "true"]).is_err());
+        assert!(run_args(&["--cluster-size", "0", "job", "true"]).is_err());
+        assert!(run_args(&["--storage", "nope://x", "job", "true"]).is_err());
     }
 }

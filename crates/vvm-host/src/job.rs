@@ -162,6 +162,15 @@ impl JobHandle {
             .is_some_and(|cgroup| !cgroup.populated())
     }
 
+    /// SIGKILL to the whole job without waiting: `cgroup.kill` in the cgroup
+    /// mode, and the `kill` request to the guard in every mode.
+    pub(crate) fn kill_soon(&self) {
+        if let Some(cgroup) = &self.cgroup {
+            let _ = cgroup.kill();
+        }
+        let _ = (&self.lifeline).write_all(KILL);
+    }
+
     /// The guard's notes waiting on the lifeline (for a caller about to
     /// exit, which will not read them otherwise). Never blocks.
     pub(crate) fn drain_notes(&self) -> Vec<String> {

@@ -3,11 +3,13 @@
 //! one node of a cluster (or on `--cluster-size` nodes at most).
 //!
 //! ```text
-//! vvm-host [OPTIONS] -- COMMAND [ARGS...]
+//! vvm-host run [OPTIONS] NAME [--] COMMAND [ARGS...]
+//! vvm-host status [OPTIONS] NAME
+//! vvm-host completions SHELL
 //! ```
 //!
-//! It provides and launches a [`vvm_orch::Vvm`] whose service pipeline is
-//! COMMAND (or a demo service), waits for a shutdown signal or a VVM
+//! `run` provides and launches a [`vvm_orch::Vvm`] whose service pipeline is
+//! COMMAND, waits for a shutdown signal or a VVM
 //! problem, then shuts the VVM down: the command is stopped (SIGTERM, then
 //! SIGKILL after the grace period, then every descendant left) before
 //! leadership is released. The command runs under a guard process
@@ -18,7 +20,6 @@ mod cli;
 mod command;
 mod containment;
 mod default_storage;
-mod demo;
 mod exit;
 mod fault;
 mod guard;
@@ -38,16 +39,15 @@ use std::{
 };
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use elections::Killer;
 use tracing_subscriber::EnvFilter;
 use ttl_storage::DynTtlStorage;
 use vvm_orch::{ServicePipeline, Vvm, VvmConfig, VvmProblem};
 
 use crate::{
-    cli::Args,
+    cli::{Args, Cli, Command},
     command::CommandPipeline,
-    demo::DemoPipeline,
     exit::ExitCodes,
     fault::FaultyStorage,
     health::{Health, HealthStorage},
@@ -65,14 +65,39 @@ fn main() -> ExitCode {
         Some(first) if first == containment::pidns::PROBE_ARG => {
             return containment::pidns::probe_main();
         }
-        Some(first) if first == status::STATUS_ARG => return status::main(raw.collect()),
         _ => {}
     }
-    let args = Args::parse();
-    let filter = match EnvFilter::try_new(&args.log) {
+    let args = match Cli::parse().command {
+        Command::Run(args) => *args,
+        Command::Status(args) => return status::main(&args),
+        Command::Completions { shell } => {
+            // Into a buffer: a closed stdout (`| head`) is not a panic.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "vvm-host", &mut script);
+            return match std::io::Write::write_all(&mut std::io::stdout(), &script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::from(exit::DEFAULT_ERROR),
+            };
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            let rendered = clap_mangen::Man::new(Cli::command()).render(&mut page);
+            return match rendered
+                .and_then(|()| std::io::Write::write_all(&mut std::io::stdout(), &page))
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("vvm-host: {err}");
+                    ExitCode::from(exit::DEFAULT_ERROR)
+                }
+            };
+        }
+    };
+    let log_filter = args.log_filter();
+    let filter = match EnvFilter::try_new(&log_filter) {
         Ok(filter) => filter,
         Err(err) => {
-            eprintln!("vvm-host: invalid --log filter {:?}: {err}", args.log);
+            eprintln!("vvm-host: invalid log filter {log_filter:?}: {err}");
             return ExitCode::from(exit::USAGE);
         }
     };
@@ -152,21 +177,32 @@ async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<
         running: running.clone(),
         exit_code: codes.lost,
     });
-    match CommandPipeline::new(args.command, args.grace_period, running, containment) {
-        Some((pipeline, outcome)) => {
-            host(
-                config,
-                storage,
-                pipeline,
-                killer,
-                codes,
-                health,
-                Some(outcome),
-            )
-            .await
-        }
-        None => host(config, storage, DemoPipeline, killer, codes, health, None).await,
-    }
+    let Some((pipeline, outcome)) = CommandPipeline::new(
+        args.command,
+        args.grace_period,
+        running.clone(),
+        containment,
+    ) else {
+        anyhow::bail!("no command given");
+    };
+    let parts = Host {
+        killer,
+        codes,
+        health,
+        child: outcome,
+        running,
+    };
+    host(config, storage, pipeline, parts).await
+}
+
+/// What [`host`] needs besides the VVM's own parts.
+struct Host {
+    killer: Arc<dyn Killer>,
+    codes: ExitCodes,
+    health: Arc<Health>,
+    /// How the command ended, once it has.
+    child: Arc<Mutex<Option<Outcome>>>,
+    running: RunningJob,
 }
 
 /// Launches the VVM, waits for a signal or a problem, shuts down, and maps
@@ -175,11 +211,15 @@ async fn host<P: ServicePipeline>(
     config: VvmConfig,
     storage: DynTtlStorage,
     pipeline: P,
-    killer: Arc<dyn Killer>,
-    codes: ExitCodes,
-    health: Arc<Health>,
-    child: Option<Arc<Mutex<Option<Outcome>>>>,
+    parts: Host,
 ) -> anyhow::Result<u8> {
+    let Host {
+        killer,
+        codes,
+        health,
+        child,
+        running,
+    } = parts;
     let mut signals = ShutdownSignals::new().context("cannot watch the shutdown signals")?;
     let vvm = Vvm::provide(config, storage, pipeline)?.with_killer(killer);
     tracing::info!(value = vvm.value(), "acquiring leadership");
@@ -194,25 +234,41 @@ async fn host<P: ServicePipeline>(
     if let Some(signal) = requested_by {
         tracing::info!(signal, "signal received; shutting down");
     }
-    // Further signals during shutdown are only logged: the command still
-    // gets its grace period, and leadership is released after it stopped.
+    // A second signal during shutdown (as `docker compose` does) ends the
+    // job at once instead of waiting for the rest of the grace period;
+    // leadership is still released only after the job is gone.
     let watcher = tokio::spawn(async move {
         loop {
             let signal = signals.recv().await;
-            tracing::warn!(
-                signal,
-                "signal received while shutting down; the command still gets its grace period"
-            );
+            match running.get() {
+                Some(job) => {
+                    job.kill_soon();
+                    tracing::warn!(signal, "second signal: the command was SIGKILLed");
+                }
+                None => tracing::warn!(signal, "signal received while shutting down"),
+            }
         }
     });
+    let held = matches!(
+        *vvm.status_watch().borrow(),
+        vvm_orch::VvmStatus::Leading(_) | vvm_orch::VvmStatus::LeadershipLost(_)
+    );
     let started = Instant::now();
     let result = vvm.shutdown().await;
     watcher.abort();
-    tracing::info!(elapsed = ?started.elapsed(), "shut down; leadership released");
+    let child_outcome = *child.lock().unwrap_or_else(PoisonError::into_inner);
+    if held || child_outcome.is_some() {
+        tracing::info!(elapsed = ?started.elapsed(), "shut down; leadership released");
+    } else {
+        tracing::info!(elapsed = ?started.elapsed(), "shut down (leadership was not held)");
+    }
 
-    let child_outcome = child.and_then(|cell| *cell.lock().unwrap_or_else(PoisonError::into_inner));
     Ok(match result {
         Ok(()) => 0,
+        Err(VvmProblem::ServicesFinished) if child_outcome.is_some_and(Outcome::success) => {
+            tracing::info!("the command exited with status 0; leadership released");
+            0
+        }
         Err(VvmProblem::ServicesFinished | VvmProblem::Service(_)) if child_outcome.is_some() => {
             let code = child_outcome.map_or(codes.error, Outcome::exit_code);
             if let Some(meaning) = codes.collides_with(code) {

@@ -1,29 +1,35 @@
-//! `vvm-host status`: who leads each key, read only.
+//! `vvm-host status`: who holds a lock, read only.
 //!
 //! ```text
-//! vvm-host status [--storage URL] [--key-prefix P] [--cluster-size N] [--json]
+//! vvm-host status [--storage URL] [--cluster-size N] [--json] NAME
 //! ```
 //!
 //! For each key, the leader's address, the latest fencing token issued and,
-//! where the driver can tell, the time left on the lease. Exit 0 when some
-//! key has a leader, 3 when none has; never takes or extends a lease.
+//! where the driver can tell, the time left on the lease. Never takes or
+//! extends a lease, and never creates a store: a redb file that does not
+//! exist is its own exit status.
 
 use std::{process::ExitCode, time::Duration};
 
-use clap::Parser;
 use ttl_storage::{DynTtlStorage, TimeLeft};
 
 use crate::cli::StoreArgs;
 
-/// The first argument that selects this subcommand.
-pub(crate) const STATUS_ARG: &str = "status";
-
 /// Exit status when no key has a leader.
 const NO_LEADER: u8 = 3;
+/// Exit status when the store does not exist (nothing was created).
+const NO_STORE: u8 = 4;
 
-/// Show who leads each key (read only).
-#[derive(Debug, Parser)]
-#[command(name = "vvm-host status", version)]
+/// `vvm-host status --help`'s closing text.
+pub(crate) const AFTER_HELP: &str = "\
+Exit status: 0 some key has a leader; 3 no key has a leader; 4 the store does
+not exist (a redb file that is not there: status creates nothing); 2 bad
+options; 125 the store cannot be read.
+
+Storage URLs: as for `vvm-host run` (see `vvm-host run --help`).";
+
+/// `vvm-host status`'s options.
+#[derive(Debug, clap::Args)]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     store: StoreArgs,
@@ -47,9 +53,13 @@ struct Row {
     expiry: Option<&'static str>,
 }
 
-/// Runs `vvm-host status` with `args` (after the subcommand's name).
-pub(crate) fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
-    let args = StatusArgs::parse_from(std::iter::once("vvm-host status".into()).chain(args));
+/// Why status read nothing.
+#[derive(Debug, thiserror::Error)]
+#[error("no store at {0}: nothing was created (start `vvm-host run` with this --storage first)")]
+struct NoStore(String);
+
+/// Runs `vvm-host status`.
+pub(crate) fn main(args: &StatusArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -60,7 +70,7 @@ pub(crate) fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
             return ExitCode::from(crate::exit::DEFAULT_ERROR);
         }
     };
-    match runtime.block_on(run(&args)) {
+    match runtime.block_on(run(args)) {
         Ok(rows) => {
             let leaders = rows.iter().filter(|row| row.leader.is_some()).count();
             print(&rows, args.json, leaders);
@@ -69,6 +79,10 @@ pub(crate) fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
             } else {
                 ExitCode::from(NO_LEADER)
             }
+        }
+        Err(err) if err.is::<NoStore>() => {
+            eprintln!("vvm-host status: {err:#}");
+            ExitCode::from(NO_STORE)
         }
         Err(err) => {
             eprintln!("vvm-host status: {err:#}");
@@ -82,6 +96,13 @@ async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
         Some(url) => url.clone(),
         None => crate::default_storage::default_url()?,
     };
+    // Read only: opening a redb URL would create the file.
+    if url.scheme() == "redb"
+        && let Ok(redb) = storage_redb::RedbUrl::parse(url.as_str())
+        && !redb.path().exists()
+    {
+        return Err(NoStore(redb.path().display().to_string()).into());
+    }
     let storage: DynTtlStorage = url.open().await?;
     let config = args.store.config("status".to_owned());
     config.validate()?;

@@ -18,10 +18,7 @@ fn exit_status_of_a_short_command_is_propagated() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(7));
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout),
-        "key=vvm/leader/1\n"
-    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "key=e2e/1\n");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("leadership released"), "{stderr}");
 
@@ -114,20 +111,29 @@ fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
     assert!(killed < released, "{log}");
 }
 
+/// `vvm-host run NAME COMMAND...` without `--`, on the default storage.
 #[test]
-fn demo_service_leads_and_stops_on_sigint() {
+fn run_without_the_double_dash_leads_and_stops_on_sigint() {
     // The default storage: a redb file under $XDG_DATA_HOME/vvm-host/.
     let data = tempfile::tempdir().unwrap();
-    let mut child = vvm_host(&[])
-        .env_remove("VVM_HOST_STORAGE")
+    let mut child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--address",
+            "e2e",
+            NAME,
+            "sh",
+            "-c",
+            "echo key=$VVM_HOST_KEY; exec sleep 1000",
+        ])
         .env("XDG_DATA_HOME", data.path())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (err_rx, err) = lines(child.stderr.take().unwrap());
-    let line = wait_for_line(&err_rx, "demo service: leading");
-    assert!(line.contains("vvm/leader/1"), "{line}");
+    let (out_rx, _) = lines(child.stdout.take().unwrap());
+    let (_, err) = lines(child.stderr.take().unwrap());
+    assert_eq!(wait_for_line(&out_rx, "key="), "key=e2e/1");
     kill(
         Pid::from_raw(i32::try_from(child.id()).unwrap()),
         Signal::SIGINT,
@@ -136,7 +142,6 @@ fn demo_service_leads_and_stops_on_sigint() {
     let status = wait_with_limit(&mut child);
     let log = err.join().unwrap();
     assert_eq!(status.code(), Some(0), "{log}");
-    assert!(log.contains("demo service stopped"), "{log}");
     assert!(log.contains("leadership released"), "{log}");
     let file = data.path().join("vvm-host").join("vvm-host.redb");
     assert_eq!(stored_key1(&file), None, "{log}");
@@ -148,12 +153,25 @@ fn bad_options_are_refused_clearly() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--cluster-size"));
 
-    let output = vvm_host(&["--leadership-duration", "1500ms"])
+    let output = vvm_host(&["--leadership-duration", "1500ms", "--", "true"])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("leadership duration"), "{stderr}");
+    assert!(stderr.contains("whole seconds"), "{stderr}");
+
+    let output = vvm_host(&["--leadership-duration", "0s", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("must be positive"));
+
+    // `run` without a name (and so without a command) is a usage error.
+    let output = std::process::Command::new(bin())
+        .arg("run")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("<NAME>"));
 
     let output = vvm_host(&["--storage", "nope://x"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
@@ -167,10 +185,12 @@ fn storage_that_cannot_be_opened_is_an_error() {
     let file = dir.path().join("not-a-database.redb");
     std::fs::write(&file, b"this is not a redb file").unwrap();
     let url = format!("redb://{}", file.display());
-    let output = vvm_host(&["--storage", &url]).output().unwrap();
+    let output = vvm_host(&["--storage", &url, "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(125));
     // The error status moves with its flag, like the others.
-    let moved = vvm_host(&["--storage", &url, "--exit-code-error", "77"])
+    let moved = vvm_host(&["--storage", &url, "--exit-code-error", "77", "--", "true"])
         .output()
         .unwrap();
     assert_eq!(moved.status.code(), Some(77));
@@ -193,15 +213,17 @@ fn an_exclusive_redb_file_held_by_another_vvm_host_is_refused() {
         "redb://{}?mode=exclusive",
         dir.path().join("leases.redb").display()
     );
-    let mut first = vvm_host(&["--storage", &url])
+    let mut first = vvm_host(&["--storage", &url, "--", "sleep", "1000"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let (err_rx, err) = lines(first.stderr.take().unwrap());
-    wait_for_line(&err_rx, "demo service: leading");
+    wait_for_line(&err_rx, "command started");
 
-    let second = vvm_host(&["--storage", &url]).output().unwrap();
+    let second = vvm_host(&["--storage", &url, "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(second.status.code(), Some(125));
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.contains("already open"), "{stderr}");
@@ -223,7 +245,15 @@ fn after_a_crash_the_next_vvm_host_waits_for_the_lease() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("leases.redb");
     let url = format!("redb://{}", file.display());
-    let args = ["--storage", &url, "--leadership-duration", "4s"];
+    let args = [
+        "--storage",
+        &url,
+        "--leadership-duration",
+        "4s",
+        "--",
+        "sleep",
+        "1000",
+    ];
 
     let mut crashed = vvm_host(&args)
         .stdout(Stdio::null())
@@ -231,7 +261,7 @@ fn after_a_crash_the_next_vvm_host_waits_for_the_lease() {
         .spawn()
         .unwrap();
     let (err_rx, _err) = lines(crashed.stderr.take().unwrap());
-    wait_for_line(&err_rx, "demo service: leading");
+    wait_for_line(&err_rx, "command started");
     crashed.kill().unwrap(); // SIGKILL: no release
     crashed.wait().unwrap();
     assert!(
@@ -246,7 +276,7 @@ fn after_a_crash_the_next_vvm_host_waits_for_the_lease() {
         .unwrap();
     let (err_rx, err) = lines(next.stderr.take().unwrap());
     wait_for_line(&err_rx, "no key acquired in the first round");
-    wait_for_line(&err_rx, "demo service: leading");
+    wait_for_line(&err_rx, "command started");
     kill(
         Pid::from_raw(i32::try_from(next.id()).unwrap()),
         Signal::SIGTERM,
@@ -269,7 +299,10 @@ fn status_names_the_leader_and_reads_only() {
     let url = format!("redb://{}", file.display());
     let status = |extra: &[&str]| {
         let mut command = std::process::Command::new(bin());
-        command.args(["status", "--storage", &url]).args(extra);
+        command
+            .args(["status", "--storage", &url])
+            .args(extra)
+            .arg(NAME);
         command.output().unwrap()
     };
     let json_status = || {
@@ -278,17 +311,27 @@ fn status_names_the_leader_and_reads_only() {
         serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
     };
 
-    let empty = status(&[]);
-    assert_eq!(empty.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&empty.stdout).contains("(none)"));
+    // No store yet: status says so, with its own status, and creates nothing.
+    let missing = status(&[]);
+    assert_eq!(missing.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no store at"));
+    assert!(!file.exists(), "status created the store");
 
-    let mut leader = vvm_host(&["--storage", &url, "--leadership-duration", "60s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut leader = vvm_host(&[
+        "--storage",
+        &url,
+        "--leadership-duration",
+        "60s",
+        "--",
+        "sleep",
+        "1000",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let (err_rx, _err) = lines(leader.stderr.take().unwrap());
-    wait_for_line(&err_rx, "demo service: leading");
+    wait_for_line(&err_rx, "command started");
 
     // While it runs, in another process.
     let live = json_status();
@@ -311,18 +354,12 @@ fn status_names_the_leader_and_reads_only() {
     assert_eq!(table.status.code(), Some(0));
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.lines().next().unwrap().contains("TIME LEFT"), "{text}");
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("vvm/leader/1"))
-        .expect(&text);
+    let row = text.lines().find(|l| l.starts_with("e2e/1")).expect(&text);
     let columns: Vec<&str> = row.split_whitespace().collect();
     assert!(columns[1].starts_with("e2e#pid"), "{text}");
     assert_eq!(columns[2], "1", "{text}");
     assert!(columns[3].ends_with('s'), "{text}");
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("vvm/leader/2"))
-        .expect(&text);
+    let row = text.lines().find(|l| l.starts_with("e2e/2")).expect(&text);
     assert!(row.contains("(none)"), "{text}");
 
     let body = json_status();

@@ -25,7 +25,7 @@ use serde_json::Value;
 /// was asked to stop: long enough to be scraped.
 const COMMAND: &str = "trap '' TERM; echo leading; while :; do sleep 0.05; done";
 
-const KEY: &str = "vvm/leader/1";
+const KEY: &str = "e2e/1";
 
 /// One HTTP/1.1 GET; the status code and the body.
 fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {

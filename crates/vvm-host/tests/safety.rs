@@ -293,13 +293,21 @@ fn no_leadership_in_time_has_its_own_status() {
 
 /// Starts a vvm-host that leads on `url` for a minute, SIGKILLs it.
 fn hold_lease_and_crash(url: &str) -> bool {
-    let mut leader = vvm_host(&["--storage", url, "--leadership-duration", "60s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut leader = vvm_host(&[
+        "--storage",
+        url,
+        "--leadership-duration",
+        "60s",
+        "--",
+        "sleep",
+        "1000",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let (err_rx, _err) = lines(leader.stderr.take().unwrap());
-    wait_for_line(&err_rx, "demo service: leading");
+    wait_for_line(&err_rx, "command started");
     leader.kill().unwrap();
     leader.wait().unwrap();
     stored_key1(Path::new(url.trim_start_matches("redb://"))).is_some()
@@ -307,7 +315,9 @@ fn hold_lease_and_crash(url: &str) -> bool {
 
 #[test]
 fn ambiguous_exit_codes_are_refused() {
-    let output = vvm_host(&["--exit-code-lost", "125"]).output().unwrap();
+    let output = vvm_host(&["--exit-code-lost", "125", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -30,11 +30,19 @@ pub fn bin() -> std::ffi::OsString {
 /// Generous: CI machines are slow; nothing here waits this long when it works.
 pub const LIMIT: Duration = Duration::from_secs(60);
 
+/// The lock name the tests run under (keys `e2e/1..=N`).
+pub const NAME: &str = "e2e";
+
+/// `vvm-host run --address e2e --log info ARGS...`, with the lock name
+/// [`NAME`] put before the `--` of `args` (or at the end).
 pub fn vvm_host(args: &[&str]) -> Command {
     let mut command = Command::new(bin());
+    command.args(["run", "--address", "e2e", "--log", "info"]);
+    match args.iter().position(|arg| *arg == "--") {
+        Some(at) => command.args(&args[..at]).arg(NAME).args(&args[at..]),
+        None => command.args(args).arg(NAME),
+    };
     command
-        .args(["--address", "e2e", "--log", "info"])
-        .args(args)
         // Through the environment, so a test's --storage flag overrides it.
         .env("VVM_HOST_STORAGE", "mem")
         .stdin(Stdio::null());
@@ -50,7 +58,7 @@ pub fn stored_key1(path: &std::path::Path) -> Option<Vec<u8>> {
     runtime.block_on(async {
         let storage = RedbStorage::open(path).await.unwrap();
         let record = storage
-            .get(&Key::new("vvm/leader/1").unwrap())
+            .get(&Key::new(format!("{NAME}/1")).unwrap())
             .await
             .unwrap();
         storage.close().await.unwrap();
