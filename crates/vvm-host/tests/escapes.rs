@@ -263,7 +263,7 @@ fn pidns_mode_runs_the_command_in_its_own_pid_namespace() {
 /// guard) before it releases anything, and exits 125.
 #[test]
 fn a_killed_guard_gets_the_job_ended_and_exit_125() {
-    let mut host = start(&[], |work| work_loop(work), None);
+    let mut host = start(&[], work_loop, None);
     wait_for_work(&host.work(), 5);
     let guard = guard_of(host.child.id());
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(guard), Signal::SIGKILL).unwrap();
