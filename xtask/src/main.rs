@@ -8,10 +8,12 @@
 //! - `cargo xtask sim --seeds 10000`: the deterministic elections simulation.
 //! - `cargo xtask chaos --engine cassandra --duration 120s`: contender processes
 //!   killed, paused and cut off from a real engine, fencing checked.
+//! - `cargo xtask man`: writes vvm-host's man page (`crates/vvm-host/doc/vvm-host.1`).
 
 mod chaos;
 mod docker;
 mod engines;
+mod man;
 mod sim;
 mod test_drivers;
 
@@ -32,6 +34,8 @@ enum Task {
     Sim(sim::Args),
     /// Run contender processes under kills, pauses and partitions against a real engine.
     Chaos(chaos::Args),
+    /// Write vvm-host's man page from its clap definition (a test checks it is current).
+    Man,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,5 +43,6 @@ fn main() -> anyhow::Result<()> {
         Task::TestDrivers(args) => test_drivers::run(args),
         Task::Sim(args) => sim::run(args),
         Task::Chaos(args) => chaos::run(args),
+        Task::Man => man::run(),
     }
 }

@@ -96,7 +96,7 @@ pub enum OpenError {
         supported: u64,
     },
     /// An I/O error (permissions, disk full, a directory that cannot be created, ...).
-    #[error("I/O error on storage file {path:?}: {source}")]
+    #[error("I/O error on storage file {path:?}")]
     Io {
         /// The storage file.
         path: PathBuf,
@@ -105,7 +105,7 @@ pub enum OpenError {
         source: io::Error,
     },
     /// Any other error of redb.
-    #[error("cannot open storage file {path:?}: {source}")]
+    #[error("cannot open storage file {path:?}")]
     Redb {
         /// The storage file.
         path: PathBuf,

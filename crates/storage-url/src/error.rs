@@ -55,8 +55,9 @@ pub enum OpenError {
         #[source]
         source: UrlError,
     },
-    /// The driver could not open or connect.
-    #[error("cannot open storage {url}: {source}")]
+    /// The driver could not open or connect (the cause is the source: print
+    /// the chain, e.g. with `{:#}` in anyhow, to see it once).
+    #[error("cannot open storage {url}")]
     Connect {
         /// The URL, password redacted.
         url: String,

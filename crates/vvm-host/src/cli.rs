@@ -40,9 +40,13 @@ pub(crate) enum Command {
         /// The shell to complete for.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff), as `cargo xtask man` writes it.
+    /// Print the man page (roff) of vvm-host or of one subcommand, as
+    /// `cargo xtask man` writes them.
     #[command(hide = true)]
-    Man,
+    Man {
+        /// The subcommand (`run`, `status`, `completions`); none: vvm-host.
+        subcommand: Option<String>,
+    },
 }
 
 /// `vvm-host run`'s options.
@@ -198,12 +202,30 @@ fn parse_name(text: &str) -> Result<String, String> {
 
 /// The text after the options in `--help`.
 fn after_help() -> String {
+    let schemes = storage_url::schemes_help()
+        .lines()
+        .map(|line| format!("  {line}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    after_help_with(&format!(
+        "Storage URLs built into this vvm-host (others need a cargo feature):\n{schemes}"
+    ))
+}
+
+/// The same text for the man page, which must not depend on the cargo
+/// features of the build that renders it.
+pub(crate) fn man_after_help() -> String {
+    after_help_with(
+        "Storage URLs: mem and redb:///path/file.redb always; with cargo features:\n  scylla:// cassandra:// (scylla), dynamodb:// (dynamodb),\n  redis:// rediss:// valkey:// valkeys:// (valkey), postgres:// (postgres),\n  etcd:// etcds:// (etcd). `vvm-host run --help` lists those of a build.",
+    )
+}
+
+fn after_help_with(storage_urls: &str) -> String {
     format!(
         "\
 `vvm-host status NAME` shows who holds the lock (read only).
 
-Storage URLs built into this vvm-host (others need a cargo feature):
-{}
+{storage_urls}
 
 The command starts once leadership is acquired, under a small guard process
 (vvm-host-guard), contained (--containment), with VVM_HOST_KEY,
@@ -223,12 +245,7 @@ Exit status: the command's own when it exits by itself (128+N if killed by
 signal N, 126/127 if it could not be started); 0 after a clean shutdown by
 signal; 2 on bad options; 123 leadership lost (--exit-code-lost); 124 no
 leadership acquired in time (--exit-code-no-leadership); 125 error of
-vvm-host itself, e.g. storage (--exit-code-error).",
-        storage_url::schemes_help()
-            .lines()
-            .map(|line| format!("  {line}"))
-            .collect::<Vec<_>>()
-            .join("\n")
+vvm-host itself, e.g. storage (--exit-code-error)."
     )
 }
 

@@ -79,9 +79,25 @@ fn main() -> ExitCode {
                 Err(_) => ExitCode::from(exit::DEFAULT_ERROR),
             };
         }
-        Command::Man => {
+        Command::Man { subcommand } => {
             let mut page = Vec::new();
-            let rendered = clap_mangen::Man::new(Cli::command()).render(&mut page);
+            let mut command = Cli::command();
+            command.build();
+            let command = match &subcommand {
+                None => command,
+                Some(name) => match command.find_subcommand(name) {
+                    Some(sub) if name == "run" => sub
+                        .clone()
+                        .display_name("vvm-host-run")
+                        .after_help(cli::man_after_help()),
+                    Some(sub) => sub.clone().display_name(format!("vvm-host-{name}")),
+                    None => {
+                        eprintln!("vvm-host: no subcommand {name:?}");
+                        return ExitCode::from(exit::USAGE);
+                    }
+                },
+            };
+            let rendered = clap_mangen::Man::new(command).render(&mut page);
             return match rendered
                 .and_then(|()| std::io::Write::write_all(&mut std::io::stdout(), &page))
             {

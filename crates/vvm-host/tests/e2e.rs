@@ -275,7 +275,11 @@ fn after_a_crash_the_next_vvm_host_waits_for_the_lease() {
         .spawn()
         .unwrap();
     let (err_rx, err) = lines(next.stderr.take().unwrap());
-    wait_for_line(&err_rx, "no key acquired in the first round");
+    let standby = wait_for_line(&err_rx, "key held by another node");
+    assert!(
+        standby.contains("holder=\"e2e#pid") && standby.contains("waiting indefinitely"),
+        "{standby}"
+    );
     wait_for_line(&err_rx, "command started");
     kill(
         Pid::from_raw(i32::try_from(next.id()).unwrap()),

@@ -109,10 +109,7 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
             return;
         }
         if round == 1 {
-            tracing::info!(
-                cluster_size = config.cluster_size,
-                "no key acquired in the first round; retrying until the acquisition duration runs out"
-            );
+            describe_holders(&shared, deadline.is_none()).await;
         }
         let pause_end = now + config.acquisition_retry_pause;
         let pause_end = deadline.map_or(pause_end, |deadline| pause_end.min(deadline));
@@ -134,6 +131,51 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
             () = shared.vvm_shut.cancelled() => return,
             () = released => tracing::debug!(round, "a key may have been released; retrying now"),
             () = tokio::time::sleep_until(pause_end) => {}
+        }
+    }
+}
+
+/// The standby's first word: who holds each key (value, fencing token, time
+/// left, read with [`elections::inspect`]), and how long it will wait.
+async fn describe_holders(shared: &Shared, forever: bool) {
+    let config = &shared.config;
+    let waiting = if forever {
+        "waiting indefinitely".to_owned()
+    } else {
+        format!(
+            "waiting up to {}",
+            humantime::format_duration(config.acquisition_duration)
+        )
+    };
+    for index in 1..=config.cluster_size {
+        let Ok(key) = config.key(index) else { continue };
+        let look = tokio::time::timeout(
+            config.leadership_duration / 4,
+            elections::inspect(&*shared.storage, &key),
+        )
+        .await;
+        match look {
+            Ok(Ok(status)) => {
+                let holder = status.leader.as_deref().map_or_else(
+                    || "(none)".to_owned(),
+                    |v| String::from_utf8_lossy(v).into_owned(),
+                );
+                let time_left = match status.time_left {
+                    Some(ttl_storage::TimeLeft::About(left)) => {
+                        humantime::format_duration(Duration::from_secs(left.as_secs())).to_string()
+                    }
+                    Some(ttl_storage::TimeLeft::Never) => "never expires".to_owned(),
+                    _ => "unknown".to_owned(),
+                };
+                tracing::info!(
+                    %key,
+                    holder,
+                    fencing_token = ?status.latest_fencing_token,
+                    time_left,
+                    "key held by another node; {waiting}"
+                );
+            }
+            _ => tracing::info!(%key, "key held by another node (holder unreadable); {waiting}"),
         }
     }
 }

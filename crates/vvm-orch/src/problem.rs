@@ -83,7 +83,13 @@ impl ProblemSlot {
             tracing::warn!(problem = %problem, "VVM problem reported after the first one; ignored");
             return;
         }
-        tracing::error!(problem = %problem, "VVM problem");
+        // Services that finished by themselves are the normal end of a
+        // cron-style job, not something to page anyone about.
+        if matches!(problem, VvmProblem::ServicesFinished) {
+            tracing::info!(problem = %problem, "VVM services finished");
+        } else {
+            tracing::error!(problem = %problem, "VVM problem");
+        }
         *first = Some(problem);
         // Cancelling only wakes waiters; it is cheap and never blocks.
         self.signal.cancel();

@@ -1,0 +1,188 @@
+//! `vvm-host` as users of `consul lock` and `etcdctl lock` expect it: a
+//! named lock, a missing program caught before anything else, errors said
+//! once, quiet success, completions, a recognisable guard. Real processes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{fixtures::*, *};
+use nix::sys::signal::Signal;
+
+fn run(args: &[&str]) -> Command {
+    let mut command = Command::new(bin());
+    command.arg("run").args(["--address", "cli"]).args(args);
+    command.stdin(Stdio::null());
+    command
+}
+
+#[test]
+fn two_names_are_two_locks_on_one_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redb://{}", dir.path().join("leases.redb").display());
+    let mut nodes = Vec::new();
+    for name in ["billing", "reports"] {
+        let mut child = run(&[
+            "--storage",
+            &url,
+            name,
+            "sh",
+            "-c",
+            &format!("echo leading {name}; exec sleep 1000"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        let (out, _) = lines(child.stdout.take().unwrap());
+        wait_for_line(&out, &format!("leading {name}"));
+        nodes.push(child);
+    }
+    // Both lead at once: different names never block each other.
+    for mut child in nodes {
+        signal(&child, Signal::SIGTERM);
+        assert_eq!(wait_with_limit(&mut child).code(), Some(0));
+    }
+}
+
+#[test]
+fn a_missing_program_is_caught_before_the_store_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leases.redb");
+    let url = format!("redb://{}", file.display());
+    // No store yet: it is not created.
+    let started = Instant::now();
+    let output = run(&["--storage", &url, "job", "nonexistent-typo-vvm"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(127));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("nonexistent-typo-vvm: command not found"),
+        "{stderr}"
+    );
+    assert!(!file.exists(), "the store was created");
+    // Not executable: 126, like a shell.
+    let plain = dir.path().join("plain-file");
+    std::fs::write(&plain, "").unwrap();
+    let output = run(&["--storage", &url, "job", plain.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(126));
+
+    // Another node leads the same name: the typo still fails at once, and
+    // the store is left as it was.
+    let mut leader = run(&["--storage", &url, "job", "sleep", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (log, _) = lines(leader.stderr.take().unwrap());
+    wait_for_line(&log, "command started");
+    let started = Instant::now();
+    let output = run(&["--storage", &url, "job", "nonexistent-typo-vvm"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(127));
+    assert!(started.elapsed() < Duration::from_secs(1));
+    signal(&leader, Signal::SIGTERM);
+    assert_eq!(wait_with_limit(&mut leader).code(), Some(0));
+}
+
+/// Each "cannot open storage" error names its cause once.
+#[test]
+fn storage_errors_say_their_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.redb");
+    std::fs::write(&junk, b"not a database").unwrap();
+    let directory = dir.path().join("a-directory.redb");
+    std::fs::create_dir(&directory).unwrap();
+    for (path, cause) in [
+        (
+            "/proc/vvm-host-no-such/x.redb".to_owned(),
+            "No such file or directory",
+        ),
+        (directory.display().to_string(), "it is a directory"),
+        (junk.display().to_string(), "is not a redb database file"),
+    ] {
+        let url = format!("redb://{path}");
+        let output = run(&["--storage", &url, "job", "true"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(125), "{stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("cannot open storage"))
+            .expect(&stderr);
+        assert_eq!(line.matches(cause).count(), 1, "{line}");
+    }
+}
+
+#[test]
+fn a_command_that_succeeds_logs_no_error() {
+    let output = run(&["--storage", "mem", "job", "--", "true"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+    assert!(log.contains("leadership released"), "{log}");
+}
+
+#[test]
+fn completions_are_printed() {
+    let output = Command::new(bin())
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let script = String::from_utf8_lossy(&output.stdout);
+    assert!(script.contains("complete -F"), "{script}");
+    assert!(script.contains("status"), "{script}");
+}
+
+#[test]
+fn the_guard_is_named_vvm_host_guard() {
+    let mut child = run(&["--storage", "mem", "job", "sleep", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let guard = guard_of(child.id());
+    let comm = std::fs::read_to_string(format!("/proc/{guard}/comm")).unwrap();
+    assert_eq!(comm.trim(), "vvm-host-guard");
+    let cmdline = std::fs::read(format!("/proc/{guard}/cmdline")).unwrap();
+    assert!(
+        cmdline.starts_with(b"vvm-host-guard\0"),
+        "{:?}",
+        String::from_utf8_lossy(&cmdline)
+    );
+    signal(&child, Signal::SIGTERM);
+    assert_eq!(wait_with_limit(&mut child).code(), Some(0));
+}
+
+/// The man page in the repository is the one the binary renders: run
+/// `cargo xtask man` after changing the options.
+#[test]
+fn the_man_pages_are_current() {
+    for sub in [None, Some("run"), Some("status"), Some("completions")] {
+        let output = Command::new(bin()).arg("man").args(sub).output().unwrap();
+        assert_eq!(output.status.code(), Some(0));
+        let name = sub.map_or_else(|| "vvm-host.1".to_owned(), |s| format!("vvm-host-{s}.1"));
+        let path = format!("{}/doc/{name}", env!("CARGO_MANIFEST_DIR"));
+        let checked_in = std::fs::read(&path)
+            .unwrap_or_else(|_| panic!("{path} is missing: run `cargo xtask man`"));
+        assert!(
+            output.stdout == checked_in,
+            "{path} is stale: run `cargo xtask man`"
+        );
+    }
+}
