@@ -186,3 +186,36 @@ fn the_man_pages_are_current() {
         );
     }
 }
+
+/// A second SIGTERM during the grace period kills the command at once,
+/// as `docker compose` does; leadership is still released after it.
+#[test]
+fn a_second_signal_ends_the_grace_period() {
+    let mut child = run(&[
+        "--storage",
+        "mem",
+        "--grace-period",
+        "60s",
+        "job",
+        "sh",
+        "-c",
+        "trap 'echo got-term' TERM; echo ready; while :; do sleep 0.1; done",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let (out, _) = lines(child.stdout.take().unwrap());
+    let (_, log) = lines(child.stderr.take().unwrap());
+    wait_for_line(&out, "ready");
+    signal(&child, Signal::SIGTERM);
+    wait_for_line(&out, "got-term");
+    let second = Instant::now();
+    signal(&child, Signal::SIGTERM);
+    let status = wait_with_limit(&mut child);
+    let log = log.join().unwrap();
+    assert!(second.elapsed() < Duration::from_secs(10), "{log}");
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("second signal"), "{log}");
+    assert!(log.contains("leadership released"), "{log}");
+}
