@@ -1,14 +1,22 @@
-//! Loopback benchmark: the same pod straight and through the coordinator,
-//! in one run. Prints requests/s, the ratio to direct, p50/p99 latency, the
-//! coordinator's CPU time per 1000 routed requests and Valkey round trips
-//! per request.
+//! Loopback benchmark: the same pod straight, through nginx and through the
+//! coordinator, in one run, under the same load. Prints requests/s, the
+//! ratio to direct, p50/p99 latency, the proxy's CPU time per 1000 requests
+//! (nginx's or the coordinator's), Valkey round trips per request, and the
+//! coordinator/nginx ratios.
 //!
 //! ```text
 //! VALKEY_URL=redis://127.0.0.1:6379 cargo bench -p coordinator --bench routing
 //! ```
 //!
+//! nginx runs `proxy_pass` with upstream keep-alive, one worker and
+//! `master_process off` (its CPU time is one process's); without nginx
+//! (`apt-get install nginx-light`, or `NGINX=/path/to/nginx`) its row is
+//! skipped with a message. The coordinator runs on one worker thread and on
+//! the default runtime (one worker per CPU).
+//!
 //! `BENCH_SECS` (default 5), `BENCH_CONCURRENCY` (default 32) and
-//! `BENCH_COORD_THREADS` (default 1) tune a run. `BENCH_POD_EDGE=1` serves
+//! `BENCH_COORD_THREADS` (the default runtime's workers, default one per
+//! CPU) tune a run. `BENCH_POD_EDGE=1` serves
 //! the pod with `http_edge::serve` (the coordinator's own hardened server)
 //! instead of `axum::serve`, to price the edge's limits alone: measured the
 //! same, 6.9 against 6.6 pod CPU-ms per 1000 direct requests.
@@ -44,8 +52,12 @@ use tokio::runtime::Runtime;
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
 
-/// Thread name prefix of the coordinator's runtime.
-const COORD_THREAD: &str = "bench-coord";
+mod nginx;
+
+/// Thread name of the coordinator's one-worker runtime.
+const COORD_ONE: &str = "bench-coord1";
+/// Thread name of the coordinator's default runtime.
+const COORD_DEFAULT: &str = "bench-coordN";
 /// Thread name of the pod's runtime (the baseline: one HTTP exchange per
 /// request, where the coordinator does two).
 const POD_THREAD: &str = "bench-pod";
@@ -73,33 +85,38 @@ fn runtime(name: &'static str, threads: usize) -> Runtime {
         .unwrap()
 }
 
-/// CPU time (user + system) of this process's threads whose name starts
-/// with `prefix`, from `/proc/self/task/*/stat`.
-fn threads_cpu(prefix: &str) -> Duration {
+/// The command name and CPU time (user + system) in a `/proc/…/stat` file.
+fn stat_cpu(path: &std::path::Path) -> Option<(String, Duration)> {
     // USER_HZ: 100 on every Linux architecture this runs on
     const TICKS_PER_SEC: u64 = 100;
-    let mut ticks = 0;
+    let stat = std::fs::read_to_string(path).ok()?;
+    // pid (comm) state ... ; comm may hold spaces, so split at the last ')'
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let fields: Vec<&str> = stat.get(close + 2..)?.split(' ').collect();
+    // after the comm: state is field 3, utime 14, stime 15 (1-based)
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let cpu = Duration::from_millis((utime + stime) * 1000 / TICKS_PER_SEC);
+    Some((stat[open + 1..close].to_owned(), cpu))
+}
+
+/// CPU time (user + system) of the process whose stat file is `path`.
+fn process_cpu(path: &str) -> Duration {
+    stat_cpu(std::path::Path::new(path)).map_or(Duration::ZERO, |(_, cpu)| cpu)
+}
+
+/// CPU time (user + system) of this process's threads named `name`, from
+/// `/proc/self/task/*/stat`.
+fn threads_cpu(name: &str) -> Duration {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return Duration::ZERO;
     };
-    for task in tasks.flatten() {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ... ; comm may hold spaces, so split at the last ')'
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        if !stat[open + 1..close].starts_with(prefix) {
-            continue;
-        }
-        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
-        // after the comm: state is field 3, utime 14, stime 15 (1-based)
-        let utime: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0);
-        let stime: u64 = fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
-        ticks += utime + stime;
-    }
-    Duration::from_millis(ticks * 1000 / TICKS_PER_SEC)
+    tasks
+        .flatten()
+        .filter_map(|task| stat_cpu(&task.path().join("stat")))
+        .filter(|(comm, _)| comm == name)
+        .map(|(_, cpu)| cpu)
+        .sum()
 }
 
 async fn serve_plain(app: Router) -> String {
@@ -166,27 +183,77 @@ fn per_1000(cpu: Duration, s: &Stats) -> String {
     )
 }
 
-fn report(
-    name: &str,
-    s: &Stats,
-    direct: Option<f64>,
+/// One row of the table.
+struct Row {
+    name: String,
+    stats: Stats,
+    /// The proxy's CPU time (nginx's or the coordinator's).
+    proxy_cpu: Option<Duration>,
     pod_cpu: Duration,
-    cpu: Option<Duration>,
     trips: Option<u64>,
-) {
-    let ratio = direct.map_or("     ".to_owned(), |d| format!("{:.2}x", rps(s) / d));
-    let pod = per_1000(pod_cpu, s);
-    let cpu = cpu.map_or("-".to_owned(), |c| per_1000(c, s));
-    let per = trips.map_or("-".to_owned(), |t| {
-        format!("{:.3}", t as f64 / s.requests as f64)
-    });
+}
+
+impl Row {
+    fn cpu_per_1000(&self) -> Option<f64> {
+        self.proxy_cpu
+            .map(|c| c.as_secs_f64() * 1e3 * 1000.0 / self.stats.requests as f64)
+    }
+
+    fn print(&self, direct: Option<f64>) {
+        let s = &self.stats;
+        let ratio = direct.map_or("     ".to_owned(), |d| format!("{:.2}x", rps(s) / d));
+        let pod = per_1000(self.pod_cpu, s);
+        let cpu = self
+            .cpu_per_1000()
+            .map_or("-".to_owned(), |c| format!("{c:.1}"));
+        let per = self.trips.map_or("-".to_owned(), |t| {
+            format!("{:.3}", t as f64 / s.requests as f64)
+        });
+        println!(
+            "{:<36} {:>7.0} req/s {ratio:>6}  p50 {:>6.3} ms  p99 {:>6.3} ms  \
+             CPU-ms/1000: proxy {cpu:>5} pod {pod:>5}  valkey trips/req {per}",
+            self.name,
+            rps(s),
+            s.p50.as_secs_f64() * 1e3,
+            s.p99.as_secs_f64() * 1e3,
+        );
+    }
+}
+
+/// Prints the coordinator/nginx ratios of `row`.
+fn print_ratios(row: &Row, nginx: &Row) {
+    let cpu = match (row.cpu_per_1000(), nginx.cpu_per_1000()) {
+        (Some(c), Some(n)) if n > 0.0 => format!("{:.2}", c / n),
+        _ => "-".to_owned(),
+    };
     println!(
-        "{name:<26} {:>9.0} req/s {ratio:>6}  p50 {:>6.3} ms  p99 {:>6.3} ms  \
-         CPU-ms/1000: coordinator {cpu:>5} pod {pod:>5}  valkey trips/req {per}",
-        rps(s),
-        s.p50.as_secs_f64() * 1e3,
-        s.p99.as_secs_f64() * 1e3,
+        "  {:<34} / nginx: CPU per request {cpu}x  p99 {:.2}x  p50 {:.2}x  req/s {:.2}x",
+        row.name,
+        row.stats.p99.as_secs_f64() / nginx.stats.p99.as_secs_f64(),
+        row.stats.p50.as_secs_f64() / nginx.stats.p50.as_secs_f64(),
+        rps(&row.stats) / rps(&nginx.stats),
     );
+}
+
+/// Warms `url` up for a second, then measures it; `proxy_cpu` reads the
+/// proxy's CPU time so far.
+fn measure(
+    load_rt: &Runtime,
+    http: &HttpClient,
+    url: &str,
+    concurrency: usize,
+    secs: u64,
+    proxy_cpu: &dyn Fn() -> Option<Duration>,
+) -> (Stats, Option<Duration>, Duration) {
+    load_rt.block_on(load(http, url, concurrency, 1)); // warm-up
+    let cpu_before = proxy_cpu();
+    let pod_before = threads_cpu(POD_THREAD);
+    let stats = load_rt.block_on(load(http, url, concurrency, secs));
+    let cpu = proxy_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    let pod_cpu = threads_cpu(POD_THREAD).saturating_sub(pod_before);
+    (stats, cpu, pod_cpu)
 }
 
 /// Starts a coordinator on `rt` (its Valkey client too); returns its URL.
@@ -242,9 +309,9 @@ fn main() {
     };
     let secs = env_or("BENCH_SECS", 5);
     let concurrency = env_or("BENCH_CONCURRENCY", 32) as usize;
-    let coord_threads = env_or("BENCH_COORD_THREADS", 1) as usize;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let default_threads = env_or("BENCH_COORD_THREADS", cpus as u64) as usize;
     let pod_rt = runtime(POD_THREAD, 1);
-    let coord_rt = runtime(COORD_THREAD, coord_threads);
     let load_rt = runtime("bench-load", 1);
 
     let prefix = format!("bench{}", RequestId::generate());
@@ -278,49 +345,104 @@ fn main() {
     });
     let path = "/destinations/bench/echo";
     println!(
-        "loopback, {concurrency} concurrent clients, {secs} s per case, \
-         coordinator on {coord_threads} worker thread(s), {} CPU(s)",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "loopback, {concurrency} concurrent clients, {secs} s per case, {cpus} CPU(s); \
+         proxy CPU is nginx's or the coordinator's"
     );
 
     let direct_url = format!("{pod_url}{path}");
-    load_rt.block_on(load(&http, &direct_url, concurrency, 1)); // warm-up
-    let pod_before = threads_cpu(POD_THREAD);
-    let direct = load_rt.block_on(load(&http, &direct_url, concurrency, secs));
-    let pod_cpu = threads_cpu(POD_THREAD).saturating_sub(pod_before);
-    report("direct to pod", &direct, None, pod_cpu, None, None);
+    let (stats, _, pod_cpu) = measure(&load_rt, &http, &direct_url, concurrency, secs, &|| None);
+    let direct = Row {
+        name: "direct to pod".to_owned(),
+        stats,
+        proxy_cpu: None,
+        pod_cpu,
+        trips: None,
+    };
+    direct.print(None);
+    let direct_rps = Some(rps(&direct.stats));
 
-    for (name, cache, h2c) in [
+    let nginx_row = match nginx::start(pod_url.trim_start_matches("http://").parse().unwrap()) {
+        Ok(nginx) => {
+            let url = format!("http://{}{path}", nginx.addr);
+            let (stats, proxy_cpu, pod_cpu) =
+                measure(&load_rt, &http, &url, concurrency, secs, &|| {
+                    Some(nginx.cpu())
+                });
+            let row = Row {
+                name: "nginx, 1 worker".to_owned(),
+                stats,
+                proxy_cpu,
+                pod_cpu,
+                trips: None,
+            };
+            row.print(direct_rps);
+            Some(row)
+        }
+        Err(why) => {
+            println!("nginx, 1 worker: skipped: {why}");
+            None
+        }
+    };
+
+    let one_rt = runtime(COORD_ONE, 1);
+    let default_rt = runtime(COORD_DEFAULT, default_threads);
+    let cases = [
         (
-            "coordinator, cache 5 s",
+            &one_rt,
+            COORD_ONE,
+            1,
+            "cache 5 s",
             Some(CacheConfig::default()),
             false,
         ),
-        ("coordinator, cache off", None, false),
         (
-            "coordinator, h2c to pod",
+            &default_rt,
+            COORD_DEFAULT,
+            default_threads,
+            "cache 5 s",
+            Some(CacheConfig::default()),
+            false,
+        ),
+        (&one_rt, COORD_ONE, 1, "cache off", None, false),
+        (
+            &one_rt,
+            COORD_ONE,
+            1,
+            "h2c to pod",
             Some(CacheConfig::default()),
             true,
         ),
-    ] {
-        let (base, registry) = start_coordinator(&coord_rt, &valkey, &prefix, cache, h2c);
+    ];
+    let mut rows = Vec::new();
+    for (rt, thread, threads, what, cache, h2c) in cases {
+        let (base, registry) = start_coordinator(rt, &valkey, &prefix, cache, h2c);
         let url = format!("{base}{path}");
-        load_rt.block_on(load(&http, &url, concurrency, 1)); // warm-up
         let trips_before = registry.metrics().valkey_round_trips;
-        let cpu_before = threads_cpu(COORD_THREAD);
-        let pod_before = threads_cpu(POD_THREAD);
-        let stats = load_rt.block_on(load(&http, &url, concurrency, secs));
-        let cpu = threads_cpu(COORD_THREAD).saturating_sub(cpu_before);
-        let pod_cpu = threads_cpu(POD_THREAD).saturating_sub(pod_before);
+        let (stats, proxy_cpu, pod_cpu) =
+            measure(&load_rt, &http, &url, concurrency, secs, &|| {
+                Some(threads_cpu(thread))
+            });
         let trips = registry.metrics().valkey_round_trips - trips_before;
-        report(
-            name,
-            &stats,
-            Some(rps(&direct)),
+        let workers = if threads == 1 {
+            "1 worker".to_owned()
+        } else {
+            format!("{threads} workers")
+        };
+        let row = Row {
+            name: format!("coordinator, {workers}, {what}"),
+            stats,
+            proxy_cpu,
             pod_cpu,
-            Some(cpu),
-            Some(trips),
-        );
+            trips: Some(trips),
+        };
+        row.print(direct_rps);
+        rows.push(row);
+    }
+    if let Some(nginx) = &nginx_row {
+        println!("ratios to nginx (1 worker):");
+        for row in &rows {
+            print_ratios(row, nginx);
+        }
     }
 
     pod_rt.block_on(async move {
