@@ -378,9 +378,16 @@ impl ConnTask {
         });
         let conn = self.builder.serve_connection_with_upgrades(io, service);
         tokio::pin!(conn);
+        // One timer and one cancellation waiter per connection, not per
+        // wake-up: the idle timer is only moved when it fires early (the
+        // connection was active meanwhile).
+        let close = self.state.close.clone();
+        let cancelled = close.cancelled();
+        tokio::pin!(cancelled);
+        let idle = tokio::time::sleep_until(self.idle_deadline());
+        tokio::pin!(idle);
         let mut closing: Option<tokio::time::Instant> = None;
         loop {
-            let idle_at = self.idle_deadline();
             tokio::select! {
                 done = conn.as_mut() => {
                     if let Err(e) = done {
@@ -388,14 +395,18 @@ impl ConnTask {
                     }
                     return;
                 }
-                () = self.state.close.cancelled(), if closing.is_none() => {
+                () = cancelled.as_mut(), if closing.is_none() => {
                     conn.as_mut().graceful_shutdown();
                     closing = Some(tokio::time::Instant::now() + self.config.close_grace);
                 }
-                () = tokio::time::sleep_until(idle_at), if closing.is_none() => {
+                () = idle.as_mut(), if closing.is_none() => {
                     if self.is_idle() {
                         tracing::debug!("closing an idle connection");
                         self.state.close.cancel();
+                        conn.as_mut().graceful_shutdown();
+                        closing = Some(tokio::time::Instant::now() + self.config.close_grace);
+                    } else {
+                        idle.as_mut().reset(self.idle_deadline());
                     }
                 }
                 () = sleep_until_opt(closing) => {

@@ -16,7 +16,8 @@
 //!
 //! `BENCH_SECS` (default 5), `BENCH_CONCURRENCY` (default 32) and
 //! `BENCH_COORD_THREADS` (the default runtime's workers, default one per
-//! CPU) tune a run. `BENCH_POD_EDGE=1` serves
+//! CPU) tune a run; `BENCH_ONLY=<text>` runs only the coordinator rows whose
+//! name contains it (e.g. `1 worker, cache 5`, to profile one row). `BENCH_POD_EDGE=1` serves
 //! the pod with `http_edge::serve` (the coordinator's own hardened server)
 //! instead of `axum::serve`, to price the edge's limits alone: measured the
 //! same, 6.9 against 6.6 pod CPU-ms per 1000 direct requests.
@@ -85,8 +86,37 @@ fn runtime(name: &'static str, threads: usize) -> Runtime {
         .unwrap()
 }
 
-/// The command name and CPU time (user + system) in a `/proc/…/stat` file.
-fn stat_cpu(path: &std::path::Path) -> Option<(String, Duration)> {
+/// User and system CPU time.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    user: Duration,
+    sys: Duration,
+}
+
+impl Cpu {
+    fn total(self) -> Duration {
+        self.user + self.sys
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            user: self.user.saturating_sub(before.user),
+            sys: self.sys.saturating_sub(before.sys),
+        }
+    }
+}
+
+impl std::iter::Sum for Cpu {
+    fn sum<I: Iterator<Item = Cpu>>(iter: I) -> Cpu {
+        iter.fold(Cpu::default(), |a, b| Cpu {
+            user: a.user + b.user,
+            sys: a.sys + b.sys,
+        })
+    }
+}
+
+/// The command name and CPU time in a `/proc/…/stat` file.
+fn stat_cpu(path: &std::path::Path) -> Option<(String, Cpu)> {
     // USER_HZ: 100 on every Linux architecture this runs on
     const TICKS_PER_SEC: u64 = 100;
     let stat = std::fs::read_to_string(path).ok()?;
@@ -94,22 +124,27 @@ fn stat_cpu(path: &std::path::Path) -> Option<(String, Duration)> {
     let (open, close) = (stat.find('(')?, stat.rfind(')')?);
     let fields: Vec<&str> = stat.get(close + 2..)?.split(' ').collect();
     // after the comm: state is field 3, utime 14, stime 15 (1-based)
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    let cpu = Duration::from_millis((utime + stime) * 1000 / TICKS_PER_SEC);
+    let ticks = |i: usize| -> Option<Duration> {
+        let t: u64 = fields.get(i)?.parse().ok()?;
+        Some(Duration::from_millis(t * 1000 / TICKS_PER_SEC))
+    };
+    let cpu = Cpu {
+        user: ticks(11)?,
+        sys: ticks(12)?,
+    };
     Some((stat[open + 1..close].to_owned(), cpu))
 }
 
-/// CPU time (user + system) of the process whose stat file is `path`.
-fn process_cpu(path: &str) -> Duration {
-    stat_cpu(std::path::Path::new(path)).map_or(Duration::ZERO, |(_, cpu)| cpu)
+/// CPU time of the process whose stat file is `path`.
+fn process_cpu(path: &str) -> Cpu {
+    stat_cpu(std::path::Path::new(path)).map_or(Cpu::default(), |(_, cpu)| cpu)
 }
 
-/// CPU time (user + system) of this process's threads named `name`, from
+/// CPU time of this process's threads named `name`, from
 /// `/proc/self/task/*/stat`.
-fn threads_cpu(name: &str) -> Duration {
+fn threads_cpu(name: &str) -> Cpu {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Duration::ZERO;
+        return Cpu::default();
     };
     tasks
         .flatten()
@@ -188,7 +223,7 @@ struct Row {
     name: String,
     stats: Stats,
     /// The proxy's CPU time (nginx's or the coordinator's).
-    proxy_cpu: Option<Duration>,
+    proxy_cpu: Option<Cpu>,
     pod_cpu: Duration,
     trips: Option<u64>,
 }
@@ -196,7 +231,7 @@ struct Row {
 impl Row {
     fn cpu_per_1000(&self) -> Option<f64> {
         self.proxy_cpu
-            .map(|c| c.as_secs_f64() * 1e3 * 1000.0 / self.stats.requests as f64)
+            .map(|c| c.total().as_secs_f64() * 1e3 * 1000.0 / self.stats.requests as f64)
     }
 
     fn print(&self, direct: Option<f64>) {
@@ -206,12 +241,18 @@ impl Row {
         let cpu = self
             .cpu_per_1000()
             .map_or("-".to_owned(), |c| format!("{c:.1}"));
+        let sys = self.proxy_cpu.map_or("-".to_owned(), |c| {
+            format!(
+                "{:.0}%",
+                100.0 * c.sys.as_secs_f64() / c.total().as_secs_f64().max(1e-9)
+            )
+        });
         let per = self.trips.map_or("-".to_owned(), |t| {
             format!("{:.3}", t as f64 / s.requests as f64)
         });
         println!(
             "{:<36} {:>7.0} req/s {ratio:>6}  p50 {:>6.3} ms  p99 {:>6.3} ms  \
-             CPU-ms/1000: proxy {cpu:>5} pod {pod:>5}  valkey trips/req {per}",
+             CPU-ms/1000: proxy {cpu:>5} (sys {sys:>3}) pod {pod:>5}  valkey trips/req {per}",
             self.name,
             rps(s),
             s.p50.as_secs_f64() * 1e3,
@@ -243,16 +284,16 @@ fn measure(
     url: &str,
     concurrency: usize,
     secs: u64,
-    proxy_cpu: &dyn Fn() -> Option<Duration>,
-) -> (Stats, Option<Duration>, Duration) {
+    proxy_cpu: &dyn Fn() -> Option<Cpu>,
+) -> (Stats, Option<Cpu>, Duration) {
     load_rt.block_on(load(http, url, concurrency, 1)); // warm-up
     let cpu_before = proxy_cpu();
     let pod_before = threads_cpu(POD_THREAD);
     let stats = load_rt.block_on(load(http, url, concurrency, secs));
     let cpu = proxy_cpu()
         .zip(cpu_before)
-        .map(|(after, before)| after.saturating_sub(before));
-    let pod_cpu = threads_cpu(POD_THREAD).saturating_sub(pod_before);
+        .map(|(after, before)| after.since(before));
+    let pod_cpu = threads_cpu(POD_THREAD).since(pod_before).total();
     (stats, cpu, pod_cpu)
 }
 
@@ -413,8 +454,18 @@ fn main() {
             true,
         ),
     ];
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let mut rows = Vec::new();
     for (rt, thread, threads, what, cache, h2c) in cases {
+        let workers = if threads == 1 {
+            "1 worker".to_owned()
+        } else {
+            format!("{threads} workers")
+        };
+        let name = format!("coordinator, {workers}, {what}");
+        if !name.contains(&only) {
+            continue;
+        }
         let (base, registry) = start_coordinator(rt, &valkey, &prefix, cache, h2c);
         let url = format!("{base}{path}");
         let trips_before = registry.metrics().valkey_round_trips;
@@ -423,13 +474,8 @@ fn main() {
                 Some(threads_cpu(thread))
             });
         let trips = registry.metrics().valkey_round_trips - trips_before;
-        let workers = if threads == 1 {
-            "1 worker".to_owned()
-        } else {
-            format!("{threads} workers")
-        };
         let row = Row {
-            name: format!("coordinator, {workers}, {what}"),
+            name,
             stats,
             proxy_cpu,
             pod_cpu,

@@ -112,7 +112,7 @@ pub(crate) fn start(pod: SocketAddr) -> Result<Nginx, String> {
 
 impl Nginx {
     /// CPU time (user + system) nginx has used so far.
-    pub(crate) fn cpu(&self) -> Duration {
+    pub(crate) fn cpu(&self) -> crate::Cpu {
         crate::process_cpu(&format!("/proc/{}/stat", self.child.id()))
     }
 }

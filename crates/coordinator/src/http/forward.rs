@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Version, request};
-use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -18,6 +17,7 @@ use super::REQUEST_ID_HEADER;
 use super::body::OnceBody;
 use super::headers::strip_hop_by_hop;
 use super::pod::cancel_path;
+use super::pool::{Http1Pool, PodBody, PoolError};
 use crate::error::{Error, Result};
 use crate::ids::RequestId;
 use crate::record::MemberAddress;
@@ -87,7 +87,7 @@ pub enum ForwardError {
         address: String,
         /// The client error.
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: BoxError,
     },
     /// The pod did not answer within the response timeout.
     #[error("no response from {address} within {timeout:?}")]
@@ -104,12 +104,14 @@ pub enum ForwardError {
         address: String,
         /// The client error.
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: BoxError,
     },
     /// The upstream request could not be built.
     #[error("cannot build the upstream request: {0}")]
     Request(String),
 }
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Shards of the in-flight map: forwarded calls register and unregister on
 /// every request, so one lock would be contended by every worker thread.
@@ -187,6 +189,8 @@ pub struct Forwarder {
 
 struct Inner {
     client: Client<HttpsConnector<HttpConnector>, OnceBody>,
+    /// Plain HTTP/1.1 members (every `http` member unless h2c is on).
+    h1: Option<Arc<Http1Pool>>,
     config: ForwardConfig,
     in_flight: InFlightCalls,
 }
@@ -228,9 +232,17 @@ impl Forwarder {
             .pool_max_idle_per_host(config.pool_max_idle_per_host)
             .http2_only(config.http2_prior_knowledge)
             .build(connector);
+        let h1 = (!config.http2_prior_knowledge).then(|| {
+            Arc::new(Http1Pool::new(
+                config.pool_max_idle_per_host,
+                config.pool_idle_timeout,
+                config.connect_timeout,
+            ))
+        });
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
+                h1,
                 config,
                 in_flight: InFlightCalls::new(),
             }),
@@ -279,7 +291,7 @@ impl Forwarder {
         address: &MemberAddress,
         req: Request<axum::body::Body>,
         request_id: &RequestId,
-    ) -> Result<Response<Incoming>, ForwardError> {
+    ) -> Result<Response<PodBody>, ForwardError> {
         let (parts, body) = req.into_parts();
         let body = super::body::RetryableBody::new(body);
         self.send_parts(address, &parts, body.attempt(), request_id)
@@ -295,14 +307,25 @@ impl Forwarder {
         parts: &request::Parts,
         body: OnceBody,
         request_id: &RequestId,
-    ) -> Result<Response<Incoming>, ForwardError> {
-        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri = address
-            .uri_for(pq)
-            .map_err(|e| ForwardError::Request(e.to_string()))?;
+    ) -> Result<Response<PodBody>, ForwardError> {
+        let pooled = self.pooled(address);
+        let uri = match (pooled, parts.uri.path_and_query()) {
+            // origin-form, as HTTP/1.1 sends it; `Host` names the pod
+            (true, Some(pq)) => http::Uri::from(pq.clone()),
+            (true, None) => http::Uri::from_static("/"),
+            (false, pq) => address
+                .uri_for(pq.map_or("/", |p| p.as_str()))
+                .map_err(|e| ForwardError::Request(e.to_string()))?,
+        };
         let mut headers = parts.headers.clone();
         strip_hop_by_hop(&mut headers);
-        headers.remove(header::HOST);
+        if pooled {
+            let host = HeaderValue::from_str(address.authority().as_str())
+                .map_err(|e| ForwardError::Request(e.to_string()))?;
+            headers.insert(header::HOST, host);
+        } else {
+            headers.remove(header::HOST);
+        }
         let id = HeaderValue::from_str(request_id.as_str())
             .map_err(|e| ForwardError::Request(e.to_string()))?;
         headers.insert(REQUEST_ID_HEADER, id);
@@ -315,22 +338,46 @@ impl Forwarder {
             .await
     }
 
+    /// Whether calls to `address` go through the HTTP/1.1 pool.
+    fn pooled(&self, address: &MemberAddress) -> bool {
+        self.inner.h1.is_some() && !address.is_tls()
+    }
+
     async fn exchange(
         &self,
         address: &MemberAddress,
         req: Request<OnceBody>,
         timeout: Duration,
-    ) -> Result<Response<Incoming>, ForwardError> {
-        match tokio::time::timeout(timeout, self.inner.client.request(req)).await {
+    ) -> Result<Response<PodBody>, ForwardError> {
+        let sent = match (&self.inner.h1, address.is_tls()) {
+            (Some(pool), false) => {
+                let sent =
+                    tokio::time::timeout(timeout, pool.send(address.authority().as_str(), req))
+                        .await;
+                sent.map(|r| r.map(|resp| resp.map(PodBody::pooled)))
+            }
+            _ => {
+                let sent = tokio::time::timeout(timeout, self.inner.client.request(req)).await;
+                sent.map(|r| {
+                    r.map(|resp| resp.map(PodBody::client)).map_err(|source| {
+                        match source.is_connect() {
+                            true => PoolError::Connect(source.into()),
+                            false => PoolError::Upstream(source.into()),
+                        }
+                    })
+                })
+            }
+        };
+        match sent {
             Err(_) => Err(ForwardError::Timeout {
                 address: address.to_string(),
                 timeout,
             }),
-            Ok(Err(source)) if source.is_connect() => Err(ForwardError::Connect {
+            Ok(Err(PoolError::Connect(source))) => Err(ForwardError::Connect {
                 address: address.to_string(),
                 source,
             }),
-            Ok(Err(source)) => Err(ForwardError::Upstream {
+            Ok(Err(PoolError::Upstream(source))) => Err(ForwardError::Upstream {
                 address: address.to_string(),
                 source,
             }),
@@ -348,10 +395,19 @@ impl Forwarder {
         address: &MemberAddress,
         request_id: &RequestId,
     ) -> Result<bool, ForwardError> {
-        let uri = address
-            .uri_for(&cancel_path(request_id))
-            .map_err(|e| ForwardError::Request(e.to_string()))?;
+        let path = cancel_path(request_id);
         let mut req = Request::new(OnceBody::empty());
+        let uri = if self.pooled(address) {
+            let host = HeaderValue::from_str(address.authority().as_str())
+                .map_err(|e| ForwardError::Request(e.to_string()))?;
+            req.headers_mut().insert(header::HOST, host);
+            path.parse::<http::Uri>()
+                .map_err(|e| ForwardError::Request(e.to_string()))?
+        } else {
+            address
+                .uri_for(&path)
+                .map_err(|e| ForwardError::Request(e.to_string()))?
+        };
         *req.method_mut() = Method::POST;
         *req.uri_mut() = uri;
         *req.version_mut() = self.version();
