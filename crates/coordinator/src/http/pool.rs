@@ -245,3 +245,120 @@ impl http_body::Body for PodBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::extract::ConnectInfo;
+    use axum::routing::get;
+    use http_body_util::BodyExt;
+    use std::collections::HashSet;
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn pool() -> Arc<Http1Pool> {
+        Arc::new(Http1Pool::new(
+            8,
+            Duration::from_secs(60),
+            Duration::from_secs(2),
+        ))
+    }
+
+    fn get_req(authority: &str, path: &str) -> Request<OnceBody> {
+        Request::builder()
+            .uri(path)
+            .header(http::header::HOST, authority)
+            .body(OnceBody::empty())
+            .unwrap()
+    }
+
+    /// A keep-alive pod that records the peer address of every connection.
+    async fn counting_pod() -> (String, Arc<Mutex<HashSet<SocketAddr>>>) {
+        let seen: Arc<Mutex<HashSet<SocketAddr>>> = Arc::default();
+        let record = seen.clone();
+        let app = Router::new()
+            .route(
+                "/small",
+                get(move |ConnectInfo(peer): ConnectInfo<SocketAddr>| {
+                    record.lock().unwrap().insert(peer);
+                    async { "ok" }
+                }),
+            )
+            .route("/big", get(|| async { "x".repeat(1 << 20) }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+        });
+        (addr.to_string(), seen)
+    }
+
+    async fn call(pool: &Arc<Http1Pool>, authority: &str, path: &str) -> Bytes {
+        let resp = match pool.send(authority, get_req(authority, path)).await {
+            Ok(resp) => resp,
+            Err(PoolError::Connect(e) | PoolError::Upstream(e)) => panic!("{e}"),
+        };
+        assert!(resp.status().is_success());
+        resp.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_reused_once_its_response_body_ended() {
+        let (authority, seen) = counting_pod().await;
+        let pool = pool();
+        for _ in 0..5 {
+            assert_eq!(&call(&pool, &authority, "/small").await[..], b"ok");
+        }
+        assert_eq!(seen.lock().unwrap().len(), 1, "one connection for 5 calls");
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_before_its_end_closes_its_connection() {
+        let (authority, seen) = counting_pod().await;
+        let pool = pool();
+        assert_eq!(&call(&pool, &authority, "/small").await[..], b"ok");
+        let resp = match pool.send(&authority, get_req(&authority, "/big")).await {
+            Ok(resp) => resp,
+            Err(_) => panic!("big call failed"),
+        };
+        let mut body = resp.into_body();
+        let first = body.frame().await.unwrap().unwrap();
+        assert!(first.is_data());
+        drop(body); // most of the megabyte unread
+        assert_eq!(&call(&pool, &authority, "/small").await[..], b"ok");
+        // the first connection carried /small and /big, then was dropped
+        assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_pod_closed_while_idle_is_replaced() {
+        // answers one request per connection, then closes it without
+        // saying so (no `connection: close`), as a pod's idle timeout does
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let authority = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 4096];
+                    let _ = socket.read(&mut buf).await;
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                });
+            }
+        });
+        let pool = pool();
+        for _ in 0..3 {
+            assert_eq!(&call(&pool, &authority, "/").await[..], b"ok");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
