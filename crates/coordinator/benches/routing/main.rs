@@ -54,11 +54,14 @@ use tokio::runtime::Runtime;
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
 
 mod nginx;
+mod per_core;
 
 /// Thread name of the coordinator's one-worker runtime.
 const COORD_ONE: &str = "bench-coord1";
 /// Thread name of the coordinator's default runtime.
 const COORD_DEFAULT: &str = "bench-coordN";
+/// Thread name of the coordinator's thread-per-core shape.
+pub(crate) const COORD_PER_CORE: &str = "bench-coordP";
 /// Thread name of the pod's runtime (the baseline: one HTTP exchange per
 /// request, where the coordinator does two).
 const POD_THREAD: &str = "bench-pod";
@@ -251,7 +254,7 @@ impl Row {
             format!("{:.3}", t as f64 / s.requests as f64)
         });
         println!(
-            "{:<36} {:>7.0} req/s {ratio:>6}  p50 {:>6.3} ms  p99 {:>6.3} ms  \
+            "{:<44} {:>7.0} req/s {ratio:>6}  p50 {:>6.3} ms  p99 {:>6.3} ms  \
              CPU-ms/1000: proxy {cpu:>5} (sys {sys:>3}) pod {pod:>5}  valkey trips/req {per}",
             self.name,
             rps(s),
@@ -268,7 +271,7 @@ fn print_ratios(row: &Row, nginx: &Row) {
         _ => "-".to_owned(),
     };
     println!(
-        "  {:<34} / nginx: CPU per request {cpu}x  p99 {:.2}x  p50 {:.2}x  req/s {:.2}x",
+        "  {:<42} / nginx: CPU per request {cpu}x  p99 {:.2}x  p50 {:.2}x  req/s {:.2}x",
         row.name,
         row.stats.p99.as_secs_f64() / nginx.stats.p99.as_secs_f64(),
         row.stats.p50.as_secs_f64() / nginx.stats.p50.as_secs_f64(),
@@ -480,6 +483,25 @@ fn main() {
             proxy_cpu,
             pod_cpu,
             trips: Some(trips),
+        };
+        row.print(direct_rps);
+        rows.push(row);
+    }
+    let name = format!("coordinator, {default_threads} per-core reuseport, cache 5 s");
+    if name.contains(&only) {
+        let (base, registry) = per_core::start(default_threads, &valkey, &prefix);
+        let url = format!("{base}{path}");
+        let trips_before = registry.metrics().valkey_round_trips;
+        let (stats, proxy_cpu, pod_cpu) =
+            measure(&load_rt, &http, &url, concurrency, secs, &|| {
+                Some(threads_cpu(COORD_PER_CORE))
+            });
+        let row = Row {
+            name,
+            stats,
+            proxy_cpu,
+            pod_cpu,
+            trips: Some(registry.metrics().valkey_round_trips - trips_before),
         };
         row.print(direct_rps);
         rows.push(row);
