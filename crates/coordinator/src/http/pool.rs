@@ -9,6 +9,7 @@
 //! task per connection drives it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -33,12 +34,16 @@ pub(crate) enum PoolError {
     Upstream(BoxError),
 }
 
-/// Idle connections by pod authority (`host:port`).
+/// Idle connections by pod authority (`host:port`). A sweeper task, started
+/// with the first connection and ending with the pool, closes connections
+/// idle past the idle timeout and forgets pods with none left, so pods that
+/// come and go do not accumulate.
 pub(crate) struct Http1Pool {
     idle: Mutex<HashMap<String, Vec<IdleConn>>>,
     max_idle_per_host: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
+    sweeper: AtomicBool,
 }
 
 struct IdleConn {
@@ -57,7 +62,39 @@ impl Http1Pool {
             max_idle_per_host,
             idle_timeout,
             connect_timeout,
+            sweeper: AtomicBool::new(false),
         }
+    }
+
+    /// Closes the connections idle too long (or closed by their pod) and
+    /// forgets pods with no idle connection left.
+    fn sweep(&self) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|_, list| {
+            list.retain(|c| !c.sender.is_closed() && c.since.elapsed() < self.idle_timeout);
+            !list.is_empty()
+        });
+    }
+
+    /// Starts the sweeper once; it holds the pool weakly and ends with it.
+    fn start_sweeper(self: &Arc<Self>) {
+        if self.sweeper.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        let every = (self.idle_timeout / 2).max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(pool) = pool.upgrade() else {
+                    return;
+                };
+                pool.sweep();
+            }
+        });
     }
 
     /// An idle connection to `authority` still open, if any.
@@ -90,7 +127,8 @@ impl Http1Pool {
         }
     }
 
-    async fn connect(&self, authority: &str) -> Result<SendRequest<OnceBody>, BoxError> {
+    async fn connect(self: &Arc<Self>, authority: &str) -> Result<SendRequest<OnceBody>, BoxError> {
+        self.start_sweeper();
         let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(authority))
             .await
             .map_err(|_| format!("connect timed out after {:?}", self.connect_timeout))??;
@@ -333,6 +371,33 @@ mod tests {
         assert_eq!(&call(&pool, &authority, "/small").await[..], b"ok");
         // the first connection carried /small and /big, then was dropped
         assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn connections_idle_past_the_idle_timeout_are_closed() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let authority = listener.local_addr().unwrap().to_string();
+        // answers one request, keeps the connection open, then reports
+        // whether the coordinator closed it (EOF) within 2 s
+        let closed = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0; 4096];
+            let _ = socket.read(&mut buf).await.unwrap();
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            let eof = tokio::time::timeout(Duration::from_secs(2), socket.read(&mut buf)).await;
+            matches!(eof, Ok(Ok(0)))
+        });
+        let pool = Arc::new(Http1Pool::new(
+            8,
+            Duration::from_millis(100),
+            Duration::from_secs(2),
+        ));
+        assert_eq!(&call(&pool, &authority, "/").await[..], b"ok");
+        assert!(closed.await.unwrap(), "the idle connection was kept open");
+        assert!(pool.idle.lock().unwrap().is_empty(), "the pod is forgotten");
     }
 
     #[tokio::test]
