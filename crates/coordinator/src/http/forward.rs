@@ -1,9 +1,7 @@
 //! The pooled HTTP client that forwards calls to member addresses.
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderValue};
@@ -16,6 +14,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::REQUEST_ID_HEADER;
 use super::body::OnceBody;
 use super::headers::strip_hop_by_hop;
+use super::in_flight::InFlightCalls;
 use super::pod::cancel_path;
 use super::pool::{Http1Pool, PodBody, PoolError};
 use crate::error::{Error, Result};
@@ -112,72 +111,6 @@ pub enum ForwardError {
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Shards of the in-flight map: forwarded calls register and unregister on
-/// every request, so one lock would be contended by every worker thread.
-const IN_FLIGHT_SHARDS: usize = 16;
-
-/// FNV-1a: request ids are minted here from a CSPRNG (or chosen by trusted
-/// in-process callers), so a cheap hash is enough; network input only
-/// looks ids up.
-#[derive(Clone, Copy, Default)]
-struct Fnv(u64);
-
-impl std::hash::Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-type FnvBuild = std::hash::BuildHasherDefault<Fnv>;
-
-/// The calls this forwarder runs, by request id, with the pod address.
-struct InFlightCalls {
-    shards: Vec<Mutex<HashMap<RequestId, MemberAddress, FnvBuild>>>,
-    hasher: FnvBuild,
-}
-
-impl InFlightCalls {
-    fn new() -> Self {
-        Self {
-            shards: (0..IN_FLIGHT_SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: FnvBuild::default(),
-        }
-    }
-
-    fn shard(
-        &self,
-        id: &RequestId,
-    ) -> std::sync::MutexGuard<'_, HashMap<RequestId, MemberAddress, FnvBuild>> {
-        let index = (self.hasher.hash_one(id) as usize) % self.shards.len();
-        self.shards[index].lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn insert(&self, id: RequestId, address: MemberAddress) {
-        self.shard(&id).insert(id, address);
-    }
-
-    fn get(&self, id: &RequestId) -> Option<MemberAddress> {
-        self.shard(id).get(id).cloned()
-    }
-
-    fn remove(&self, id: &RequestId) {
-        self.shard(id).remove(id);
-    }
-}
 
 /// Forwards calls to pods over a pooled hyper client. Cheap to clone.
 ///
@@ -351,9 +284,8 @@ impl Forwarder {
     ) -> Result<Response<PodBody>, ForwardError> {
         let sent = match (&self.inner.h1, address.is_tls()) {
             (Some(pool), false) => {
-                let sent =
-                    tokio::time::timeout(timeout, pool.send(address.authority().as_str(), req))
-                        .await;
+                let target = connect_target(address);
+                let sent = tokio::time::timeout(timeout, pool.send(&target, req)).await;
                 sent.map(|r| r.map(|resp| resp.map(PodBody::pooled)))
             }
             _ => {
@@ -439,6 +371,16 @@ impl Forwarder {
             request_id,
             armed: true,
         }
+    }
+}
+
+/// `host:port` to connect to for a plain member: its authority, with the
+/// scheme's default port added when it names none.
+fn connect_target(address: &MemberAddress) -> std::borrow::Cow<'_, str> {
+    let authority = address.authority();
+    match authority.port_u16() {
+        Some(_) => authority.as_str().into(),
+        None => format!("{}:{}", authority.host(), address.port()).into(),
     }
 }
 
@@ -553,6 +495,19 @@ mod tests {
         );
         for gone in ["x-private", "te=", "connection", "forged"] {
             assert!(!headers.contains(gone), "{gone} forwarded: {headers}");
+        }
+    }
+
+    #[test]
+    fn connects_to_the_default_port_when_the_address_names_none() {
+        for (address, target) in [
+            ("http://10.0.0.7:3000", "10.0.0.7:3000"),
+            ("http://pod-a", "pod-a:80"),
+            ("http://[::1]", "[::1]:80"),
+            ("http://[::1]:8080", "[::1]:8080"),
+        ] {
+            let address = MemberAddress::parse(address).unwrap();
+            assert_eq!(connect_target(&address), target);
         }
     }
 

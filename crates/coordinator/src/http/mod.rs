@@ -8,6 +8,7 @@ pub mod extract;
 mod forward;
 mod headers;
 mod hook;
+mod in_flight;
 pub mod pod;
 mod pool;
 

@@ -34,7 +34,7 @@ pub(crate) enum PoolError {
     Upstream(BoxError),
 }
 
-/// Idle connections by pod authority (`host:port`). A sweeper task, started
+/// Idle connections by pod (`host:port`, the port always written). A sweeper task, started
 /// with the first connection and ending with the pool, closes connections
 /// idle past the idle timeout and forgets pods with none left, so pods that
 /// come and go do not accumulate.
