@@ -13,6 +13,9 @@ command -v openssl >/dev/null || need+=(openssl)   # throwaway CAs for the TLS c
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v protoc >/dev/null || need+=(protobuf-compiler)   # etcd-client's build script
 command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts single nodes off
+# The coordinator's routing bench compares against nginx (proxy_pass); the
+# bench starts its own nginx (one worker, master_process off).
+command -v nginx >/dev/null || need+=(nginx-light)
 # The container route in CI (.ci/docker.sh): a Docker engine, a Debian base
 # image built with debootstrap, docker-compose to validate docker-compose.yml.
 command -v dockerd >/dev/null || need+=(docker.io)

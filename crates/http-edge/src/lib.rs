@@ -20,10 +20,17 @@
 //! - at most [`ServeConfig::max_connections`] connections are open: when a
 //!   new one arrives at the cap, the connection idle the longest (no request
 //!   in flight) is closed to make room; if every connection is busy, the new
-//!   one is refused (closed at once).
+//!   one is refused (closed at once);
+//! - the cap follows the process's file-descriptor limit: the soft
+//!   `RLIMIT_NOFILE` is raised to the hard limit at start, and the cap is
+//!   at most half the descriptors left after [`RESERVED_FDS`]; `accept`
+//!   failing for want of descriptors (EMFILE, ENFILE) closes the
+//!   longest-idle connection and backs off instead of spinning.
 
+mod fds;
 mod serve;
 
+pub use fds::{RESERVED_FDS, raise_fd_limit};
 pub use serve::{Result, ServeConfig, serve};
 
 /// Why [`serve`] did not run.

@@ -35,8 +35,11 @@ pub struct ServeConfig {
     /// activity: a client that only trickles partial headers, pings or
     /// window updates (HTTP/2) is closed after this long.
     pub idle_timeout: Duration,
-    /// Most connections open at once (default 1024); keep it below the
-    /// process's file-descriptor limit.
+    /// Most connections open at once (default 1024). [`serve`] lowers it
+    /// to what the process's file-descriptor limit allows (after raising
+    /// the soft limit to the hard one): half the descriptors left after
+    /// [`RESERVED_FDS`](crate::RESERVED_FDS), the other half being for the
+    /// upstream connections proxied requests open.
     pub max_connections: usize,
     /// Time a closing connection gets to finish before it is dropped
     /// (default 1 s).
@@ -122,9 +125,16 @@ impl Table {
     fn admit(&self, max: usize) -> bool {
         let conns = self.lock();
         let open = conns.values().filter(|c| !c.close.is_cancelled()).count();
-        if open < max {
-            return true;
-        }
+        open < max || Self::shed(&conns)
+    }
+
+    /// Asks the longest-idle connection (no request in flight) to close:
+    /// `false` if every connection is busy.
+    fn shed_idle(&self) -> bool {
+        Self::shed(&self.lock())
+    }
+
+    fn shed(conns: &HashMap<u64, Arc<ConnState>>) -> bool {
         let victim = conns
             .values()
             .filter(|c| !c.close.is_cancelled() && c.in_flight.load(Ordering::Relaxed) == 0)
@@ -202,11 +212,29 @@ fn is_connection_error(e: &io::Error) -> bool {
     )
 }
 
+/// Whether an accept error means the process or the system is out of file
+/// descriptors (EMFILE, ENFILE).
+fn is_out_of_fds(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE
+    )
+}
+
+/// First and longest pause after a failed `accept`; it doubles on each
+/// failure in a row and resets on success.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(500));
+
 /// Serves `app` on `listener` with the limits of `config` until `shutdown`
 /// completes; then stops accepting, asks every connection to close and
 /// waits for them (each gets [`ServeConfig::close_grace`]).
 ///
-/// HTTP/1.1 and HTTP/2 (h2c) are both spoken.
+/// HTTP/1.1 and HTTP/2 (h2c) are both spoken. The soft file-descriptor
+/// limit is raised to the hard one ([`raise_fd_limit`](crate::raise_fd_limit))
+/// and the connection cap lowered to what it allows (see
+/// [`ServeConfig::max_connections`]); when `accept` fails for want of
+/// descriptors, the longest-idle connection is closed and accepting backs
+/// off (5 ms, doubling to 500 ms) rather than spinning.
 ///
 /// ```no_run
 /// use http_edge::{ServeConfig, serve};
@@ -226,6 +254,16 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     config.validate()?;
+    let fd_limit = crate::raise_fd_limit();
+    let cap = crate::fds::connection_cap(config.max_connections, fd_limit);
+    if cap < config.max_connections {
+        tracing::info!(
+            configured = config.max_connections,
+            cap,
+            fd_limit,
+            "connection cap lowered to fit the file-descriptor limit"
+        );
+    }
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -240,6 +278,7 @@ pub async fn serve(
     let stop = CancellationToken::new();
     let tasks = TaskTracker::new();
     let mut next_id: u64 = 0;
+    let mut backoff = ACCEPT_BACKOFF.0;
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -247,15 +286,23 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
-            Ok(x) => x,
+            Ok(x) => {
+                backoff = ACCEPT_BACKOFF.0;
+                x
+            }
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
-                tracing::warn!(err = %e, "accept failed; backing off");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                let shed = is_out_of_fds(&e) && table.shed_idle();
+                tracing::warn!(err = %e, ?backoff, shed, "accept failed; backing off");
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);
                 continue;
             }
         };
-        if !table.admit(config.max_connections) {
+        if !table.admit(cap) {
             tracing::debug!(%peer, "connection cap reached and every connection is busy: refusing");
             drop(stream);
             continue;
@@ -331,9 +378,16 @@ impl ConnTask {
         });
         let conn = self.builder.serve_connection_with_upgrades(io, service);
         tokio::pin!(conn);
+        // One timer and one cancellation waiter per connection, not per
+        // wake-up: the idle timer is only moved when it fires early (the
+        // connection was active meanwhile).
+        let close = self.state.close.clone();
+        let cancelled = close.cancelled();
+        tokio::pin!(cancelled);
+        let idle = tokio::time::sleep_until(self.idle_deadline());
+        tokio::pin!(idle);
         let mut closing: Option<tokio::time::Instant> = None;
         loop {
-            let idle_at = self.idle_deadline();
             tokio::select! {
                 done = conn.as_mut() => {
                     if let Err(e) = done {
@@ -341,14 +395,18 @@ impl ConnTask {
                     }
                     return;
                 }
-                () = self.state.close.cancelled(), if closing.is_none() => {
+                () = cancelled.as_mut(), if closing.is_none() => {
                     conn.as_mut().graceful_shutdown();
                     closing = Some(tokio::time::Instant::now() + self.config.close_grace);
                 }
-                () = tokio::time::sleep_until(idle_at), if closing.is_none() => {
+                () = idle.as_mut(), if closing.is_none() => {
                     if self.is_idle() {
                         tracing::debug!("closing an idle connection");
                         self.state.close.cancel();
+                        conn.as_mut().graceful_shutdown();
+                        closing = Some(tokio::time::Instant::now() + self.config.close_grace);
+                    } else {
+                        idle.as_mut().reset(self.idle_deadline());
                     }
                 }
                 () = sleep_until_opt(closing) => {

@@ -5,12 +5,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use super::forward::CancelGuard;
+use super::pool::PodBody;
 use axum::body::Body;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
-use hyper::body::Incoming;
-
-use super::forward::CancelGuard;
 
 /// A request body held aside so a forward that fails to connect (and so
 /// never polled the body) can be retried with the same body, unbuffered.
@@ -108,12 +107,12 @@ impl http_body::Body for OnceBody {
 /// An upstream response body carrying the call's [`CancelGuard`]: reaching
 /// the end disarms it; dropping the body early (client gone) fires it.
 pub(crate) struct GuardedBody {
-    inner: Incoming,
+    inner: PodBody,
     guard: Option<CancelGuard>,
 }
 
 impl GuardedBody {
-    pub(crate) fn new(inner: Incoming, guard: CancelGuard) -> Self {
+    pub(crate) fn new(inner: PodBody, guard: CancelGuard) -> Self {
         use http_body::Body as _;
         let mut guard = Some(guard);
         if inner.is_end_stream()

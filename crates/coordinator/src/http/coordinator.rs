@@ -1,13 +1,12 @@
 //! The coordinator's HTTP entry points: axum handlers and a ready router.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{RawPathParams, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post, put};
 use http::request::Parts;
@@ -613,10 +612,14 @@ impl Coordinator {
     }
 }
 
-type Params = Path<HashMap<String, String>>;
+/// The route's captures, percent-decoded, without a map per call.
+type Params = RawPathParams;
 
-fn param<T: std::str::FromStr>(params: &HashMap<String, String>, name: &str) -> Option<T> {
-    params.get(name).and_then(|v| v.parse().ok())
+fn param<T: std::str::FromStr>(params: &RawPathParams, name: &str) -> Option<T> {
+    params
+        .iter()
+        .find(|(key, _)| *key == name)
+        .and_then(|(_, v)| v.parse().ok())
 }
 
 fn malformed() -> Response {
@@ -629,7 +632,7 @@ fn counted(route: &'static str, response: Response) -> Response {
     response
 }
 
-async fn proxy_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {
+async fn proxy_handler(State(c): State<Coordinator>, p: Params, req: Request) -> Response {
     let response = match param::<DestinationId>(&p, "destination") {
         Some(dest) => c.lookup_and_proxy(&dest, req).await,
         None => malformed(),
@@ -641,7 +644,7 @@ async fn register_handler(State(c): State<Coordinator>, req: Request) -> Respons
     counted("register", c.register_from_response(req).await)
 }
 
-async fn bind_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {
+async fn bind_handler(State(c): State<Coordinator>, p: Params, req: Request) -> Response {
     let response = match param::<DestinationId>(&p, "destination") {
         Some(dest) => c.pick_and_register(&dest, req).await,
         None => malformed(),
@@ -649,11 +652,7 @@ async fn bind_handler(State(c): State<Coordinator>, Path(p): Params, req: Reques
     counted("bind", response)
 }
 
-async fn deregister_handler(
-    State(c): State<Coordinator>,
-    Path(p): Params,
-    req: Request,
-) -> Response {
+async fn deregister_handler(State(c): State<Coordinator>, p: Params, req: Request) -> Response {
     let response = match param::<DestinationId>(&p, "destination") {
         Some(dest) => c.lookup_and_deregister(&dest, req).await,
         None => malformed(),
@@ -661,7 +660,7 @@ async fn deregister_handler(
     counted("deregister", response)
 }
 
-async fn lock_handler(State(c): State<Coordinator>, Path(p): Params, req: Request) -> Response {
+async fn lock_handler(State(c): State<Coordinator>, p: Params, req: Request) -> Response {
     let response = match param::<LockId>(&p, "lock") {
         Some(lock) => c.lookup_lock_and_proxy(&lock, req).await,
         None => malformed(),
@@ -669,7 +668,7 @@ async fn lock_handler(State(c): State<Coordinator>, Path(p): Params, req: Reques
     counted("lock", response)
 }
 
-async fn cancel_handler(State(c): State<Coordinator>, Path(p): Params) -> Response {
+async fn cancel_handler(State(c): State<Coordinator>, p: Params) -> Response {
     let response = match param::<RequestId>(&p, "request_id") {
         Some(id) if c.cancel(&id).await => StatusCode::NO_CONTENT.into_response(),
         Some(_) => ApiError::UnknownRequest.into_response(),

@@ -1,14 +1,11 @@
 //! The pooled HTTP client that forwards calls to member addresses.
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, Version, request};
-use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -17,7 +14,9 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::REQUEST_ID_HEADER;
 use super::body::OnceBody;
 use super::headers::strip_hop_by_hop;
+use super::in_flight::InFlightCalls;
 use super::pod::cancel_path;
+use super::pool::{Http1Pool, PodBody, PoolError};
 use crate::error::{Error, Result};
 use crate::ids::RequestId;
 use crate::record::MemberAddress;
@@ -87,7 +86,7 @@ pub enum ForwardError {
         address: String,
         /// The client error.
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: BoxError,
     },
     /// The pod did not answer within the response timeout.
     #[error("no response from {address} within {timeout:?}")]
@@ -104,78 +103,14 @@ pub enum ForwardError {
         address: String,
         /// The client error.
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: BoxError,
     },
     /// The upstream request could not be built.
     #[error("cannot build the upstream request: {0}")]
     Request(String),
 }
 
-/// Shards of the in-flight map: forwarded calls register and unregister on
-/// every request, so one lock would be contended by every worker thread.
-const IN_FLIGHT_SHARDS: usize = 16;
-
-/// FNV-1a: request ids are minted here from a CSPRNG (or chosen by trusted
-/// in-process callers), so a cheap hash is enough; network input only
-/// looks ids up.
-#[derive(Clone, Copy, Default)]
-struct Fnv(u64);
-
-impl std::hash::Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-type FnvBuild = std::hash::BuildHasherDefault<Fnv>;
-
-/// The calls this forwarder runs, by request id, with the pod address.
-struct InFlightCalls {
-    shards: Vec<Mutex<HashMap<RequestId, MemberAddress, FnvBuild>>>,
-    hasher: FnvBuild,
-}
-
-impl InFlightCalls {
-    fn new() -> Self {
-        Self {
-            shards: (0..IN_FLIGHT_SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: FnvBuild::default(),
-        }
-    }
-
-    fn shard(
-        &self,
-        id: &RequestId,
-    ) -> std::sync::MutexGuard<'_, HashMap<RequestId, MemberAddress, FnvBuild>> {
-        let index = (self.hasher.hash_one(id) as usize) % self.shards.len();
-        self.shards[index].lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn insert(&self, id: RequestId, address: MemberAddress) {
-        self.shard(&id).insert(id, address);
-    }
-
-    fn get(&self, id: &RequestId) -> Option<MemberAddress> {
-        self.shard(id).get(id).cloned()
-    }
-
-    fn remove(&self, id: &RequestId) {
-        self.shard(id).remove(id);
-    }
-}
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Forwards calls to pods over a pooled hyper client. Cheap to clone.
 ///
@@ -187,6 +122,8 @@ pub struct Forwarder {
 
 struct Inner {
     client: Client<HttpsConnector<HttpConnector>, OnceBody>,
+    /// Plain HTTP/1.1 members (every `http` member unless h2c is on).
+    h1: Option<Arc<Http1Pool>>,
     config: ForwardConfig,
     in_flight: InFlightCalls,
 }
@@ -228,9 +165,17 @@ impl Forwarder {
             .pool_max_idle_per_host(config.pool_max_idle_per_host)
             .http2_only(config.http2_prior_knowledge)
             .build(connector);
+        let h1 = (!config.http2_prior_knowledge).then(|| {
+            Arc::new(Http1Pool::new(
+                config.pool_max_idle_per_host,
+                config.pool_idle_timeout,
+                config.connect_timeout,
+            ))
+        });
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
+                h1,
                 config,
                 in_flight: InFlightCalls::new(),
             }),
@@ -279,7 +224,7 @@ impl Forwarder {
         address: &MemberAddress,
         req: Request<axum::body::Body>,
         request_id: &RequestId,
-    ) -> Result<Response<Incoming>, ForwardError> {
+    ) -> Result<Response<PodBody>, ForwardError> {
         let (parts, body) = req.into_parts();
         let body = super::body::RetryableBody::new(body);
         self.send_parts(address, &parts, body.attempt(), request_id)
@@ -295,14 +240,25 @@ impl Forwarder {
         parts: &request::Parts,
         body: OnceBody,
         request_id: &RequestId,
-    ) -> Result<Response<Incoming>, ForwardError> {
-        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri = address
-            .uri_for(pq)
-            .map_err(|e| ForwardError::Request(e.to_string()))?;
+    ) -> Result<Response<PodBody>, ForwardError> {
+        let pooled = self.pooled(address);
+        let uri = match (pooled, parts.uri.path_and_query()) {
+            // origin-form, as HTTP/1.1 sends it; `Host` names the pod
+            (true, Some(pq)) => http::Uri::from(pq.clone()),
+            (true, None) => http::Uri::from_static("/"),
+            (false, pq) => address
+                .uri_for(pq.map_or("/", |p| p.as_str()))
+                .map_err(|e| ForwardError::Request(e.to_string()))?,
+        };
         let mut headers = parts.headers.clone();
         strip_hop_by_hop(&mut headers);
-        headers.remove(header::HOST);
+        if pooled {
+            let host = HeaderValue::from_str(address.authority().as_str())
+                .map_err(|e| ForwardError::Request(e.to_string()))?;
+            headers.insert(header::HOST, host);
+        } else {
+            headers.remove(header::HOST);
+        }
         let id = HeaderValue::from_str(request_id.as_str())
             .map_err(|e| ForwardError::Request(e.to_string()))?;
         headers.insert(REQUEST_ID_HEADER, id);
@@ -315,22 +271,45 @@ impl Forwarder {
             .await
     }
 
+    /// Whether calls to `address` go through the HTTP/1.1 pool.
+    fn pooled(&self, address: &MemberAddress) -> bool {
+        self.inner.h1.is_some() && !address.is_tls()
+    }
+
     async fn exchange(
         &self,
         address: &MemberAddress,
         req: Request<OnceBody>,
         timeout: Duration,
-    ) -> Result<Response<Incoming>, ForwardError> {
-        match tokio::time::timeout(timeout, self.inner.client.request(req)).await {
+    ) -> Result<Response<PodBody>, ForwardError> {
+        let sent = match (&self.inner.h1, address.is_tls()) {
+            (Some(pool), false) => {
+                let target = connect_target(address);
+                let sent = tokio::time::timeout(timeout, pool.send(&target, req)).await;
+                sent.map(|r| r.map(|resp| resp.map(PodBody::pooled)))
+            }
+            _ => {
+                let sent = tokio::time::timeout(timeout, self.inner.client.request(req)).await;
+                sent.map(|r| {
+                    r.map(|resp| resp.map(PodBody::client)).map_err(|source| {
+                        match source.is_connect() {
+                            true => PoolError::Connect(source.into()),
+                            false => PoolError::Upstream(source.into()),
+                        }
+                    })
+                })
+            }
+        };
+        match sent {
             Err(_) => Err(ForwardError::Timeout {
                 address: address.to_string(),
                 timeout,
             }),
-            Ok(Err(source)) if source.is_connect() => Err(ForwardError::Connect {
+            Ok(Err(PoolError::Connect(source))) => Err(ForwardError::Connect {
                 address: address.to_string(),
                 source,
             }),
-            Ok(Err(source)) => Err(ForwardError::Upstream {
+            Ok(Err(PoolError::Upstream(source))) => Err(ForwardError::Upstream {
                 address: address.to_string(),
                 source,
             }),
@@ -348,10 +327,19 @@ impl Forwarder {
         address: &MemberAddress,
         request_id: &RequestId,
     ) -> Result<bool, ForwardError> {
-        let uri = address
-            .uri_for(&cancel_path(request_id))
-            .map_err(|e| ForwardError::Request(e.to_string()))?;
+        let path = cancel_path(request_id);
         let mut req = Request::new(OnceBody::empty());
+        let uri = if self.pooled(address) {
+            let host = HeaderValue::from_str(address.authority().as_str())
+                .map_err(|e| ForwardError::Request(e.to_string()))?;
+            req.headers_mut().insert(header::HOST, host);
+            path.parse::<http::Uri>()
+                .map_err(|e| ForwardError::Request(e.to_string()))?
+        } else {
+            address
+                .uri_for(&path)
+                .map_err(|e| ForwardError::Request(e.to_string()))?
+        };
         *req.method_mut() = Method::POST;
         *req.uri_mut() = uri;
         *req.version_mut() = self.version();
@@ -383,6 +371,16 @@ impl Forwarder {
             request_id,
             armed: true,
         }
+    }
+}
+
+/// `host:port` to connect to for a plain member: its authority, with the
+/// scheme's default port added when it names none.
+fn connect_target(address: &MemberAddress) -> std::borrow::Cow<'_, str> {
+    let authority = address.authority();
+    match authority.port_u16() {
+        Some(_) => authority.as_str().into(),
+        None => format!("{}:{}", authority.host(), address.port()).into(),
     }
 }
 
@@ -497,6 +495,19 @@ mod tests {
         );
         for gone in ["x-private", "te=", "connection", "forged"] {
             assert!(!headers.contains(gone), "{gone} forwarded: {headers}");
+        }
+    }
+
+    #[test]
+    fn connects_to_the_default_port_when_the_address_names_none() {
+        for (address, target) in [
+            ("http://10.0.0.7:3000", "10.0.0.7:3000"),
+            ("http://pod-a", "pod-a:80"),
+            ("http://[::1]", "[::1]:80"),
+            ("http://[::1]:8080", "[::1]:8080"),
+        ] {
+            let address = MemberAddress::parse(address).unwrap();
+            assert_eq!(connect_target(&address), target);
         }
     }
 

@@ -16,7 +16,16 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// Removes hop-by-hop headers, including those named by `Connection`.
+///
+/// One pass over the names first: most messages carry none, and looking
+/// each of the nine names up would hash every one of them.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let any = headers
+        .keys()
+        .any(|name| HOP_BY_HOP.contains(name) || name.as_str() == "proxy-connection");
+    if !any {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()

@@ -8,13 +8,16 @@ pub mod extract;
 mod forward;
 mod headers;
 mod hook;
+mod in_flight;
 pub mod pod;
+mod pool;
 
 pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorConfigBuilder};
 pub use errors::ApiError;
 pub use forward::{ForwardConfig, ForwardError, Forwarder};
 pub use hook::{CallResult, ResultHook};
 pub use http_edge::{ServeConfig, ServeError, serve};
+pub use pool::PodBody;
 
 /// The header carrying the request id on forwarded calls (and echoed on
 /// the coordinator's responses).
