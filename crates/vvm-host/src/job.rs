@@ -301,6 +301,14 @@ impl Job {
             .arg(GUARD_ARG)
             .arg("--containment")
             .arg(mode.to_arg())
+            .arg("--nofile")
+            .arg(
+                crate::NOFILE_AT_START
+                    .get()
+                    .copied()
+                    .unwrap_or(1024)
+                    .to_string(),
+            )
             .arg("--")
             .arg(program)
             .args(args)

@@ -56,7 +56,17 @@ use crate::{
     signals::ShutdownSignals,
 };
 
+/// The soft `RLIMIT_NOFILE` vvm-host started with: `--metrics-listen`'s
+/// server raises vvm-host's own, and the command gets this one back (many
+/// programs still expect the usual 1024, e.g. for `select`).
+pub(crate) static NOFILE_AT_START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
 fn main() -> ExitCode {
+    if let Ok((soft, _)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ = NOFILE_AT_START.set(soft);
+    }
     let mut raw = std::env::args_os();
     match raw.nth(1) {
         Some(first) if first == guard::GUARD_ARG => return guard::main(raw.collect()),

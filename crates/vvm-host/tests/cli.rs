@@ -219,3 +219,23 @@ fn a_second_signal_ends_the_grace_period() {
     assert!(log.contains("second signal"), "{log}");
     assert!(log.contains("leadership released"), "{log}");
 }
+
+/// `--metrics-listen` raises vvm-host's own descriptor limit (its server
+/// must survive many idle connections); the command gets the soft limit
+/// vvm-host started with.
+#[test]
+fn the_command_keeps_the_descriptor_limit_vvm_host_started_with() {
+    let script = format!(
+        "ulimit -Sn 1000 && exec '{}' run --storage mem --metrics-listen 127.0.0.1:0 job sh -c 'echo soft=$(ulimit -Sn)'",
+        bin().to_string_lossy()
+    );
+    let output = Command::new("sh").args(["-c", &script]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout.trim(), "soft=1000");
+}

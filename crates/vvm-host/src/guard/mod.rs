@@ -162,7 +162,7 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
 
 /// `--containment MODE -- PROGRAM ARGS...`.
 fn parse_args(args: Vec<OsString>) -> Result<(Mode, OsString, Vec<OsString>), String> {
-    let mut args = args.into_iter();
+    let mut args = args.into_iter().peekable();
     let mode = match (args.next(), args.next()) {
         (Some(flag), Some(mode)) if flag == "--containment" => mode
             .to_str()
@@ -170,9 +170,28 @@ fn parse_args(args: Vec<OsString>) -> Result<(Mode, OsString, Vec<OsString>), St
             .parse::<Mode>()?,
         _ => return Err("no --containment given".to_owned()),
     };
+    // `--nofile N`: the soft descriptor limit vvm-host started with (its
+    // metrics endpoint raises its own); the command gets it back.
+    if args.peek().is_some_and(|arg| arg == "--nofile") {
+        args.next();
+        let soft = args
+            .next()
+            .and_then(|n| n.to_str().and_then(|n| n.parse::<u64>().ok()))
+            .ok_or("--nofile takes a number")?;
+        restore_nofile(soft);
+    }
     let mut command = args.skip_while(|arg| arg != "--").skip(1);
     let program = command.next().ok_or("no command given")?;
     Ok((mode, program, command.collect()))
+}
+
+/// Sets the soft `RLIMIT_NOFILE` back to `soft` (best effort; the hard
+/// limit is left as it is).
+fn restore_nofile(soft: u64) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, soft.min(hard), hard);
+    }
 }
 
 /// One line from the (blocking) lifeline, read a byte at a time so nothing
