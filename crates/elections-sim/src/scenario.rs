@@ -359,7 +359,7 @@ async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Who) {
             let hold = world.lock().rng.between(d, d * 8);
             tokio::select! {
                 biased;
-                () = leadership.ended() => {}
+                _ = leadership.ended() => {}
                 () = sleep(hold) => {}
             }
             // Noticing and stopping the work take time (and may be paused).

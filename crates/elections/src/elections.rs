@@ -19,7 +19,7 @@ use crate::{
     ElectionsError,
     fencing::{self, timed},
     killer::{Killer, KillerTimer, ProcessKiller},
-    leadership::{EndReason, EndSignal, Leadership, LossCause},
+    leadership::{EndReason, EndSignal, Leadership},
     record,
     renewal::Renewal,
     telemetry,
@@ -36,7 +36,7 @@ use crate::{
 /// before the process exits. Dropping is safe and has one outcome: every
 /// [`Leadership`] handle keeps its elections alive, so nothing changes while
 /// a handle exists; once the last clone and the last handle are gone, each
-/// leadership still held ends as lost ([`LossCause::ElectionsDropped`]):
+/// leadership still held ends as lost ([`EndReason::ElectionsDropped`]):
 /// renewal stops, the killer is disarmed (nothing is left that could release
 /// the key, so the work is taken to have stopped), and the record is left to
 /// expire rather than deleted.
@@ -133,6 +133,9 @@ impl Elections {
         duration: Duration,
     ) -> Result<Option<Leadership>, ElectionsError> {
         let timing = Timing::new(duration)?;
+        if value.as_ref().starts_with(crate::handover::RESERVED_PREFIX) {
+            return Err(ElectionsError::ReservedValue);
+        }
         let counter_value = self.inner.acquisitions.fetch_add(1, Ordering::Relaxed);
         let value: Arc<[u8]> =
             record::encode(value.as_ref(), self.inner.instance, counter_value).into();
@@ -260,6 +263,7 @@ impl Elections {
                 let killer = KillerTimer::start(
                     key.clone(),
                     self.inner.killer.clone(),
+                    end.clone(),
                     &self.inner.tracker,
                     lease_start,
                     timing.kill_after_success(),
@@ -345,7 +349,7 @@ impl Elections {
                 tracing::error!(error = %err, "renewal task panicked");
             }
             entry.end.end(EndReason::Released);
-            telemetry::released(key);
+            telemetry::released(key, &EndReason::Released);
             // The owner says its work has stopped: nothing is left for the
             // killer to stop, so disarm it *before* the delete, which may
             // take up to two call timeouts on a failing store.
@@ -499,7 +503,7 @@ impl Inner {
 /// handle are gone (every handle keeps its elections alive). Nothing is left
 /// that could watch the leadership or release it, so the work done under it
 /// is taken to have stopped: renewal stops, cancellation tokens taken from
-/// the handles fire with [`LossCause::ElectionsDropped`], the killer is
+/// the handles fire with [`EndReason::ElectionsDropped`], the killer is
 /// disarmed, and the record is *not* deleted: the key frees when it expires.
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -508,8 +512,9 @@ impl Drop for Inner {
             if let Slot::Held(entry) = slot {
                 tracing::warn!(%key, "elections and every leadership handle dropped without release; renewal stops, the record is left to expire");
                 entry.stop.cancel();
-                entry.end.end(EndReason::Lost(LossCause::ElectionsDropped));
-                telemetry::lost(&key, &LossCause::ElectionsDropped);
+                if entry.end.end(EndReason::ElectionsDropped) {
+                    telemetry::lost(&key, &EndReason::ElectionsDropped);
+                }
                 entry.killer.disarm();
             }
         }

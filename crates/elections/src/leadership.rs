@@ -6,26 +6,36 @@ use std::{
     time::Duration,
 };
 
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio_util::sync::CancellationToken;
 use ttl_storage::Key;
 
-/// Why a leadership ended.
+/// Why a leadership ended: [`Leadership::ended`] and
+/// [`Leadership::end_reason`] give it, and [`crate::Elections::lead`]
+/// returns it when the leadership ended before the work did. The metric
+/// label `cause` uses [`EndReason::label`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EndReason {
-    /// The owner released it ([`crate::Elections::release_leadership`] or
-    /// [`crate::Elections::cleanup`]).
+    /// The owner released it ([`Leadership::release`],
+    /// [`crate::Elections::release_leadership`], [`crate::Elections::cleanup`],
+    /// or [`crate::Elections::lead`] once the work returned).
     Released,
-    /// It was lost; the killer stays armed until the owner releases the key.
-    Lost(LossCause),
-}
-
-/// Why a leadership was lost.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LossCause {
-    /// A renewal found the record absent or holding another value.
-    Taken,
-    /// Every renewal attempt of a round failed; the last error is kept.
-    RenewalFailed {
+    /// The owner handed it over to a candidate ([`Leadership::hand_over`]).
+    Superseded,
+    /// A renewal found another value in the record: someone else holds the
+    /// key. `by` is that holder's value (without the record's nonce), `None`
+    /// when the record could not be read back or holds a hand-over marker.
+    Stolen {
+        /// The value of whoever holds the record now, when known.
+        by: Option<Vec<u8>>,
+    },
+    /// The lease ran out: the killer deadline passed without a successful
+    /// renewal, or a renewal found the record gone (expired on the store, or
+    /// deleted).
+    Expired,
+    /// Every attempt of a renewal round failed with a store error before the
+    /// killer deadline passed.
+    StoreUnavailable {
         /// Attempts made.
         attempts: u32,
         /// The last attempt's error, as text.
@@ -37,23 +47,53 @@ pub enum LossCause {
     ElectionsDropped,
 }
 
+impl EndReason {
+    /// True for the reasons that are a loss (everything but
+    /// [`EndReason::Released`] and [`EndReason::Superseded`]): the killer
+    /// stays armed until the owner releases.
+    pub fn is_loss(&self) -> bool {
+        !matches!(self, EndReason::Released | EndReason::Superseded)
+    }
+
+    /// The reason's name in metrics (`cause` label) and logs: `released`,
+    /// `superseded`, `stolen`, `expired`, `store_unavailable`,
+    /// `elections_dropped`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            EndReason::Released => "released",
+            EndReason::Superseded => "superseded",
+            EndReason::Stolen { .. } => "stolen",
+            EndReason::Expired => "expired",
+            EndReason::StoreUnavailable { .. } => "store_unavailable",
+            EndReason::ElectionsDropped => "elections_dropped",
+        }
+    }
+}
+
 impl fmt::Display for EndReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EndReason::Released => f.write_str("released"),
-            EndReason::Lost(LossCause::Taken) => {
-                f.write_str("lost: the record was taken or deleted")
+            EndReason::Superseded => f.write_str("handed over to a candidate"),
+            EndReason::Stolen { by: Some(by) } => write!(
+                f,
+                "stolen: the record was taken by {}",
+                String::from_utf8_lossy(by)
+            ),
+            EndReason::Stolen { by: None } => {
+                f.write_str("stolen: the record was taken by another holder")
             }
-            EndReason::Lost(LossCause::RenewalFailed {
+            EndReason::Expired => f.write_str(
+                "expired: the lease ran out (no renewal in time, or the record is gone)",
+            ),
+            EndReason::StoreUnavailable {
                 attempts,
                 last_error,
-            }) => write!(
+            } => write!(
                 f,
-                "lost: {attempts} renewal attempts failed, last: {last_error}"
+                "store unavailable: {attempts} renewal attempts failed, last: {last_error}"
             ),
-            EndReason::Lost(LossCause::ElectionsDropped) => {
-                f.write_str("lost: the elections object was dropped")
-            }
+            EndReason::ElectionsDropped => f.write_str("lost: the elections object was dropped"),
         }
     }
 }
@@ -66,10 +106,12 @@ pub(crate) struct EndSignal {
 }
 
 impl EndSignal {
-    /// Records `reason` (the first one wins) and fires the token.
-    pub(crate) fn end(&self, reason: EndReason) {
-        let _ = self.reason.set(reason);
+    /// Records `reason` and fires the token. The first reason wins; returns
+    /// true when this call's reason was recorded.
+    pub(crate) fn end(&self, reason: EndReason) -> bool {
+        let first = self.reason.set(reason).is_ok();
         self.token.cancel();
+        first
     }
 }
 
@@ -159,9 +201,15 @@ impl Leadership {
         self.end.token.clone()
     }
 
-    /// Completes when leadership is lost or released.
-    pub fn ended(&self) -> WaitForCancellationFuture<'_> {
-        self.end.token.cancelled()
+    /// Completes when leadership ends, with the reason.
+    pub async fn ended(&self) -> EndReason {
+        self.end.token.cancelled().await;
+        self.end
+            .reason
+            .get()
+            .cloned()
+            // The reason is always set before the token fires.
+            .unwrap_or(EndReason::Expired)
     }
 
     /// True until leadership is lost or released.

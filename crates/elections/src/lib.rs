@@ -52,7 +52,9 @@
 //!    deadline is capped at `attempt start + 0.75 d`; after a success it moves
 //!    to `attempt start + 0.8 d`.
 //! 3. **Loss**: a swap that returns `false`, or three failed attempts, ends
-//!    the leadership: the handle fires with [`EndReason::Lost`]. The record is
+//!    the leadership: the handle fires with the loss's [`EndReason`]
+//!    ([`EndReason::Stolen`], [`EndReason::Expired`],
+//!    [`EndReason::StoreUnavailable`]). The record is
 //!    *not* deleted and the killer stays armed, because the owner's work may
 //!    still be running: deleting the record would let the next leader in
 //!    while this one is still working.
@@ -84,6 +86,7 @@
 mod elections;
 mod error;
 pub mod fencing;
+mod handover;
 mod inspect;
 pub mod killer;
 mod leadership;
@@ -96,5 +99,5 @@ pub use crate::elections::{Elections, ElectionsBuilder};
 pub use error::ElectionsError;
 pub use inspect::{KeyStatus, inspect};
 pub use killer::{ArmEvent, ArmReason, Kill, Killer, ProcessKiller, RecordingKiller};
-pub use leadership::{EndReason, Leadership, LossCause};
+pub use leadership::{EndReason, Leadership};
 pub use timing::{RENEWAL_ATTEMPTS, Timing};
