@@ -157,6 +157,11 @@ macro_rules! __suite_module {
                 elections_invalid_input_rejected,
                 elections_no_task_survives_cleanup,
                 elections_late_delete_spares_next_leadership,
+                elections_lead_returns_the_output_then_releases,
+                elections_lead_waits_for_the_key,
+                elections_lead_stops_the_work_before_disarming,
+                elections_lead_work_that_ignores_the_loss_is_killed,
+                elections_release_waits_for_tracked_work,
             );
         }
     };

@@ -76,6 +76,9 @@ struct Entry {
     renewal: JoinHandle<()>,
     killer: Arc<KillerTimer>,
     end: EndSignal,
+    /// The owner's tracked work ([`Leadership::spawn`]): a release waits
+    /// for it before it disarms the killer.
+    work: TaskTracker,
 }
 
 /// Inserts of one acquisition whose outcome stays unknown (each followed by
@@ -280,6 +283,8 @@ impl Elections {
                 };
                 let span = tracing::info_span!("leadership", %key, fencing_token);
                 let renewal = self.inner.tracker.spawn(renewal.run().instrument(span));
+                let work = TaskTracker::new();
+                let killer_handle = killer.clone();
                 state.slots.insert(
                     key.clone(),
                     Slot::Held(Entry {
@@ -287,8 +292,9 @@ impl Elections {
                         timing,
                         stop,
                         renewal,
-                        killer,
+                        killer: killer.clone(),
                         end: end.clone(),
+                        work: work.clone(),
                     }),
                 );
                 reservation.fulfil();
@@ -300,6 +306,8 @@ impl Elections {
                     fencing_token,
                     duration: timing.duration(),
                     end,
+                    work,
+                    killer: killer_handle,
                     owner: self.clone(),
                 }));
             }
@@ -310,14 +318,19 @@ impl Elections {
         Err(ElectionsError::Finalized)
     }
 
-    /// Releases the leadership of `key`: stops renewal and waits until the
-    /// renewal task has ended, fires the handle, deletes the record (if it
-    /// still holds this leader's value) and disarms the killer.
+    /// Releases the leadership of `key`, in the one safe order: fires the
+    /// handle ([`EndReason::Released`], which cancels the work's tokens),
+    /// waits until every task spawned with [`Leadership::spawn`] has ended
+    /// (renewal goes on meanwhile if the lease is still held; after a loss
+    /// the armed killer bounds the wait), then stops renewal, disarms the
+    /// killer and deletes the record (if it still holds this leader's value).
     ///
-    /// Call it only once the work done as leader has stopped: that is what
-    /// makes it safe to let the next leader in. Releasing a key this
-    /// instance does not hold is a no-op. Works after a loss too (that is
-    /// how the owner disarms the killer).
+    /// Work the owner runs outside [`Leadership::spawn`] (its own tasks, a
+    /// detached `tokio::spawn`) is outside that guarantee: call this only
+    /// once such work has stopped, or use [`Elections::lead`], which makes
+    /// the order structural. Releasing a key this instance does not hold is
+    /// a no-op. Works after a loss too (that is how the owner disarms the
+    /// killer).
     pub async fn release_leadership(&self, key: &Key) {
         self.release_matching(key, None).await;
     }
@@ -344,15 +357,23 @@ impl Elections {
     async fn release_entry(&self, key: &Key, entry: Entry) {
         let span = tracing::info_span!("release_leadership", %key);
         async {
+            entry.end.end(EndReason::Released);
+            telemetry::released(key, &EndReason::Released);
+            entry.work.close();
+            if !entry.work.is_empty() {
+                tracing::info!(
+                    tasks = entry.work.len(),
+                    "waiting for the leadership's tracked work to stop; the killer stays armed"
+                );
+            }
+            entry.work.wait().await;
             entry.stop.cancel();
             if let Err(err) = entry.renewal.await {
                 tracing::error!(error = %err, "renewal task panicked");
             }
-            entry.end.end(EndReason::Released);
-            telemetry::released(key, &EndReason::Released);
-            // The owner says its work has stopped: nothing is left for the
-            // killer to stop, so disarm it *before* the delete, which may
-            // take up to two call timeouts on a failing store.
+            // The owner's work has stopped: nothing is left for the killer to
+            // stop, so disarm it *before* the delete, which may take up to two
+            // call timeouts on a failing store.
             entry.killer.disarm();
             self.delete_record(key, &entry.record, entry.timing).await;
             tracing::info!("leadership released");
@@ -431,6 +452,11 @@ impl Elections {
             .filter(|(_, slot)| matches!(slot, Slot::Held(_)))
             .map(|(key, _)| key.clone())
             .collect()
+    }
+
+    /// The storage these elections run on.
+    pub(crate) fn inner_storage(&self) -> Arc<dyn TtlStorage> {
+        self.inner.storage.clone()
     }
 
     /// Background tasks (renewals and killer timers) still running.

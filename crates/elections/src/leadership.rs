@@ -6,7 +6,8 @@ use std::{
     time::Duration,
 };
 
-use tokio_util::sync::CancellationToken;
+use tokio::task::JoinHandle;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use ttl_storage::Key;
 
 /// Why a leadership ended: [`Leadership::ended`] and
@@ -131,17 +132,22 @@ pub struct Leadership {
     pub(crate) fencing_token: u64,
     pub(crate) duration: Duration,
     pub(crate) end: EndSignal,
+    pub(crate) work: TaskTracker,
+    pub(crate) killer: Arc<crate::killer::KillerTimer>,
     pub(crate) owner: crate::Elections,
 }
 
 impl Leadership {
-    /// Releases this leadership, consuming the handle: stops renewal, fires
-    /// the end signal ([`EndReason::Released`]), disarms the killer, then
-    /// deletes the record if it still holds this leadership's value
-    /// (best effort; otherwise it expires by itself).
+    /// Releases this leadership, consuming the handle: fires the end signal
+    /// ([`EndReason::Released`]), waits for the work spawned with
+    /// [`Leadership::spawn`], stops renewal, disarms the killer, then
+    /// deletes the record if it still holds this leadership's value (best
+    /// effort; otherwise it expires by itself). See
+    /// [`crate::Elections::release_leadership`].
     ///
-    /// Call it only once the work done as leader has stopped: that is what
-    /// makes it safe to let the next leader in. It works after a loss too
+    /// Work not spawned with [`Leadership::spawn`] must have stopped before
+    /// this call: that is what makes it safe to let the next leader in
+    /// ([`crate::Elections::lead`] does it for you). It works after a loss too
     /// (that is how the owner disarms the killer), and is a no-op if this
     /// leadership was already released, even if the same instance has
     /// since acquired the key again.
@@ -165,6 +171,25 @@ impl Leadership {
         self.owner
             .release_matching(&self.key, Some(&self.record))
             .await;
+    }
+
+    /// Spawns `task` as work done under this leadership. A release (or a
+    /// hand-over) fires the end signal, then **waits for every such task to
+    /// end** before it disarms the killer and lets the next leader in; after
+    /// a loss, the killer bounds that wait. So a task that stops when
+    /// [`Leadership::cancellation_token`] fires can never outlive the
+    /// leadership, and one that does not stop in time is ended by the
+    /// killer. A task started with a plain `tokio::spawn` is outside this
+    /// guarantee.
+    ///
+    /// Spawning after the release has begun still runs the task, and the
+    /// release still waits for it if it has not finished waiting.
+    pub fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.work.spawn(task)
     }
 
     /// The election key.

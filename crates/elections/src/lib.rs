@@ -83,12 +83,14 @@
 //! issued before a pause is caught by [`Leadership::fencing_token`] at the
 //! guarded resource.
 
+mod campaign;
 mod elections;
 mod error;
 pub mod fencing;
 mod handover;
 mod inspect;
 pub mod killer;
+mod lead;
 mod leadership;
 pub mod record;
 mod renewal;
@@ -96,8 +98,10 @@ pub mod telemetry;
 mod timing;
 
 pub use crate::elections::{Elections, ElectionsBuilder};
+pub use campaign::MAX_POLL_INTERVAL;
 pub use error::ElectionsError;
 pub use inspect::{KeyStatus, inspect};
 pub use killer::{ArmEvent, ArmReason, Kill, Killer, ProcessKiller, RecordingKiller};
+pub use lead::{LeadError, LeaderContext};
 pub use leadership::{EndReason, Leadership};
 pub use timing::{RENEWAL_ATTEMPTS, Timing};
