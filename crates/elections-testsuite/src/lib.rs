@@ -162,6 +162,9 @@ macro_rules! __suite_module {
                 elections_lead_stops_the_work_before_disarming,
                 elections_lead_work_that_ignores_the_loss_is_killed,
                 elections_release_waits_for_tracked_work,
+                elections_observe_reports_every_change_once,
+                elections_observe_sees_a_new_leadership_with_the_same_value,
+                elections_observe_reports_store_trouble_once_and_never_writes,
             );
         }
     };

@@ -2,10 +2,12 @@
 
 mod elections;
 mod lead;
+mod observe;
 mod storage;
 mod watch;
 
 pub use elections::*;
 pub use lead::*;
+pub use observe::*;
 pub use storage::*;
 pub use watch::*;
