@@ -165,6 +165,11 @@ macro_rules! __suite_module {
                 elections_observe_reports_every_change_once,
                 elections_observe_sees_a_new_leadership_with_the_same_value,
                 elections_observe_reports_store_trouble_once_and_never_writes,
+                elections_waiting_candidates_are_listed,
+                elections_hand_over_without_candidate_is_refused,
+                elections_hand_over_to_the_named_candidate,
+                elections_hand_over_waits_for_tracked_work,
+                elections_hand_over_marker_expires_when_the_candidate_is_gone,
             );
         }
     };

@@ -1,10 +1,13 @@
 //! [`Elections::campaign`]: wait until this instance leads a key.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use ttl_storage::{ErrorKind, Key, TtlStorage};
 
-use crate::{Elections, ElectionsError, Leadership, timing::Timing};
+use crate::{
+    Elections, ElectionsError, Leadership, candidates::Candidacy, fencing::timed, handover,
+    timing::Timing,
+};
 
 /// The longest pause between two acquisition attempts of a campaign (and
 /// between two reads of [`Elections::observe`] on a driver that cannot
@@ -19,11 +22,20 @@ pub(crate) fn poll_interval(timing: Timing) -> Duration {
 impl Elections {
     /// Tries to acquire `key` until it succeeds, and returns the leadership.
     ///
+    /// While it waits it is a **visible candidate**: a short-TTL record in
+    /// one of the key's candidate slots (see [`crate::Candidate`]) carries
+    /// its value and since when it waits; [`crate::inspect`] and
+    /// [`Leadership::candidates`] list it, and a leader may hand over to it
+    /// ([`Leadership::hand_over`]). The record is renewed while it waits
+    /// and deleted when it stops waiting (acquired, failed, or the future
+    /// dropped).
+    ///
     /// Between attempts it waits for the driver's watch
-    /// ([`TtlStorage::watch`]) to report that the record may have gone, or
-    /// for [`MAX_POLL_INTERVAL`] (a quarter lease if shorter), whichever
-    /// comes first. Storage errors that may pass (transient, outcome
-    /// unknown) are logged and retried; cancel the future to stop waiting.
+    /// ([`TtlStorage::watch`]) to report that the lease (or its own
+    /// candidate record, which a hand-over deletes) may have gone, or for
+    /// [`MAX_POLL_INTERVAL`] (a quarter lease if shorter), whichever comes
+    /// first. Storage errors that may pass (transient, outcome unknown) are
+    /// logged and retried; cancel the future to stop waiting.
     ///
     /// # Errors
     ///
@@ -35,18 +47,90 @@ impl Elections {
         value: impl AsRef<[u8]>,
         duration: Duration,
     ) -> Result<Leadership, ElectionsError> {
+        let value = value.as_ref();
         let timing = Timing::new(duration)?;
         let pause = poll_interval(timing);
-        loop {
-            match self.acquire_leadership(key, value.as_ref(), duration).await {
-                Ok(Some(leadership)) => return Ok(leadership),
-                Ok(None) => {}
+        let limit = timing.call_timeout();
+        let storage = self.inner_storage();
+        let (instance, counter) = self.next_nonce();
+        let mut candidacy = WithdrawOnDrop {
+            storage: storage.clone(),
+            candidacy: Candidacy::new(instance, counter, value, duration),
+        };
+        let result = loop {
+            let look = timed(limit, storage.get(key)).await;
+            let failed = match look {
+                Ok(None) => self.acquire_from(key, value, duration, None).await,
+                Ok(Some(record)) => match handover::marker_target(&record) {
+                    Some(target) if target == candidacy.candidacy.id.0.as_bytes() => {
+                        tracing::info!(%key, "the key was handed over to us; taking it");
+                        self.acquire_from(key, value, duration, Some(&record)).await
+                    }
+                    _ => Ok(None),
+                },
+                Err(err) => Err(err.into()),
+            };
+            let trouble = match failed {
+                Ok(Some(leadership)) => break Ok(leadership),
+                Ok(None) => false,
                 Err(ElectionsError::Storage(err)) if err.kind() != ErrorKind::Permanent => {
-                    tracing::warn!(%key, error = %err, "campaign: acquisition failed; retrying");
+                    tracing::warn!(%key, error = %err, "campaign: store error; retrying");
+                    true
                 }
-                Err(err) => return Err(err),
+                Err(err) => break Err(err),
+            };
+            candidacy.candidacy.keep_up(&*storage, key, limit).await;
+            if trouble {
+                tokio::time::sleep(pause).await;
+                continue;
             }
-            wait_for_removal(&*self.inner_storage(), key, pause).await;
+            let slot_watch = candidacy
+                .candidacy
+                .slot_key()
+                .and_then(|slot| storage.watch(slot).ok());
+            let key_watch = storage.watch(key).ok();
+            tokio::select! {
+                () = optional(key_watch) => {}
+                // Our record may be gone (a hand-over's wake-up, or expiry):
+                // check it at the next round, or this watch fires at once.
+                () = optional(slot_watch) => candidacy.candidacy.check_soon(),
+                () = tokio::time::sleep(pause) => {}
+            }
+        };
+        candidacy.candidacy.withdraw(&*storage, limit).await;
+        result
+    }
+}
+
+/// A watch, or a future that never completes.
+async fn optional(watch: Option<ttl_storage::Watch>) {
+    match watch {
+        Some(watch) => watch.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Withdraws the candidacy in the background if the campaign future is
+/// dropped while waiting.
+struct WithdrawOnDrop {
+    storage: Arc<dyn TtlStorage>,
+    candidacy: Candidacy,
+}
+
+impl Drop for WithdrawOnDrop {
+    fn drop(&mut self) {
+        let Some((slot, record)) = self.candidacy.take_slot() else {
+            return;
+        };
+        let storage = self.storage.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = timed(
+                    Duration::from_secs(2),
+                    storage.compare_and_delete(&slot, &record),
+                )
+                .await;
+            });
         }
     }
 }

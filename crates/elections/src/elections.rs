@@ -68,17 +68,36 @@ enum Slot {
     Held(Entry),
 }
 
-struct Entry {
+pub(crate) struct Entry {
     /// The stored bytes (value and nonce).
-    record: Arc<[u8]>,
-    timing: Timing,
+    pub(crate) record: Arc<[u8]>,
+    pub(crate) timing: Timing,
     stop: CancellationToken,
     renewal: JoinHandle<()>,
-    killer: Arc<KillerTimer>,
-    end: EndSignal,
+    pub(crate) killer: Arc<KillerTimer>,
+    pub(crate) end: EndSignal,
     /// The owner's tracked work ([`Leadership::spawn`]): a release waits
     /// for it before it disarms the killer.
     work: TaskTracker,
+}
+
+impl Entry {
+    /// After the end signal fired: waits for the tracked work (renewal
+    /// goes on meanwhile), then stops renewal and waits for its task.
+    pub(crate) async fn stop_work_and_renewal(&mut self) {
+        self.work.close();
+        if !self.work.is_empty() {
+            tracing::info!(
+                tasks = self.work.len(),
+                "waiting for the leadership's tracked work to stop; the killer stays armed"
+            );
+        }
+        self.work.wait().await;
+        self.stop.cancel();
+        if let Err(err) = (&mut self.renewal).await {
+            tracing::error!(error = %err, "renewal task panicked");
+        }
+    }
 }
 
 /// Inserts of one acquisition whose outcome stays unknown (each followed by
@@ -135,22 +154,34 @@ impl Elections {
         value: impl AsRef<[u8]>,
         duration: Duration,
     ) -> Result<Option<Leadership>, ElectionsError> {
+        self.acquire_from(key, value.as_ref(), duration, None).await
+    }
+
+    /// [`acquire_leadership`](Self::acquire_leadership), or, with `marker`,
+    /// the taking of a hand-over marker: the first write is then
+    /// `compare_and_swap(marker -> record)` instead of an insert.
+    pub(crate) async fn acquire_from(
+        &self,
+        key: &Key,
+        value: &[u8],
+        duration: Duration,
+        marker: Option<&[u8]>,
+    ) -> Result<Option<Leadership>, ElectionsError> {
         let timing = Timing::new(duration)?;
-        if value.as_ref().starts_with(crate::handover::RESERVED_PREFIX) {
+        if value.starts_with(crate::handover::RESERVED_PREFIX) {
             return Err(ElectionsError::ReservedValue);
         }
         let counter_value = self.inner.acquisitions.fetch_add(1, Ordering::Relaxed);
-        let value: Arc<[u8]> =
-            record::encode(value.as_ref(), self.inner.instance, counter_value).into();
+        let value: Arc<[u8]> = record::encode(value, self.inner.instance, counter_value).into();
         check_value(&value)?;
-        if fencing::is_reserved(key) {
+        if fencing::is_reserved(key) || crate::candidates::is_reserved(key) {
             return Err(ElectionsError::ReservedKey(key.clone()));
         }
         let counter = fencing::counter_key(key)?;
         let reservation = Reservation::take(&self.inner, key)?;
         let span = tracing::info_span!("acquire_leadership", %key);
         let acquired = self
-            .try_acquire(key, &counter, &value, timing)
+            .try_acquire(key, &counter, &value, timing, marker)
             .instrument(span.clone())
             .await
             .inspect_err(|_| telemetry::attempt(key, "error"))?;
@@ -169,6 +200,7 @@ impl Elections {
         counter: &Key,
         value: &[u8],
         timing: Timing,
+        marker: Option<&[u8]>,
     ) -> Result<Option<(u64, Instant)>, ElectionsError> {
         let storage = &*self.inner.storage;
         let limit = timing.call_timeout();
@@ -181,11 +213,22 @@ impl Elections {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let inserted = timed(
-                limit,
-                storage.insert_if_not_exists(key, value, timing.ttl()),
-            )
-            .await;
+            let inserted = match marker {
+                None => {
+                    timed(
+                        limit,
+                        storage.insert_if_not_exists(key, value, timing.ttl()),
+                    )
+                    .await
+                }
+                Some(marker) => {
+                    timed(
+                        limit,
+                        storage.compare_and_swap(key, marker, value, timing.ttl()),
+                    )
+                    .await
+                }
+            };
             let err = match inserted {
                 Ok(true) => break,
                 Ok(false) if attempts == 1 => return Ok(None),
@@ -193,8 +236,8 @@ impl Elections {
                     tracing::warn!(error = %err, attempts, "insert outcome unknown; reading the record back");
                     err
                 }
-                // A retry found the key taken: maybe by our earlier insert.
-                Ok(false) => StorageError::outcome_unknown("an earlier insert may have landed"),
+                // A retry found the key taken: maybe by our earlier write.
+                Ok(false) => StorageError::outcome_unknown("an earlier write may have landed"),
                 Err(err) => return Err(err.into()),
             };
             match timed(limit, storage.get(key)).await {
@@ -205,12 +248,12 @@ impl Elections {
                 }
                 Ok(None) => {
                     tracing::warn!("insert still unknown after {attempts} attempts; withdrawing");
-                    self.delete_record(key, value, timing).await;
+                    self.withdraw_record(key, value, timing).await;
                     return Err(err.into());
                 }
                 Err(read_err) => {
                     tracing::warn!(error = %read_err, "read-back failed; withdrawing");
-                    self.delete_record(key, value, timing).await;
+                    self.withdraw_record(key, value, timing).await;
                     return Err(err.into());
                 }
             }
@@ -221,7 +264,7 @@ impl Elections {
                 Ok(token) => token,
                 Err(err) => {
                     tracing::warn!(error = %err, "could not take a fencing token; withdrawing");
-                    self.delete_record(key, value, timing).await;
+                    self.withdraw_record(key, value, timing).await;
                     return Err(err.into());
                 }
             };
@@ -243,7 +286,7 @@ impl Elections {
             }
             Err(err) => {
                 tracing::warn!(error = %err, "confirmation failed; withdrawing");
-                self.delete_record(key, value, timing).await;
+                self.withdraw_record(key, value, timing).await;
                 Err(err.into())
             }
         }
@@ -314,7 +357,7 @@ impl Elections {
         }
         // cleanup() ran while we were acquiring: give the record back.
         drop(reservation);
-        self.delete_record(&key, &value, timing).await;
+        self.withdraw_record(&key, &value, timing).await;
         Err(ElectionsError::Finalized)
     }
 
@@ -354,28 +397,37 @@ impl Elections {
         self.release_entry(key, entry).await;
     }
 
+    /// Removes the held leadership `record` of `key` from this instance's
+    /// slots (the caller ends it).
+    pub(crate) fn take_entry(&self, key: &Key, record: &[u8]) -> Option<Entry> {
+        let mut state = self.inner.lock();
+        match state.slots.get(key) {
+            Some(Slot::Held(entry)) if *entry.record == *record => {}
+            _ => return None,
+        }
+        match state.slots.remove(key) {
+            Some(Slot::Held(entry)) => Some(entry),
+            _ => None,
+        }
+    }
+
     async fn release_entry(&self, key: &Key, entry: Entry) {
+        entry.end.end(EndReason::Released);
+        telemetry::released(key, &EndReason::Released);
+        self.finish_release(key, entry).await;
+    }
+
+    /// The release after the end signal fired: the work stops, then
+    /// renewal, then the killer is disarmed and the record deleted.
+    pub(crate) async fn finish_release(&self, key: &Key, mut entry: Entry) {
         let span = tracing::info_span!("release_leadership", %key);
         async {
-            entry.end.end(EndReason::Released);
-            telemetry::released(key, &EndReason::Released);
-            entry.work.close();
-            if !entry.work.is_empty() {
-                tracing::info!(
-                    tasks = entry.work.len(),
-                    "waiting for the leadership's tracked work to stop; the killer stays armed"
-                );
-            }
-            entry.work.wait().await;
-            entry.stop.cancel();
-            if let Err(err) = entry.renewal.await {
-                tracing::error!(error = %err, "renewal task panicked");
-            }
+            entry.stop_work_and_renewal().await;
             // The owner's work has stopped: nothing is left for the killer to
             // stop, so disarm it *before* the delete, which may take up to two
             // call timeouts on a failing store.
             entry.killer.disarm();
-            self.delete_record(key, &entry.record, entry.timing).await;
+            self.withdraw_record(key, &entry.record, entry.timing).await;
             tracing::info!("leadership released");
         }
         .instrument(span)
@@ -383,7 +435,7 @@ impl Elections {
     }
 
     /// Best-effort compare-and-delete; if it fails the record expires by itself.
-    async fn delete_record(&self, key: &Key, value: &[u8], timing: Timing) {
+    pub(crate) async fn withdraw_record(&self, key: &Key, value: &[u8], timing: Timing) {
         const ATTEMPTS: u32 = 2;
         for attempt in 1..=ATTEMPTS {
             match timed(
@@ -452,6 +504,20 @@ impl Elections {
             .filter(|(_, slot)| matches!(slot, Slot::Held(_)))
             .map(|(key, _)| key.clone())
             .collect()
+    }
+
+    /// The call timeout of leadership duration `duration` (a quarter of
+    /// it; 1 s for a duration that is not a valid one).
+    pub(crate) fn timing_of(&self, duration: Duration) -> Duration {
+        Timing::new(duration).map_or(Duration::from_secs(1), |t| t.call_timeout())
+    }
+
+    /// The next record nonce of this instance: its id and a fresh counter.
+    pub(crate) fn next_nonce(&self) -> (u64, u32) {
+        (
+            self.inner.instance,
+            self.inner.acquisitions.fetch_add(1, Ordering::Relaxed),
+        )
     }
 
     /// The storage these elections run on.

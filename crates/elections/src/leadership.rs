@@ -107,6 +107,11 @@ pub(crate) struct EndSignal {
 }
 
 impl EndSignal {
+    /// The recorded reason, once ended.
+    pub(crate) fn reason(&self) -> Option<EndReason> {
+        self.reason.get().cloned()
+    }
+
     /// Records `reason` and fires the token. The first reason wins; returns
     /// true when this call's reason was recorded.
     pub(crate) fn end(&self, reason: EndReason) -> bool {

@@ -84,6 +84,7 @@
 //! guarded resource.
 
 mod campaign;
+pub mod candidates;
 mod elections;
 mod error;
 pub mod fencing;
@@ -100,7 +101,9 @@ mod timing;
 
 pub use crate::elections::{Elections, ElectionsBuilder};
 pub use campaign::MAX_POLL_INTERVAL;
+pub use candidates::{Candidate, CandidateId};
 pub use error::ElectionsError;
+pub use handover::HandOverError;
 pub use inspect::{KeyStatus, inspect};
 pub use killer::{ArmEvent, ArmReason, Kill, Killer, ProcessKiller, RecordingKiller};
 pub use lead::{LeadError, LeaderContext};
