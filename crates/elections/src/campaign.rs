@@ -97,7 +97,10 @@ impl Elections {
                 () = tokio::time::sleep(pause) => {}
             }
         };
-        candidacy.candidacy.withdraw(&*storage, limit).await;
+        // No await between the acquisition and the return: a caller that
+        // cancels the campaign (a timeout) must never lose a leadership it
+        // already holds. The candidacy is withdrawn in the background.
+        drop(candidacy);
         result
     }
 }
@@ -110,8 +113,8 @@ async fn optional(watch: Option<ttl_storage::Watch>) {
     }
 }
 
-/// Withdraws the candidacy in the background if the campaign future is
-/// dropped while waiting.
+/// Withdraws the candidacy in the background when the campaign ends
+/// (acquired, failed, or its future dropped).
 struct WithdrawOnDrop {
     storage: Arc<dyn TtlStorage>,
     candidacy: Candidacy,

@@ -190,7 +190,11 @@ impl Candidacy {
                 }
             }
         }
-        let start: usize = rand::random_range(0..MAX_CANDIDATES);
+        // Spread candidates over the slots by their id (not by a random
+        // draw: a deterministic simulation must replay exactly).
+        let start = self.id.0.bytes().fold(0usize, |h, b| {
+            h.wrapping_mul(31).wrapping_add(usize::from(b))
+        }) % MAX_CANDIDATES;
         for i in 0..MAX_CANDIDATES {
             let slot = (start + i) % MAX_CANDIDATES;
             let Ok(slot_key) = slot_key(key, slot) else {
@@ -221,16 +225,6 @@ impl Candidacy {
     /// announce again if it is gone) instead of waiting for its refresh.
     pub(crate) fn check_soon(&mut self) {
         self.refreshed = None;
-    }
-
-    /// Deletes the record (best effort; otherwise it expires).
-    pub(crate) async fn withdraw(&mut self, storage: &dyn TtlStorage, limit: Duration) {
-        if let Some((_, slot_key)) = self.slot.take()
-            && let Err(err) =
-                timed(limit, storage.compare_and_delete(&slot_key, &self.record)).await
-        {
-            tracing::debug!(error = %err, "could not withdraw the candidate record; it will expire");
-        }
     }
 
     /// The slot and record bytes, for a withdrawal after the future is gone.
