@@ -71,6 +71,8 @@ impl EndReason {
     }
 }
 
+/// Losses read `lost (<label>): …`, so logs and problem reports say "lost"
+/// whatever the cause.
 impl fmt::Display for EndReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -78,23 +80,25 @@ impl fmt::Display for EndReason {
             EndReason::Superseded => f.write_str("handed over to a candidate"),
             EndReason::Stolen { by: Some(by) } => write!(
                 f,
-                "stolen: the record was taken by {}",
+                "lost (stolen): the record was taken by {}",
                 String::from_utf8_lossy(by)
             ),
             EndReason::Stolen { by: None } => {
-                f.write_str("stolen: the record was taken by another holder")
+                f.write_str("lost (stolen): the record was taken by another holder")
             }
             EndReason::Expired => f.write_str(
-                "expired: the lease ran out (no renewal in time, or the record is gone)",
+                "lost (expired): the lease ran out (no renewal in time, or the record is gone)",
             ),
             EndReason::StoreUnavailable {
                 attempts,
                 last_error,
             } => write!(
                 f,
-                "store unavailable: {attempts} renewal attempts failed, last: {last_error}"
+                "lost (store unavailable): {attempts} renewal attempts failed, last: {last_error}"
             ),
-            EndReason::ElectionsDropped => f.write_str("lost: the elections object was dropped"),
+            EndReason::ElectionsDropped => {
+                f.write_str("lost (elections dropped): every handle was dropped without a release")
+            }
         }
     }
 }
