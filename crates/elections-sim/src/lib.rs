@@ -42,12 +42,14 @@
 //! assert!(report.passed(), "{report:?}");
 //! ```
 
+mod contender;
 mod history;
 mod rng;
 mod scenario;
 mod vvm;
 mod world;
 
+pub use contender::OpCounts;
 pub use history::{EndCause, Interval, Verdict, Who, check};
 pub use rng::SimRng;
 pub use scenario::{ContenderKind, RunReport, SimConfig, run_seed};

@@ -45,6 +45,7 @@ fn main() -> ExitCode {
     let (mut runs, mut intervals, mut failed) = (0u64, 0u64, Vec::new());
     let mut vvm_runs = 0u64;
     let mut faults = FaultCounts::default();
+    let mut ops = elections_sim::OpCounts::default();
     let (mut overlaps, mut fencing) = (0usize, 0usize);
     let (mut worst_takeover, mut worst_recovery) = (Duration::ZERO, Duration::ZERO);
     for report in reports {
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
         vvm_runs += u64::from(report.kind == elections_sim::ContenderKind::Vvm);
         intervals += report.intervals as u64;
         faults.add(&report.faults);
+        ops.add(&report.ops);
         overlaps += report.verdict.overlaps.len();
         fencing += report.verdict.fencing_violations.len();
         worst_takeover = worst_takeover.max(report.verdict.worst_takeover);
@@ -77,6 +79,18 @@ fn main() -> ExitCode {
     );
     println!("leaderships:          {intervals}");
     println!("faults injected:      {} {faults:?}", faults.total());
+    println!(
+        "operations:           {} campaigns, {} hand-overs ({} refused: no candidate; {} failed), {} observations",
+        ops.campaigns,
+        ops.handovers,
+        ops.handover_refusals,
+        ops.handover_failures,
+        ops.observations
+    );
+    println!(
+        "observers:            {} stale at the end, {} writes; {} identical consecutive reports (distinct records)",
+        ops.observe_stale, ops.observer_writes, ops.observe_duplicates
+    );
     println!("overlaps found:       {overlaps}");
     println!("fencing violations:   {fencing}");
     println!(
@@ -150,6 +164,12 @@ fn print_failure(report: &RunReport) {
     }
     for (a, b) in report.verdict.fencing_violations.iter().take(3) {
         println!("  fencing order:\n    {a}\n    {b}");
+    }
+    if report.ops.observe_stale + report.ops.observer_writes > 0 {
+        println!(
+            "  observer: {} keys stale at the end, {} writes",
+            report.ops.observe_stale, report.ops.observer_writes
+        );
     }
     for key in report.liveness_failures() {
         println!(

@@ -6,15 +6,14 @@ use std::{
     time::Duration,
 };
 
-use elections::Elections;
 use tokio::time::{Instant, sleep};
-use ttl_storage::Key;
 
 use crate::{
+    contender::{self, OpCounts, contender, observer},
     history::{self, EndCause, History, Verdict, Who},
     rng::SimRng,
     vvm::{KEY_PREFIX, vvm_host},
-    world::{FaultCounts, SimKiller, SimStorage, State, World},
+    world::{FaultCounts, State, World},
 };
 
 /// Parameters of a run.
@@ -67,6 +66,8 @@ pub struct RunReport {
     pub intervals: usize,
     /// Faults injected.
     pub faults: FaultCounts,
+    /// Campaigns, hand-overs and observations.
+    pub ops: OpCounts,
     /// The checker's verdict.
     pub verdict: Verdict,
     /// Recovery bound the run was held to: `d + d/20` (TTL plus one retry interval).
@@ -78,11 +79,14 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// True when no overlap, no fencing violation, and every key recovered in time.
+    /// True when no overlap, no fencing violation, every key recovered in
+    /// time, and the observers wrote nothing and ended on the true leaders.
     pub fn passed(&self) -> bool {
         self.verdict.overlaps.is_empty()
             && self.verdict.fencing_violations.is_empty()
             && self.liveness_failures().is_empty()
+            && self.ops.observe_stale == 0
+            && self.ops.observer_writes == 0
     }
 
     /// Keys that had no leader within the recovery bound after the faults stopped.
@@ -146,6 +150,8 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
             tasks: vec![None; contenders],
             open: vec![None; contenders],
             broken_insert: config.broken_store,
+            ops: OpCounts::default(),
+            observed: std::collections::BTreeMap::new(),
         },
         d,
     );
@@ -154,6 +160,10 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     for c in 0..contenders {
         start_contender(&world, &keys, kind, c, &mut incarnations);
     }
+    let observers: Vec<_> = keys
+        .iter()
+        .map(|key| tokio::spawn(observer(world.clone(), key.clone())))
+        .collect();
 
     // The fault phase: a chaos action every d/4..2d.
     let mut restart_at: Vec<Option<Instant>> = vec![None; contenders];
@@ -199,15 +209,29 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     }
     sleep(d * config.calm_leases).await;
 
-    let (intervals, log, faults) = {
+    for observer in observers {
+        observer.abort();
+    }
+    let (intervals, log, faults, mut ops, observed) = {
         let mut state = world.lock();
         state.history.close_all(Instant::now());
         (
             state.history.intervals().to_vec(),
             std::mem::take(&mut state.history.log),
             state.faults,
+            state.ops,
+            std::mem::take(&mut state.observed),
         )
     };
+    // Bare contenders lead with the value `c<N>-i<M>`; VVMs store more.
+    if kind == ContenderKind::Elections {
+        ops.observe_stale = contender::stale_observations(
+            &intervals,
+            &observed,
+            Instant::now() - origin,
+            d / 20 * 3,
+        );
+    }
     for c in 0..contenders {
         if let Some(task) = world.lock().tasks[c].take() {
             task.abort();
@@ -223,6 +247,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
         keys: keys.len(),
         intervals: intervals.len(),
         faults,
+        ops,
         verdict,
         recovery_bound: d + d / 20,
         log_hash: hasher.finish(),
@@ -326,49 +351,4 @@ fn start_contender(
         Instant::now(),
         format_args!("start c{c}/i{}", who.incarnation),
     );
-}
-
-/// A contender process: tries the keys in turn; while leading it works until
-/// its handle fires or it steps down, stops its work (taking a while), and
-/// only then releases.
-async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Who) {
-    let d = world.lease;
-    let storage = SimStorage {
-        world: world.clone(),
-        who,
-    };
-    let killer = Arc::new(SimKiller {
-        world: world.clone(),
-        who,
-    });
-    // A deterministic instance id keeps the run reproducible.
-    let instance = (who.contender as u64) << 32 | u64::from(who.incarnation);
-    let elections = Elections::builder(storage)
-        .killer(killer)
-        .instance_id(instance)
-        .build();
-    let value = format!("c{}-i{}", who.contender, who.incarnation);
-    loop {
-        for key in keys.iter() {
-            world.wait_runnable(who.contender, false).await;
-            let Ok(k) = Key::new(key.clone()) else { return };
-            let Ok(Some(leadership)) = elections.acquire_leadership(&k, &value, d).await else {
-                continue;
-            };
-            world.begin_interval(who, key, leadership.fencing_token());
-            let hold = world.lock().rng.between(d, d * 8);
-            tokio::select! {
-                biased;
-                () = leadership.ended() => {}
-                () = sleep(hold) => {}
-            }
-            // Noticing and stopping the work take time (and may be paused).
-            world.wait_runnable(who.contender, false).await;
-            let stop = world.lock().rng.between(Duration::ZERO, d * 3 / 10);
-            sleep(stop).await;
-            world.end_interval(who, EndCause::Stopped);
-            elections.release_leadership(&k).await;
-        }
-        sleep(d / 20).await;
-    }
 }

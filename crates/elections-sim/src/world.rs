@@ -93,6 +93,9 @@ pub(crate) struct State {
     pub(crate) open: Vec<Option<(u32, usize)>>,
     /// Bug switch for the checker's own test: insert overwrites live records.
     pub(crate) broken_insert: bool,
+    pub(crate) ops: crate::contender::OpCounts,
+    /// The last observation of each key (the observers').
+    pub(crate) observed: std::collections::BTreeMap<String, elections::Observation>,
 }
 
 /// The world of one run.

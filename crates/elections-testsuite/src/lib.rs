@@ -157,6 +157,19 @@ macro_rules! __suite_module {
                 elections_invalid_input_rejected,
                 elections_no_task_survives_cleanup,
                 elections_late_delete_spares_next_leadership,
+                elections_lead_returns_the_output_then_releases,
+                elections_lead_waits_for_the_key,
+                elections_lead_stops_the_work_before_disarming,
+                elections_lead_work_that_ignores_the_loss_is_killed,
+                elections_release_waits_for_tracked_work,
+                elections_observe_reports_every_change_once,
+                elections_observe_sees_a_new_leadership_with_the_same_value,
+                elections_observe_reports_store_trouble_once_and_never_writes,
+                elections_waiting_candidates_are_listed,
+                elections_hand_over_without_candidate_is_refused,
+                elections_hand_over_to_the_named_candidate,
+                elections_hand_over_waits_for_tracked_work,
+                elections_hand_over_marker_expires_when_the_candidate_is_gone,
             );
         }
     };

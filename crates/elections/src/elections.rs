@@ -15,11 +15,13 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 use ttl_storage::{ErrorKind, Key, StorageError, TtlStorage, check_value};
 
+mod release;
+
 use crate::{
     ElectionsError,
     fencing::{self, timed},
     killer::{Killer, KillerTimer, ProcessKiller},
-    leadership::{EndReason, EndSignal, Leadership, LossCause},
+    leadership::{EndReason, EndSignal, Leadership},
     record,
     renewal::Renewal,
     telemetry,
@@ -36,7 +38,7 @@ use crate::{
 /// before the process exits. Dropping is safe and has one outcome: every
 /// [`Leadership`] handle keeps its elections alive, so nothing changes while
 /// a handle exists; once the last clone and the last handle are gone, each
-/// leadership still held ends as lost ([`LossCause::ElectionsDropped`]):
+/// leadership still held ends as lost ([`EndReason::ElectionsDropped`]):
 /// renewal stops, the killer is disarmed (nothing is left that could release
 /// the key, so the work is taken to have stopped), and the record is left to
 /// expire rather than deleted.
@@ -68,14 +70,45 @@ enum Slot {
     Held(Entry),
 }
 
-struct Entry {
+pub(crate) struct Entry {
     /// The stored bytes (value and nonce).
-    record: Arc<[u8]>,
-    timing: Timing,
+    pub(crate) record: Arc<[u8]>,
+    pub(crate) timing: Timing,
     stop: CancellationToken,
     renewal: JoinHandle<()>,
-    killer: Arc<KillerTimer>,
-    end: EndSignal,
+    pub(crate) killer: Arc<KillerTimer>,
+    pub(crate) end: EndSignal,
+    /// The owner's tracked work ([`Leadership::spawn`]): a release waits
+    /// for it before it disarms the killer.
+    work: TaskTracker,
+}
+
+/// An entry dropped before its release finished (the release or hand-over
+/// future was cancelled) stops renewal: nothing is left that could release
+/// it. The killer stays armed, since the work may still run.
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Entry {
+    /// After the end signal fired: waits for the tracked work (renewal
+    /// goes on meanwhile), then stops renewal and waits for its task.
+    pub(crate) async fn stop_work_and_renewal(&mut self) {
+        self.work.close();
+        if !self.work.is_empty() {
+            tracing::info!(
+                tasks = self.work.len(),
+                "waiting for the leadership's tracked work to stop; the killer stays armed"
+            );
+        }
+        self.work.wait().await;
+        self.stop.cancel();
+        if let Err(err) = (&mut self.renewal).await {
+            tracing::error!(error = %err, "renewal task panicked");
+        }
+    }
 }
 
 /// Inserts of one acquisition whose outcome stays unknown (each followed by
@@ -132,19 +165,34 @@ impl Elections {
         value: impl AsRef<[u8]>,
         duration: Duration,
     ) -> Result<Option<Leadership>, ElectionsError> {
+        self.acquire_from(key, value.as_ref(), duration, None).await
+    }
+
+    /// [`acquire_leadership`](Self::acquire_leadership), or, with `marker`,
+    /// the taking of a hand-over marker: the first write is then
+    /// `compare_and_swap(marker -> record)` instead of an insert.
+    pub(crate) async fn acquire_from(
+        &self,
+        key: &Key,
+        value: &[u8],
+        duration: Duration,
+        marker: Option<&[u8]>,
+    ) -> Result<Option<Leadership>, ElectionsError> {
         let timing = Timing::new(duration)?;
+        if value.starts_with(crate::handover::RESERVED_PREFIX) {
+            return Err(ElectionsError::ReservedValue);
+        }
         let counter_value = self.inner.acquisitions.fetch_add(1, Ordering::Relaxed);
-        let value: Arc<[u8]> =
-            record::encode(value.as_ref(), self.inner.instance, counter_value).into();
+        let value: Arc<[u8]> = record::encode(value, self.inner.instance, counter_value).into();
         check_value(&value)?;
-        if fencing::is_reserved(key) {
+        if fencing::is_reserved(key) || crate::candidates::is_reserved(key) {
             return Err(ElectionsError::ReservedKey(key.clone()));
         }
         let counter = fencing::counter_key(key)?;
         let reservation = Reservation::take(&self.inner, key)?;
         let span = tracing::info_span!("acquire_leadership", %key);
         let acquired = self
-            .try_acquire(key, &counter, &value, timing)
+            .try_acquire(key, &counter, &value, timing, marker)
             .instrument(span.clone())
             .await
             .inspect_err(|_| telemetry::attempt(key, "error"))?;
@@ -163,6 +211,7 @@ impl Elections {
         counter: &Key,
         value: &[u8],
         timing: Timing,
+        marker: Option<&[u8]>,
     ) -> Result<Option<(u64, Instant)>, ElectionsError> {
         let storage = &*self.inner.storage;
         let limit = timing.call_timeout();
@@ -175,11 +224,22 @@ impl Elections {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let inserted = timed(
-                limit,
-                storage.insert_if_not_exists(key, value, timing.ttl()),
-            )
-            .await;
+            let inserted = match marker {
+                None => {
+                    timed(
+                        limit,
+                        storage.insert_if_not_exists(key, value, timing.ttl()),
+                    )
+                    .await
+                }
+                Some(marker) => {
+                    timed(
+                        limit,
+                        storage.compare_and_swap(key, marker, value, timing.ttl()),
+                    )
+                    .await
+                }
+            };
             let err = match inserted {
                 Ok(true) => break,
                 Ok(false) if attempts == 1 => return Ok(None),
@@ -187,8 +247,8 @@ impl Elections {
                     tracing::warn!(error = %err, attempts, "insert outcome unknown; reading the record back");
                     err
                 }
-                // A retry found the key taken: maybe by our earlier insert.
-                Ok(false) => StorageError::outcome_unknown("an earlier insert may have landed"),
+                // A retry found the key taken: maybe by our earlier write.
+                Ok(false) => StorageError::outcome_unknown("an earlier write may have landed"),
                 Err(err) => return Err(err.into()),
             };
             match timed(limit, storage.get(key)).await {
@@ -199,12 +259,12 @@ impl Elections {
                 }
                 Ok(None) => {
                     tracing::warn!("insert still unknown after {attempts} attempts; withdrawing");
-                    self.delete_record(key, value, timing).await;
+                    self.withdraw_record(key, value, timing).await;
                     return Err(err.into());
                 }
                 Err(read_err) => {
                     tracing::warn!(error = %read_err, "read-back failed; withdrawing");
-                    self.delete_record(key, value, timing).await;
+                    self.withdraw_record(key, value, timing).await;
                     return Err(err.into());
                 }
             }
@@ -215,7 +275,7 @@ impl Elections {
                 Ok(token) => token,
                 Err(err) => {
                     tracing::warn!(error = %err, "could not take a fencing token; withdrawing");
-                    self.delete_record(key, value, timing).await;
+                    self.withdraw_record(key, value, timing).await;
                     return Err(err.into());
                 }
             };
@@ -237,7 +297,7 @@ impl Elections {
             }
             Err(err) => {
                 tracing::warn!(error = %err, "confirmation failed; withdrawing");
-                self.delete_record(key, value, timing).await;
+                self.withdraw_record(key, value, timing).await;
                 Err(err.into())
             }
         }
@@ -260,6 +320,7 @@ impl Elections {
                 let killer = KillerTimer::start(
                     key.clone(),
                     self.inner.killer.clone(),
+                    end.clone(),
                     &self.inner.tracker,
                     lease_start,
                     timing.kill_after_success(),
@@ -276,6 +337,8 @@ impl Elections {
                 };
                 let span = tracing::info_span!("leadership", %key, fencing_token);
                 let renewal = self.inner.tracker.spawn(renewal.run().instrument(span));
+                let work = TaskTracker::new();
+                let killer_handle = killer.clone();
                 state.slots.insert(
                     key.clone(),
                     Slot::Held(Entry {
@@ -283,8 +346,9 @@ impl Elections {
                         timing,
                         stop,
                         renewal,
-                        killer,
+                        killer: killer.clone(),
                         end: end.clone(),
+                        work: work.clone(),
                     }),
                 );
                 reservation.fulfil();
@@ -296,91 +360,16 @@ impl Elections {
                     fencing_token,
                     duration: timing.duration(),
                     end,
+                    work,
+                    killer: killer_handle,
                     owner: self.clone(),
                 }));
             }
         }
         // cleanup() ran while we were acquiring: give the record back.
         drop(reservation);
-        self.delete_record(&key, &value, timing).await;
+        self.withdraw_record(&key, &value, timing).await;
         Err(ElectionsError::Finalized)
-    }
-
-    /// Releases the leadership of `key`: stops renewal and waits until the
-    /// renewal task has ended, fires the handle, deletes the record (if it
-    /// still holds this leader's value) and disarms the killer.
-    ///
-    /// Call it only once the work done as leader has stopped: that is what
-    /// makes it safe to let the next leader in. Releasing a key this
-    /// instance does not hold is a no-op. Works after a loss too (that is
-    /// how the owner disarms the killer).
-    pub async fn release_leadership(&self, key: &Key) {
-        self.release_matching(key, None).await;
-    }
-
-    /// Releases `key` if this instance holds it, and, when `record` is
-    /// given, only if the held leadership is that one (so a stale handle
-    /// never releases a later leadership of the same key).
-    pub(crate) async fn release_matching(&self, key: &Key, record: Option<&[u8]>) {
-        let entry = {
-            let mut state = self.inner.lock();
-            match state.slots.get(key) {
-                Some(Slot::Held(entry)) if record.is_none_or(|record| *entry.record == *record) => {
-                }
-                _ => return,
-            }
-            match state.slots.remove(key) {
-                Some(Slot::Held(entry)) => entry,
-                _ => return,
-            }
-        };
-        self.release_entry(key, entry).await;
-    }
-
-    async fn release_entry(&self, key: &Key, entry: Entry) {
-        let span = tracing::info_span!("release_leadership", %key);
-        async {
-            entry.stop.cancel();
-            if let Err(err) = entry.renewal.await {
-                tracing::error!(error = %err, "renewal task panicked");
-            }
-            entry.end.end(EndReason::Released);
-            telemetry::released(key);
-            // The owner says its work has stopped: nothing is left for the
-            // killer to stop, so disarm it *before* the delete, which may
-            // take up to two call timeouts on a failing store.
-            entry.killer.disarm();
-            self.delete_record(key, &entry.record, entry.timing).await;
-            tracing::info!("leadership released");
-        }
-        .instrument(span)
-        .await;
-    }
-
-    /// Best-effort compare-and-delete; if it fails the record expires by itself.
-    async fn delete_record(&self, key: &Key, value: &[u8], timing: Timing) {
-        const ATTEMPTS: u32 = 2;
-        for attempt in 1..=ATTEMPTS {
-            match timed(
-                timing.call_timeout(),
-                self.inner.storage.compare_and_delete(key, value),
-            )
-            .await
-            {
-                Ok(_) => return,
-                Err(err) if err.kind() == ErrorKind::Permanent => {
-                    tracing::warn!(error = %err, "could not delete the record; it will expire");
-                    return;
-                }
-                Err(err) if attempt < ATTEMPTS => {
-                    tracing::warn!(attempt, error = %err, "could not delete the record; retrying");
-                    tokio::time::sleep(timing.retry_interval()).await;
-                }
-                Err(err) => {
-                    tracing::warn!(attempt, error = %err, "could not delete the record; it will expire");
-                }
-            }
-        }
     }
 
     /// Refuses new acquisitions from now on, releases every leadership this
@@ -427,6 +416,25 @@ impl Elections {
             .filter(|(_, slot)| matches!(slot, Slot::Held(_)))
             .map(|(key, _)| key.clone())
             .collect()
+    }
+
+    /// The call timeout of leadership duration `duration` (a quarter of
+    /// it; 1 s for a duration that is not a valid one).
+    pub(crate) fn timing_of(&self, duration: Duration) -> Duration {
+        Timing::new(duration).map_or(Duration::from_secs(1), |t| t.call_timeout())
+    }
+
+    /// The next record nonce of this instance: its id and a fresh counter.
+    pub(crate) fn next_nonce(&self) -> (u64, u32) {
+        (
+            self.inner.instance,
+            self.inner.acquisitions.fetch_add(1, Ordering::Relaxed),
+        )
+    }
+
+    /// The storage these elections run on.
+    pub(crate) fn inner_storage(&self) -> Arc<dyn TtlStorage> {
+        self.inner.storage.clone()
     }
 
     /// Background tasks (renewals and killer timers) still running.
@@ -499,7 +507,7 @@ impl Inner {
 /// handle are gone (every handle keeps its elections alive). Nothing is left
 /// that could watch the leadership or release it, so the work done under it
 /// is taken to have stopped: renewal stops, cancellation tokens taken from
-/// the handles fire with [`LossCause::ElectionsDropped`], the killer is
+/// the handles fire with [`EndReason::ElectionsDropped`], the killer is
 /// disarmed, and the record is *not* deleted: the key frees when it expires.
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -508,8 +516,9 @@ impl Drop for Inner {
             if let Slot::Held(entry) = slot {
                 tracing::warn!(%key, "elections and every leadership handle dropped without release; renewal stops, the record is left to expire");
                 entry.stop.cancel();
-                entry.end.end(EndReason::Lost(LossCause::ElectionsDropped));
-                telemetry::lost(&key, &LossCause::ElectionsDropped);
+                if entry.end.end(EndReason::ElectionsDropped) {
+                    telemetry::lost(&key, &EndReason::ElectionsDropped);
+                }
                 entry.killer.disarm();
             }
         }

@@ -16,6 +16,10 @@ pub enum ElectionsError {
     /// The key lies in the namespace reserved for fencing counters.
     #[error("key {0} is reserved for fencing counters (prefix {prefix})", prefix = crate::fencing::FENCING_PREFIX)]
     ReservedKey(Key),
+    /// The value starts with the prefix reserved for hand-over markers (a
+    /// NUL byte followed by `elections/`).
+    #[error("values starting with \"\\0elections/\" are reserved for hand-over markers")]
+    ReservedValue,
     /// Bad duration, value or key.
     #[error("invalid input: {0}")]
     Invalid(#[from] ValidationError),

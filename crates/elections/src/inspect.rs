@@ -1,9 +1,14 @@
 //! Read-only inspection of an election key: who leads, and the latest
 //! fencing token issued. Never takes or extends a lease.
 
+use std::time::Duration;
+
 use ttl_storage::{Key, StorageError, TimeLeft, TtlStorage};
 
-use crate::{fencing, record};
+use crate::{Candidate, candidates, fencing, handover, record};
+
+/// The time limit of each candidate slot read.
+const CANDIDATE_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the storage says about one election key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,9 +26,17 @@ pub struct KeyStatus {
     /// ([`TimeLeft::Unknown`] where the driver cannot say); `None` without a
     /// leader. A report, not a promise: the leader renews every quarter lease.
     pub time_left: Option<TimeLeft>,
+    /// The candidates waiting for the key (announced by
+    /// [`crate::Elections::campaign`]), longest-waiting first.
+    pub candidates: Vec<Candidate>,
+    /// True while a hand-over marker reserves the key for a candidate that
+    /// has not taken it yet (`leader` is then `None`).
+    pub handing_over: bool,
 }
 
-/// Reads the status of `key` (two reads; nothing is written).
+/// Reads the status of `key`: the record, the fencing counter and the
+/// [`crate::candidates::MAX_CANDIDATES`] candidate slots (read at once).
+/// Nothing is written.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -40,6 +53,7 @@ pub struct KeyStatus {
 /// assert_eq!(status.leader.as_deref(), Some(&b"node-1"[..]));
 /// assert_eq!(status.latest_fencing_token, leadership.map(|l| l.fencing_token()));
 /// assert!(matches!(status.time_left, Some(ttl_storage::TimeLeft::About(left)) if left <= Duration::from_secs(20)));
+/// assert!(status.candidates.is_empty());
 /// # elections.cleanup().await;
 /// # Ok(()) }
 /// ```
@@ -49,8 +63,13 @@ pub struct KeyStatus {
 /// The storage's errors, and a permanent error for a corrupt counter.
 pub async fn inspect(storage: &dyn TtlStorage, key: &Key) -> Result<KeyStatus, StorageError> {
     let entry = storage.get_entry(key).await?;
+    let handing_over = entry
+        .as_ref()
+        .is_some_and(|entry| handover::is_marker(&entry.value));
+    let entry = entry.filter(|_| !handing_over);
     let time_left = entry.as_ref().map(|entry| entry.time_left);
     let leader = entry.map(|entry| record::leader_value(&entry.value).to_vec());
+    let candidates = candidates::list(storage, key, CANDIDATE_READ_TIMEOUT).await?;
     let counter = fencing::counter_key(key)
         .map_err(|err| StorageError::permanent(format!("fencing counter key: {err}")))?;
     let latest_fencing_token = match storage.get(&counter).await? {
@@ -62,5 +81,7 @@ pub async fn inspect(storage: &dyn TtlStorage, key: &Key) -> Result<KeyStatus, S
         leader,
         latest_fencing_token,
         time_left,
+        candidates,
+        handing_over,
     })
 }

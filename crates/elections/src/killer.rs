@@ -37,6 +37,8 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use ttl_storage::Key;
 
+use crate::leadership::{EndReason, EndSignal};
+
 /// What to do when a killer deadline passes. Injectable for tests.
 pub trait Killer: Send + Sync + 'static {
     /// The deadline of the leadership on `key` has passed while armed: the
@@ -180,6 +182,7 @@ impl KillerTimer {
     pub(crate) fn start(
         key: Key,
         killer: Arc<dyn Killer>,
+        end: EndSignal,
         tracker: &TaskTracker,
         basis: Instant,
         after: std::time::Duration,
@@ -194,7 +197,7 @@ impl KillerTimer {
             deadline: Some(deadline),
         });
         let span = tracing::debug_span!("killer", %key);
-        tracker.spawn(run(key.clone(), killer.clone(), rx).instrument(span));
+        tracker.spawn(run(key.clone(), killer.clone(), end, rx).instrument(span));
         Arc::new(KillerTimer {
             key,
             killer,
@@ -253,7 +256,12 @@ impl KillerTimer {
     }
 }
 
-async fn run(key: Key, killer: Arc<dyn Killer>, mut rx: watch::Receiver<Option<Instant>>) {
+async fn run(
+    key: Key,
+    killer: Arc<dyn Killer>,
+    end: EndSignal,
+    mut rx: watch::Receiver<Option<Instant>>,
+) {
     let mut owner_gone = false;
     loop {
         let Some(deadline) = *rx.borrow_and_update() else {
@@ -262,15 +270,13 @@ async fn run(key: Key, killer: Arc<dyn Killer>, mut rx: watch::Receiver<Option<I
         };
         if owner_gone {
             tokio::time::sleep_until(deadline).await;
-            crate::telemetry::killer_fired(&key);
-            killer.kill(&key, deadline);
+            fire(&key, &*killer, &end, deadline);
             return;
         }
         tokio::select! {
             biased;
             () = tokio::time::sleep_until(deadline) => {
-                crate::telemetry::killer_fired(&key);
-                killer.kill(&key, deadline);
+                fire(&key, &*killer, &end, deadline);
                 return;
             }
             changed = rx.changed() => {
@@ -278,5 +284,15 @@ async fn run(key: Key, killer: Arc<dyn Killer>, mut rx: watch::Receiver<Option<I
                 owner_gone = changed.is_err();
             }
         }
+    }
+}
+
+/// The deadline passed: kill first, then record the leadership as
+/// [`EndReason::Expired`] (unless it had already ended) and count it.
+fn fire(key: &Key, killer: &dyn Killer, end: &EndSignal, deadline: Instant) {
+    killer.kill(key, deadline);
+    crate::telemetry::killer_fired(key);
+    if end.end(EndReason::Expired) {
+        crate::telemetry::lost(key, &EndReason::Expired);
     }
 }

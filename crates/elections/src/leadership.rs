@@ -6,26 +6,37 @@ use std::{
     time::Duration,
 };
 
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio::task::JoinHandle;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use ttl_storage::Key;
 
-/// Why a leadership ended.
+/// Why a leadership ended: [`Leadership::ended`] and
+/// [`Leadership::end_reason`] give it, and [`crate::Elections::lead`]
+/// returns it when the leadership ended before the work did. The metric
+/// label `cause` uses [`EndReason::label`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EndReason {
-    /// The owner released it ([`crate::Elections::release_leadership`] or
-    /// [`crate::Elections::cleanup`]).
+    /// The owner released it ([`Leadership::release`],
+    /// [`crate::Elections::release_leadership`], [`crate::Elections::cleanup`],
+    /// or [`crate::Elections::lead`] once the work returned).
     Released,
-    /// It was lost; the killer stays armed until the owner releases the key.
-    Lost(LossCause),
-}
-
-/// Why a leadership was lost.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LossCause {
-    /// A renewal found the record absent or holding another value.
-    Taken,
-    /// Every renewal attempt of a round failed; the last error is kept.
-    RenewalFailed {
+    /// The owner handed it over to a candidate ([`Leadership::hand_over`]).
+    Superseded,
+    /// A renewal found another value in the record: someone else holds the
+    /// key. `by` is that holder's value (without the record's nonce), `None`
+    /// when the record could not be read back or holds a hand-over marker.
+    Stolen {
+        /// The value of whoever holds the record now, when known.
+        by: Option<Vec<u8>>,
+    },
+    /// The lease ran out: the killer deadline passed without a successful
+    /// renewal, or a renewal found the record gone (expired on the store, or
+    /// deleted).
+    Expired,
+    /// Every attempt of a renewal round failed with a store error before the
+    /// killer deadline passed.
+    StoreUnavailable {
         /// Attempts made.
         attempts: u32,
         /// The last attempt's error, as text.
@@ -37,22 +48,56 @@ pub enum LossCause {
     ElectionsDropped,
 }
 
+impl EndReason {
+    /// True for the reasons that are a loss (everything but
+    /// [`EndReason::Released`] and [`EndReason::Superseded`]): the killer
+    /// stays armed until the owner releases.
+    pub fn is_loss(&self) -> bool {
+        !matches!(self, EndReason::Released | EndReason::Superseded)
+    }
+
+    /// The reason's name in metrics (`cause` label) and logs: `released`,
+    /// `superseded`, `stolen`, `expired`, `store_unavailable`,
+    /// `elections_dropped`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            EndReason::Released => "released",
+            EndReason::Superseded => "superseded",
+            EndReason::Stolen { .. } => "stolen",
+            EndReason::Expired => "expired",
+            EndReason::StoreUnavailable { .. } => "store_unavailable",
+            EndReason::ElectionsDropped => "elections_dropped",
+        }
+    }
+}
+
+/// Losses read `lost (<label>): …`, so logs and problem reports say "lost"
+/// whatever the cause.
 impl fmt::Display for EndReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EndReason::Released => f.write_str("released"),
-            EndReason::Lost(LossCause::Taken) => {
-                f.write_str("lost: the record was taken or deleted")
+            EndReason::Superseded => f.write_str("handed over to a candidate"),
+            EndReason::Stolen { by: Some(by) } => write!(
+                f,
+                "lost (stolen): the record was taken by {}",
+                String::from_utf8_lossy(by)
+            ),
+            EndReason::Stolen { by: None } => {
+                f.write_str("lost (stolen): the record was taken by another holder")
             }
-            EndReason::Lost(LossCause::RenewalFailed {
+            EndReason::Expired => f.write_str(
+                "lost (expired): the lease ran out (no renewal in time, or the record is gone)",
+            ),
+            EndReason::StoreUnavailable {
                 attempts,
                 last_error,
-            }) => write!(
+            } => write!(
                 f,
-                "lost: {attempts} renewal attempts failed, last: {last_error}"
+                "lost (store unavailable): {attempts} renewal attempts failed, last: {last_error}"
             ),
-            EndReason::Lost(LossCause::ElectionsDropped) => {
-                f.write_str("lost: the elections object was dropped")
+            EndReason::ElectionsDropped => {
+                f.write_str("lost (elections dropped): every handle was dropped without a release")
             }
         }
     }
@@ -66,10 +111,17 @@ pub(crate) struct EndSignal {
 }
 
 impl EndSignal {
-    /// Records `reason` (the first one wins) and fires the token.
-    pub(crate) fn end(&self, reason: EndReason) {
-        let _ = self.reason.set(reason);
+    /// The recorded reason, once ended.
+    pub(crate) fn reason(&self) -> Option<EndReason> {
+        self.reason.get().cloned()
+    }
+
+    /// Records `reason` and fires the token. The first reason wins; returns
+    /// true when this call's reason was recorded.
+    pub(crate) fn end(&self, reason: EndReason) -> bool {
+        let first = self.reason.set(reason).is_ok();
         self.token.cancel();
+        first
     }
 }
 
@@ -89,17 +141,22 @@ pub struct Leadership {
     pub(crate) fencing_token: u64,
     pub(crate) duration: Duration,
     pub(crate) end: EndSignal,
+    pub(crate) work: TaskTracker,
+    pub(crate) killer: Arc<crate::killer::KillerTimer>,
     pub(crate) owner: crate::Elections,
 }
 
 impl Leadership {
-    /// Releases this leadership, consuming the handle: stops renewal, fires
-    /// the end signal ([`EndReason::Released`]), disarms the killer, then
-    /// deletes the record if it still holds this leadership's value
-    /// (best effort; otherwise it expires by itself).
+    /// Releases this leadership, consuming the handle: fires the end signal
+    /// ([`EndReason::Released`]), waits for the work spawned with
+    /// [`Leadership::spawn`], stops renewal, disarms the killer, then
+    /// deletes the record if it still holds this leadership's value (best
+    /// effort; otherwise it expires by itself). See
+    /// [`crate::Elections::release_leadership`].
     ///
-    /// Call it only once the work done as leader has stopped: that is what
-    /// makes it safe to let the next leader in. It works after a loss too
+    /// Work not spawned with [`Leadership::spawn`] must have stopped before
+    /// this call: that is what makes it safe to let the next leader in
+    /// ([`crate::Elections::lead`] does it for you). It works after a loss too
     /// (that is how the owner disarms the killer), and is a no-op if this
     /// leadership was already released, even if the same instance has
     /// since acquired the key again.
@@ -123,6 +180,25 @@ impl Leadership {
         self.owner
             .release_matching(&self.key, Some(&self.record))
             .await;
+    }
+
+    /// Spawns `task` as work done under this leadership. A release (or a
+    /// hand-over) fires the end signal, then **waits for every such task to
+    /// end** before it disarms the killer and lets the next leader in; after
+    /// a loss, the killer bounds that wait. So a task that stops when
+    /// [`Leadership::cancellation_token`] fires can never outlive the
+    /// leadership, and one that does not stop in time is ended by the
+    /// killer. A task started with a plain `tokio::spawn` is outside this
+    /// guarantee.
+    ///
+    /// Spawning after the release has begun still runs the task, and the
+    /// release still waits for it if it has not finished waiting.
+    pub fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.work.spawn(task)
     }
 
     /// The election key.
@@ -159,9 +235,15 @@ impl Leadership {
         self.end.token.clone()
     }
 
-    /// Completes when leadership is lost or released.
-    pub fn ended(&self) -> WaitForCancellationFuture<'_> {
-        self.end.token.cancelled()
+    /// Completes when leadership ends, with the reason.
+    pub async fn ended(&self) -> EndReason {
+        self.end.token.cancelled().await;
+        self.end
+            .reason
+            .get()
+            .cloned()
+            // The reason is always set before the token fires.
+            .unwrap_or(EndReason::Expired)
     }
 
     /// True until leadership is lost or released.

@@ -3,35 +3,52 @@
 //! Leader election over any [`ttl_storage::TtlStorage`]: the Rust version of
 //! the design's `IElections`, with fencing tokens and a few safety fixes.
 //!
+//! [`Elections::lead`] is the entry point: it waits until this process
+//! leads, runs the work, and ends in the only safe order (on a loss the work
+//! is cancelled and waited for, bounded by the killer deadline, before the
+//! lease is released). Typed [`EndReason`]s say why a leadership ended.
+//!
 //! ```
-//! use std::{sync::Arc, time::Duration};
-//! use elections::{Elections, RecordingKiller};
+//! use std::time::Duration;
+//! use elections::{Elections, LeadError, RecordingKiller};
 //! use storage_mem::MemStorage;
 //! use ttl_storage::Key;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
-//! # async fn main() -> Result<(), elections::ElectionsError> {
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let storage = MemStorage::new();
 //! // Production code uses Elections::new, whose killer exits the process.
 //! let elections = Elections::with_killer(storage.clone(), RecordingKiller::new());
 //! let key = Key::new("cron-leader")?;
 //!
-//! let leadership = elections
-//!     .acquire_leadership(&key, "10.0.0.7:pid-4242", Duration::from_secs(20))
-//!     .await?
-//!     .expect("nobody else holds the key");
-//! println!("leading with fencing token {}", leadership.fencing_token());
-//!
-//! // A second contender is refused while the lease is renewed.
+//! let result = elections
+//!     .lead(&key, "10.0.0.7:pid-4242", Duration::from_secs(20), |leader| async move {
+//!         println!("leading with fencing token {}", leader.fencing_token());
+//!         // The work: here one run, stopped early if leadership ends.
+//!         tokio::select! {
+//!             () = tokio::time::sleep(Duration::from_secs(30)) => "done",
+//!             _ = leader.cancelled() => "interrupted",
+//!         }
+//!     })
+//!     .await;
+//! match result {
+//!     Ok(outcome) => assert_eq!(outcome, "done"),
+//!     Err(LeadError::Ended { reason, .. }) => println!("leadership ended first: {reason}"),
+//!     Err(err) => return Err(err.into()),
+//! }
+//! // Released once the work returned: the next contender gets in at once.
 //! let other = Elections::with_killer(storage, RecordingKiller::new());
-//! assert!(other.acquire_leadership(&key, "10.0.0.8", Duration::from_secs(20)).await?.is_none());
-//!
-//! // Do the leader's work until `leadership.ended()` fires, then stop it, then:
-//! elections.release_leadership(&key).await;
-//! assert!(!leadership.is_active());
-//! elections.cleanup().await;
+//! assert!(other.acquire_leadership(&key, "10.0.0.8", Duration::from_secs(20)).await?.is_some());
+//! # other.cleanup().await;
 //! # Ok(()) }
 //! ```
+//!
+//! The lower-level calls: [`Elections::acquire_leadership`] (one try),
+//! [`Elections::campaign`] (wait, as a visible candidate),
+//! [`Leadership::spawn`] (work a release waits for),
+//! [`Leadership::release`], [`Leadership::hand_over`] (to a named
+//! [`Candidate`]), and [`Elections::observe`] / [`inspect`] for those who
+//! only need to know who leads.
 //!
 //! ## Metrics
 //!
@@ -52,12 +69,18 @@
 //!    deadline is capped at `attempt start + 0.75 d`; after a success it moves
 //!    to `attempt start + 0.8 d`.
 //! 3. **Loss**: a swap that returns `false`, or three failed attempts, ends
-//!    the leadership: the handle fires with [`EndReason::Lost`]. The record is
+//!    the leadership: the handle fires with the loss's [`EndReason`]
+//!    ([`EndReason::Stolen`], [`EndReason::Expired`],
+//!    [`EndReason::StoreUnavailable`]). The record is
 //!    *not* deleted and the killer stays armed, because the owner's work may
 //!    still be running: deleting the record would let the next leader in
 //!    while this one is still working.
-//! 4. **Release** (by the owner, once its work has stopped): stop renewal, fire
-//!    the handle, compare-and-delete the record, disarm the killer.
+//! 4. **Release** (by the owner): fire the handle, wait for the work spawned
+//!    with [`Leadership::spawn`], stop renewal, disarm the killer,
+//!    compare-and-delete the record.
+//! 5. **Hand-over** ([`Leadership::hand_over`]): as a release, but the
+//!    record is swapped for a short-TTL marker only the named candidate may
+//!    take (see [`candidates`]).
 //!
 //! ## Outcome-unknown errors
 //!
@@ -81,20 +104,30 @@
 //! issued before a pause is caught by [`Leadership::fencing_token`] at the
 //! guarded resource.
 
+mod campaign;
+pub mod candidates;
 mod elections;
 mod error;
 pub mod fencing;
+mod handover;
 mod inspect;
 pub mod killer;
+mod lead;
 mod leadership;
+mod observe;
 pub mod record;
 mod renewal;
 pub mod telemetry;
 mod timing;
 
 pub use crate::elections::{Elections, ElectionsBuilder};
+pub use campaign::MAX_POLL_INTERVAL;
+pub use candidates::{Candidate, CandidateId};
 pub use error::ElectionsError;
+pub use handover::HandOverError;
 pub use inspect::{KeyStatus, inspect};
 pub use killer::{ArmEvent, ArmReason, Kill, Killer, ProcessKiller, RecordingKiller};
-pub use leadership::{EndReason, Leadership, LossCause};
+pub use lead::{LeadError, LeaderContext};
+pub use leadership::{EndReason, Leadership};
+pub use observe::{Observation, Observer, observe};
 pub use timing::{RENEWAL_ATTEMPTS, Timing};

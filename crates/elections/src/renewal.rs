@@ -9,7 +9,7 @@ use ttl_storage::{ErrorKind, Key, TtlStorage};
 use crate::{
     fencing::timed,
     killer::KillerTimer,
-    leadership::{EndReason, EndSignal, LossCause},
+    leadership::{EndReason, EndSignal},
     telemetry,
     timing::{RENEWAL_ATTEMPTS, Timing},
 };
@@ -33,7 +33,7 @@ pub(crate) struct Renewal {
 
 enum Round {
     Renewed(Instant),
-    Lost(LossCause),
+    Lost(EndReason),
     Stopped,
 }
 
@@ -69,16 +69,17 @@ impl Renewal {
                         tracing::trace!(renewals, "leadership renewed");
                     }
                 }
-                Round::Lost(cause) => {
+                Round::Lost(reason) => {
                     tracing::error!(
-                        reason = %EndReason::Lost(cause.clone()),
+                        %reason,
                         "leadership lost; the killer stays armed until the owner releases the key"
                     );
-                    telemetry::lost(&self.key, &cause);
                     // No compare-and-delete here: the owner's services may
                     // still be running, so the record must keep others out
                     // until the owner releases it or it expires.
-                    self.end.end(EndReason::Lost(cause));
+                    if self.end.end(reason.clone()) {
+                        telemetry::lost(&self.key, &reason);
+                    }
                     return;
                 }
                 Round::Stopped => return,
@@ -113,7 +114,7 @@ impl Renewal {
             );
             match result {
                 Ok(true) => return Round::Renewed(start),
-                Ok(false) => return Round::Lost(LossCause::Taken),
+                Ok(false) => return Round::Lost(self.who_took_it().await),
                 Err(err) if err.kind() == ErrorKind::OutcomeUnknown => {
                     // The swap v -> v is idempotent: if the record still holds
                     // our value we may simply try again; if it does not, the
@@ -121,7 +122,7 @@ impl Renewal {
                     tracing::warn!(attempt, error = %err, "renewal outcome unknown; reading the record back");
                     match self.read_back().await {
                         Some(true) => last_error = err.to_string(),
-                        Some(false) => return Round::Lost(LossCause::Taken),
+                        Some(false) => return Round::Lost(self.who_took_it().await),
                         None => last_error = err.to_string(),
                     }
                 }
@@ -138,10 +139,39 @@ impl Renewal {
                 }
             }
         }
-        Round::Lost(LossCause::RenewalFailed {
+        Round::Lost(EndReason::StoreUnavailable {
             attempts: RENEWAL_ATTEMPTS,
             last_error,
         })
+    }
+
+    /// The record no longer holds our value: tells [`EndReason::Stolen`]
+    /// (another value) from [`EndReason::Expired`] (no record) with one
+    /// more read. A failed read, or a hand-over marker, is `Stolen` by an
+    /// unknown holder.
+    async fn who_took_it(&self) -> EndReason {
+        let read = timed(self.timing.call_timeout(), self.storage.get(&self.key));
+        let result = tokio::select! {
+            biased;
+            () = self.stop.cancelled() => return EndReason::Stolen { by: None },
+            result = read => result,
+        };
+        match result {
+            Ok(None) => EndReason::Expired,
+            Ok(Some(other)) if *other == *self.value => {
+                // Our value again (an ABA through a late write): someone
+                // changed it in between; it is not ours to trust any more.
+                EndReason::Stolen { by: None }
+            }
+            Ok(Some(other)) if crate::handover::is_marker(&other) => EndReason::Stolen { by: None },
+            Ok(Some(other)) => EndReason::Stolen {
+                by: Some(crate::record::leader_value(&other).to_vec()),
+            },
+            Err(err) => {
+                tracing::warn!(error = %err, "could not read who holds the record");
+                EndReason::Stolen { by: None }
+            }
+        }
     }
 
     /// `Some(true)` if the record holds our value, `Some(false)` if it is

@@ -7,8 +7,8 @@
 //! | `elections_leader` | gauge | `key` | 1 while this process holds the leadership (set at acquisition and at every renewal); 0 once it is lost or released, and after every attempt that did not acquire it (a standby) |
 //! | `elections_acquisitions_total` | counter | `key` | leaderships acquired |
 //! | `elections_acquisition_attempts_total` | counter | `key`, `outcome` | acquisition attempts: `acquired`, `held_by_other`, `error` |
-//! | `elections_losses_total` | counter | `key`, `cause` | leaderships lost: `taken`, `renewal_failed`, `elections_dropped` |
-//! | `elections_releases_total` | counter | `key` | leaderships released by their owner |
+//! | `elections_losses_total` | counter | `key`, `cause` | leaderships lost, by [`EndReason::label`]: `stolen`, `expired`, `store_unavailable`, `elections_dropped` |
+//! | `elections_releases_total` | counter | `key`, `cause` | leaderships ended by their owner: `released`, `superseded` (handed over) |
 //! | `elections_renewal_failures_total` | counter | `key`, `kind` | failed renewal attempts, by error kind (`transient`, `permanent`, `outcome_unknown`; a call that overran its timeout is `outcome_unknown`) |
 //! | `elections_renewal_seconds` | histogram | `key` | duration of each renewal attempt (the compare-and-swap), however it ended |
 //! | `elections_renewal_slack_seconds` | histogram | `key` | at each successful renewal, the time that was left before the killer deadline in force (negative: the deadline had passed) |
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use ttl_storage::{ErrorKind, Key};
 
-use crate::LossCause;
+use crate::EndReason;
 
 /// Metric names, for programs and tests that look them up.
 pub mod names {
@@ -69,19 +69,17 @@ pub(crate) fn acquired(key: &Key) {
 }
 
 /// A leadership was lost.
-pub(crate) fn lost(key: &Key, cause: &LossCause) {
-    let cause = match cause {
-        LossCause::Taken => "taken",
-        LossCause::RenewalFailed { .. } => "renewal_failed",
-        LossCause::ElectionsDropped => "elections_dropped",
-    };
+pub(crate) fn lost(key: &Key, reason: &EndReason) {
+    let cause = reason.label();
     metrics::counter!(names::LOSSES_TOTAL, "key" => key_label(key), "cause" => cause).increment(1);
     leading(key, false);
 }
 
-/// A leadership was released by its owner.
-pub(crate) fn released(key: &Key) {
-    metrics::counter!(names::RELEASES_TOTAL, "key" => key_label(key)).increment(1);
+/// A leadership was released by its owner (`cause` `released`) or handed
+/// over (`superseded`).
+pub(crate) fn released(key: &Key, reason: &EndReason) {
+    metrics::counter!(names::RELEASES_TOTAL, "key" => key_label(key), "cause" => reason.label())
+        .increment(1);
     leading(key, false);
 }
 

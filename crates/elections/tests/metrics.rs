@@ -151,7 +151,7 @@ fn leadership_lifecycle_is_measured() {
             let snap = Snapshot::take(&snapshotter);
             assert_eq!(snap.gauge("elections_leader", &[k]), Some(0.0));
             assert_eq!(
-                snap.counter("elections_losses_total", &[k, ("cause", "taken")]),
+                snap.counter("elections_losses_total", &[k, ("cause", "stolen")]),
                 1
             );
 
@@ -160,7 +160,10 @@ fn leadership_lifecycle_is_measured() {
             elections.cleanup().await;
             other.cleanup().await;
             let snap = Snapshot::take(&snapshotter);
-            assert_eq!(snap.counter("elections_releases_total", &[k]), 1);
+            assert_eq!(
+                snap.counter("elections_releases_total", &[k, ("cause", "released")]),
+                1
+            );
             assert_eq!(snap.counter("elections_killer_fired_total", &[k]), 0);
         });
     });
@@ -204,9 +207,9 @@ impl TtlStorage for FailingRenewals {
 }
 
 /// Renewals that keep failing: each failed attempt is counted by its kind,
-/// and after the third the leadership is lost with cause `renewal_failed`.
+/// and after the third the leadership is lost with cause `store_unavailable`.
 #[test]
-fn failed_renewals_are_counted_and_end_in_a_renewal_failed_loss() {
+fn failed_renewals_are_counted_and_end_in_a_store_unavailable_loss() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -241,7 +244,10 @@ fn failed_renewals_are_counted_and_end_in_a_renewal_failed_loss() {
                 3
             );
             assert_eq!(
-                snap.counter("elections_losses_total", &[k, ("cause", "renewal_failed")]),
+                snap.counter(
+                    "elections_losses_total",
+                    &[k, ("cause", "store_unavailable")]
+                ),
                 1
             );
             assert_eq!(snap.gauge("elections_leader", &[k]), Some(0.0));

@@ -320,7 +320,7 @@ async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: LeaderInfo) 
         biased;
         // Biased: a loss that happened just before the monitor was stopped
         // is still reported.
-        () = leadership.ended() => {}
+        _ = leadership.ended() => {}
         () = shared.monitor_shut.cancelled() => return,
         problem = keep_size(&shared) => {
             // Another size took the record (it expired during store
@@ -334,7 +334,7 @@ async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: LeaderInfo) 
     // in elections cleanup, after the monitor has stopped.
     let reason = leadership
         .end_reason()
-        .unwrap_or(EndReason::Lost(elections::LossCause::Taken));
+        .unwrap_or(EndReason::Stolen { by: None });
     // Stop the services now rather than when the host reacts; the killer
     // (armed by elections) covers services that do not stop in time.
     shared.services_shut.cancel();

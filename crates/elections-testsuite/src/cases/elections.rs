@@ -4,8 +4,8 @@
 use std::{sync::Arc, time::Duration};
 
 use elections::{
-    ArmEvent, ArmReason, Elections, ElectionsError, EndReason, Leadership, LossCause,
-    RecordingKiller, fencing, record,
+    ArmEvent, ArmReason, Elections, ElectionsError, EndReason, Leadership, RecordingKiller,
+    fencing, record,
 };
 use tokio::time::{Instant, timeout};
 use ttl_storage::{Key, Ttl};
@@ -21,10 +21,11 @@ async fn acquire(e: &Elections, k: &Key, v: &str, d: Duration) -> Leadership {
 
 /// Waits for the handle to fire, at most `within`.
 async fn ended_within(l: &Leadership, within: Duration) -> EndReason {
-    timeout(within, l.ended())
+    let reason = timeout(within, l.ended())
         .await
         .unwrap_or_else(|_| panic!("leadership did not end within {within:?}"));
-    l.end_reason().expect("ended without a reason")
+    assert_eq!(l.end_reason().as_ref(), Some(&reason));
+    reason
 }
 
 fn count(events: &[ArmEvent], reason: ArmReason) -> usize {
@@ -89,7 +90,12 @@ pub async fn elections_handle_fires_when_key_changed(ctx: Ctx) {
             .unwrap()
     );
     let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
-    assert_eq!(reason, EndReason::Lost(LossCause::Taken));
+    assert_eq!(
+        reason,
+        EndReason::Stolen {
+            by: Some(b"intruder".to_vec())
+        }
+    );
     // The loss neither deletes the other's record nor disarms the killer.
     assert_eq!(
         ctx.storage.get(&k).await.unwrap(),
@@ -125,7 +131,7 @@ pub async fn elections_handle_fires_when_key_deleted(ctx: Ctx) {
             .unwrap()
     );
     let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
-    assert_eq!(reason, EndReason::Lost(LossCause::Taken));
+    assert_eq!(reason, EndReason::Expired);
     e.cleanup().await;
 }
 
@@ -305,10 +311,7 @@ pub async fn elections_released_after_three_failed_attempts(ctx: Ctx) {
     faulty.inject(Op::Cas, Fault::Transient, 3);
     let reason = ended_within(&l, d / 4 + d / 10 + d / 10 + ctx.margin()).await;
     assert!(
-        matches!(
-            reason,
-            EndReason::Lost(LossCause::RenewalFailed { attempts: 3, .. })
-        ),
+        matches!(reason, EndReason::StoreUnavailable { attempts: 3, .. }),
         "{reason:?}"
     );
     assert_eq!(
@@ -368,7 +371,12 @@ pub async fn elections_outcome_unknown_renewal_not_applied(ctx: Ctx) {
             .unwrap()
     );
     let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
-    assert_eq!(reason, EndReason::Lost(LossCause::Taken));
+    assert_eq!(
+        reason,
+        EndReason::Stolen {
+            by: Some(b"other".to_vec())
+        }
+    );
     assert_eq!(faulty.calls(Op::Cas), 2, "confirming write + one attempt");
     assert_eq!(count(&killer.events(), ArmReason::BeforeRenewal), 1);
     e.cleanup().await;
@@ -472,10 +480,7 @@ pub async fn elections_killer_fires_when_storage_hangs(ctx: Ctx) {
     let l = acquire(&e, &k, "me", d).await;
     faulty.set_latency(Some(d * 10));
     let reason = ended_within(&l, d * 2).await;
-    assert!(
-        matches!(reason, EndReason::Lost(LossCause::RenewalFailed { .. })),
-        "{reason:?}"
-    );
+    assert!(matches!(reason, EndReason::Expired), "{reason:?}");
     sleep(d).await;
     let kills = killer.kills();
     assert_eq!(kills.len(), 1, "{kills:?}");

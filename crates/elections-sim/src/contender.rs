@@ -1,0 +1,270 @@
+//! The bare-elections contender and the observer of a run.
+//!
+//! A contender campaigns (a visible candidate) or tries once, runs its work
+//! as a task tracked by the leadership ([`elections::Leadership::spawn`]),
+//! and steps down by a release or a hand-over (named or not, refused when
+//! nobody waits). The observer watches each key through
+//! [`elections::observe`] on the store itself (no faults), and counts what
+//! it reports: a repeated report of the same leadership, or any write, is a
+//! failure.
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use elections::{Elections, HandOverError, Observation};
+use tokio::time::sleep;
+use ttl_storage::{Entry, Key, Result, Ttl, TtlStorage};
+
+use crate::{
+    history::{EndCause, Who},
+    world::{SimKiller, SimStorage, World},
+};
+
+/// Operations of the run beyond acquire and release.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OpCounts {
+    /// Leaderships taken by `campaign` (a visible candidate) rather than one try.
+    pub campaigns: u64,
+    /// Hand-overs that succeeded.
+    pub handovers: u64,
+    /// Hand-overs refused (no candidate, or the named one gone); the leader kept leading.
+    pub handover_refusals: u64,
+    /// Hand-overs that failed otherwise (the leadership ended, a store error).
+    pub handover_failures: u64,
+    /// Observations reported.
+    pub observations: u64,
+    /// Identical observations reported twice in a row. Not a failure: they
+    /// are distinct records with the same visible fields (a contender's
+    /// failed attempt, then its next one, read before its fencing token).
+    pub observe_duplicates: u64,
+    /// Keys whose leader at the end of the run (leading for the last 3 s)
+    /// is not what the observer last reported: a failure.
+    pub observe_stale: u64,
+    /// Writes made by the observer: a failure.
+    pub observer_writes: u64,
+}
+
+impl OpCounts {
+    /// Adds `other` to `self`.
+    pub fn add(&mut self, other: &OpCounts) {
+        self.campaigns += other.campaigns;
+        self.handovers += other.handovers;
+        self.handover_refusals += other.handover_refusals;
+        self.handover_failures += other.handover_failures;
+        self.observations += other.observations;
+        self.observe_duplicates += other.observe_duplicates;
+        self.observe_stale += other.observe_stale;
+        self.observer_writes += other.observer_writes;
+    }
+}
+
+/// A contender process: tries the keys in turn; while leading its work runs
+/// as a tracked task until the handle fires; it steps down by a release or
+/// a hand-over after a while.
+pub(crate) async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Who) {
+    let d = world.lease;
+    let storage = SimStorage {
+        world: world.clone(),
+        who,
+    };
+    let killer = Arc::new(SimKiller {
+        world: world.clone(),
+        who,
+    });
+    // A deterministic instance id keeps the run reproducible.
+    let instance = (who.contender as u64) << 32 | u64::from(who.incarnation);
+    let elections = Elections::builder(storage)
+        .killer(killer)
+        .instance_id(instance)
+        .build();
+    let value = format!("c{}-i{}", who.contender, who.incarnation);
+    loop {
+        for key in keys.iter() {
+            world.wait_runnable(who.contender, false).await;
+            let Ok(k) = Key::new(key.clone()) else { return };
+            let campaign = world.lock().rng.chance(0.5);
+            let acquired = if campaign {
+                // With one key a campaign waits up to half a lease (long
+                // enough to be handed the key); with more, one poll, so the
+                // contender still tries every key every d/20 or so (the
+                // recovery bound assumes it).
+                let wait = if keys.len() == 1 { d / 2 } else { d / 20 };
+                match tokio::time::timeout(wait, elections.campaign(&k, &value, d)).await {
+                    Ok(Ok(leadership)) => Some(leadership),
+                    _ => None,
+                }
+            } else {
+                elections
+                    .acquire_leadership(&k, &value, d)
+                    .await
+                    .ok()
+                    .flatten()
+            };
+            let Some(leadership) = acquired else {
+                continue;
+            };
+            world.begin_interval(who, key, leadership.fencing_token());
+            if campaign {
+                world.update(|s| s.ops.campaigns += 1);
+            }
+            // The work: runs until the handle fires; stopping takes a while
+            // (and may be paused). Tracked, so a release or hand-over waits.
+            let stop = world.lock().rng.between(Duration::ZERO, d * 3 / 10);
+            let token = leadership.cancellation_token();
+            let w = world.clone();
+            leadership.spawn(async move {
+                token.cancelled().await;
+                w.wait_runnable(who.contender, false).await;
+                sleep(stop).await;
+                w.end_interval(who, EndCause::Stopped);
+            });
+            loop {
+                let hold = world.lock().rng.between(d, d * 8);
+                tokio::select! {
+                    biased;
+                    _ = leadership.ended() => break,
+                    () = sleep(hold) => {}
+                }
+                world.wait_runnable(who.contender, false).await;
+                let hand_over = world.lock().rng.chance(0.5);
+                if !hand_over {
+                    break;
+                }
+                if step_down_by_hand_over(&world, &leadership).await {
+                    break;
+                }
+            }
+            // A no-op after a hand-over; otherwise ends the work, waits for it, releases.
+            elections.release_leadership(&k).await;
+        }
+        sleep(d / 20).await;
+    }
+}
+
+/// One hand-over attempt; false when refused (still leading).
+async fn step_down_by_hand_over(world: &Arc<World>, leadership: &elections::Leadership) -> bool {
+    let mut candidates = leadership.candidates().await.unwrap_or_default();
+    // Sorted by value (not by wall-clock `since`) for a reproducible choice.
+    candidates.sort_by(|a, b| a.value.cmp(&b.value));
+    let named = {
+        let mut s = world.lock();
+        if candidates.is_empty() || s.rng.chance(0.5) {
+            None
+        } else {
+            let i = s.rng.below(candidates.len() as u64) as usize;
+            candidates.get(i).cloned()
+        }
+    };
+    let result = leadership.hand_over(named.as_ref()).await;
+    let line = match &result {
+        Ok(to) => format!(
+            "handover {} -> {}",
+            leadership.key(),
+            String::from_utf8_lossy(&to.value)
+        ),
+        Err(err) => format!("handover {} refused: {err}", leadership.key()),
+    };
+    world.update(|s| {
+        s.history.note(tokio::time::Instant::now(), line);
+        match &result {
+            Ok(_) => s.ops.handovers += 1,
+            Err(HandOverError::NoCandidate | HandOverError::NoSuchCandidate(_)) => {
+                s.ops.handover_refusals += 1;
+            }
+            Err(_) => s.ops.handover_failures += 1,
+        }
+    });
+    !matches!(
+        result,
+        Err(HandOverError::NoCandidate | HandOverError::NoSuchCandidate(_))
+    )
+}
+
+/// Observes `key` on the store itself until the run ends, counting reports
+/// and writes, and keeping the last report for the final check
+/// ([`stale_observations`]).
+pub(crate) async fn observer(world: Arc<World>, key: String) {
+    let Ok(k) = Key::new(key) else { return };
+    let storage = Arc::new(ReadOnly {
+        world: world.clone(),
+    });
+    let mut observations = elections::observe(storage, &k, world.lease / 20);
+    let mut last: Option<Observation> = None;
+    while let Some(observation) = observations.next().await {
+        // The same report twice in a row (time left included: a new
+        // leadership is read at another moment, so it differs).
+        let duplicate = last.as_ref() == Some(&observation);
+        world.update(|s| {
+            s.observed
+                .insert(k.as_str().to_owned(), observation.clone());
+            s.ops.observations += 1;
+            if duplicate {
+                s.ops.observe_duplicates += 1;
+                s.history.note(
+                    tokio::time::Instant::now(),
+                    format_args!("observe duplicate {observation:?}"),
+                );
+            }
+        });
+        last = Some(observation);
+    }
+}
+
+/// The store as the observer sees it: reads pass, writes are counted (and
+/// refused).
+struct ReadOnly {
+    world: Arc<World>,
+}
+
+impl ReadOnly {
+    fn write(&self) -> Result<bool> {
+        self.world.update(|s| s.ops.observer_writes += 1);
+        Err(ttl_storage::StorageError::permanent(
+            "the observer must not write",
+        ))
+    }
+}
+
+#[async_trait]
+impl TtlStorage for ReadOnly {
+    async fn insert_if_not_exists(&self, _: &Key, _: &[u8], _: Ttl) -> Result<bool> {
+        self.write()
+    }
+    async fn compare_and_swap(&self, _: &Key, _: &[u8], _: &[u8], _: Ttl) -> Result<bool> {
+        self.write()
+    }
+    async fn compare_and_delete(&self, _: &Key, _: &[u8]) -> Result<bool> {
+        self.write()
+    }
+    async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        self.world.store.get(key).await
+    }
+    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
+        self.world.store.get_entry(key).await
+    }
+}
+
+/// Keys whose leader at the end of the run (an interval still open, begun at
+/// least `settle` before) is not what the observer last reported.
+pub(crate) fn stale_observations(
+    intervals: &[crate::history::Interval],
+    observed: &std::collections::BTreeMap<String, Observation>,
+    end: Duration,
+    settle: Duration,
+) -> u64 {
+    let mut stale = 0;
+    for iv in intervals {
+        if iv.cause != Some(EndCause::RunEnded) || iv.start + settle > end {
+            continue;
+        }
+        let expected = format!("c{}-i{}", iv.who.contender, iv.who.incarnation);
+        let ok = matches!(
+            observed.get(&iv.key),
+            Some(Observation::Leader { value, .. }) if *value == expected.as_bytes()
+        );
+        if !ok {
+            stale += 1;
+        }
+    }
+    stale
+}

@@ -1,0 +1,255 @@
+//! Visible candidates: a contender waiting in [`crate::Elections::campaign`]
+//! announces itself in a short-TTL record beside the lease, so that
+//! [`crate::inspect`] can list it and a leader can hand over to it
+//! ([`crate::Leadership::hand_over`]).
+//!
+//! The storage contract has no listing, so the records live in a fixed set
+//! of [`MAX_CANDIDATES`] slots, `__candidates__/NN/<key>`: a candidate takes
+//! the first free slot (insert-if-not-exists, from a random start), renews
+//! it while it waits and deletes it when it stops waiting. A slot holds
+//! `cand1 <since, ms since the Unix epoch> <candidate id> <value>`; the id
+//! (24 hex digits, unique per campaign) is what a hand-over marker names.
+
+use std::{
+    fmt,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use ttl_storage::{Key, StorageError, Ttl, TtlStorage, ValidationError};
+
+use crate::fencing::timed;
+
+/// Prefix of the reserved keys that hold candidate records.
+pub const CANDIDATE_PREFIX: &str = "__candidates__/";
+
+/// Slots per election key: at most this many waiting candidates are visible
+/// (more may wait; they are just not listed, and cannot be named).
+pub const MAX_CANDIDATES: usize = 16;
+
+const FORMAT: &[u8] = b"cand1 ";
+
+/// The id of one campaign's candidacy: what a hand-over marker names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CandidateId(pub(crate) String);
+
+impl fmt::Display for CandidateId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A waiting candidate, as its record tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The value it campaigns with (its address, say).
+    pub value: Vec<u8>,
+    /// When it started waiting (its own wall clock; informative only).
+    pub since: SystemTime,
+    /// Its candidacy id.
+    pub id: CandidateId,
+    pub(crate) slot: usize,
+    pub(crate) record: Vec<u8>,
+}
+
+/// The key of slot `slot` of election key `key`.
+pub(crate) fn slot_key(key: &Key, slot: usize) -> Result<Key, ValidationError> {
+    Key::new(format!("{CANDIDATE_PREFIX}{slot:02}/{key}"))
+}
+
+/// True when `key` lies in the namespace reserved for candidate records.
+pub(crate) fn is_reserved(key: &Key) -> bool {
+    key.as_str().starts_with(CANDIDATE_PREFIX)
+}
+
+/// The TTL of a candidate record for leadership duration `d`: half a lease,
+/// at least 2 s (whole seconds). A crashed candidate stays listed that long.
+pub(crate) fn ttl(d: Duration) -> Ttl {
+    let secs = (d.as_secs() / 2).max(2);
+    Ttl::from_secs(secs).unwrap_or(Ttl::NEVER)
+}
+
+fn encode(id: &CandidateId, since: SystemTime, value: &[u8]) -> Vec<u8> {
+    let ms = since
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let mut out = FORMAT.to_vec();
+    out.extend_from_slice(format!("{ms} {id} ").as_bytes());
+    out.extend_from_slice(value);
+    out
+}
+
+fn decode(slot: usize, record: &[u8]) -> Option<Candidate> {
+    let rest = record.strip_prefix(FORMAT)?;
+    let mut parts = rest.splitn(3, |b| *b == b' ');
+    let ms: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    let id = std::str::from_utf8(parts.next()?).ok()?;
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let value = parts.next()?.to_vec();
+    Some(Candidate {
+        value,
+        since: UNIX_EPOCH + Duration::from_millis(ms),
+        id: CandidateId(id.to_owned()),
+        slot,
+        record: record.to_vec(),
+    })
+}
+
+/// Every announced candidate of `key`, longest-waiting first. Slots that
+/// cannot be read are skipped; the first error is returned only when no
+/// slot could be read.
+pub(crate) async fn list(
+    storage: &dyn TtlStorage,
+    key: &Key,
+    limit: Duration,
+) -> Result<Vec<Candidate>, StorageError> {
+    let mut reads = Vec::with_capacity(MAX_CANDIDATES);
+    for slot in 0..MAX_CANDIDATES {
+        let Ok(slot_key) = slot_key(key, slot) else {
+            return Ok(Vec::new());
+        };
+        reads.push(async move { (slot, timed(limit, storage.get(&slot_key)).await) });
+    }
+    let mut candidates = Vec::new();
+    let mut first_error = None;
+    let mut answered = false;
+    for (slot, read) in futures::future::join_all(reads).await {
+        match read {
+            Ok(Some(record)) => {
+                answered = true;
+                if let Some(candidate) = decode(slot, &record) {
+                    candidates.push(candidate);
+                }
+            }
+            Ok(None) => answered = true,
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    if let (false, Some(err)) = (answered, first_error) {
+        return Err(err);
+    }
+    candidates.sort_by_key(|c| c.since);
+    Ok(candidates)
+}
+
+/// This campaign's candidacy: announced in a slot, renewed, withdrawn.
+pub(crate) struct Candidacy {
+    pub(crate) id: CandidateId,
+    record: Vec<u8>,
+    slot: Option<(usize, Key)>,
+    ttl: Ttl,
+    refreshed: Option<tokio::time::Instant>,
+}
+
+impl Candidacy {
+    pub(crate) fn new(instance: u64, counter: u32, value: &[u8], d: Duration) -> Self {
+        let id = CandidateId(format!("{instance:016x}{counter:08x}"));
+        let record = encode(&id, SystemTime::now(), value);
+        Candidacy {
+            id,
+            record,
+            slot: None,
+            ttl: ttl(d),
+            refreshed: None,
+        }
+    }
+
+    /// The slot key held, if any (to watch it: a hand-over to this
+    /// candidate deletes it).
+    pub(crate) fn slot_key(&self) -> Option<&Key> {
+        self.slot.as_ref().map(|(_, key)| key)
+    }
+
+    /// Announces (or renews) the record when due: every third of its TTL.
+    pub(crate) async fn keep_up(&mut self, storage: &dyn TtlStorage, key: &Key, limit: Duration) {
+        let ttl = Duration::from_secs(self.ttl.as_secs());
+        if let (Some(at), Some(_)) = (self.refreshed, &self.slot)
+            && at.elapsed() < ttl / 3
+        {
+            return;
+        }
+        if let Some((_, slot_key)) = &self.slot {
+            match timed(
+                limit,
+                storage.compare_and_swap(slot_key, &self.record, &self.record, self.ttl),
+            )
+            .await
+            {
+                Ok(true) => {
+                    self.refreshed = Some(tokio::time::Instant::now());
+                    return;
+                }
+                // Gone (expired, or deleted by a hand-over): announce again.
+                Ok(false) => self.slot = None,
+                Err(err) => {
+                    tracing::debug!(%key, error = %err, "could not renew the candidate record");
+                    return;
+                }
+            }
+        }
+        // Spread candidates over the slots by their id (not by a random
+        // draw: a deterministic simulation must replay exactly).
+        let start = self.id.0.bytes().fold(0usize, |h, b| {
+            h.wrapping_mul(31).wrapping_add(usize::from(b))
+        }) % MAX_CANDIDATES;
+        for i in 0..MAX_CANDIDATES {
+            let slot = (start + i) % MAX_CANDIDATES;
+            let Ok(slot_key) = slot_key(key, slot) else {
+                return;
+            };
+            match timed(
+                limit,
+                storage.insert_if_not_exists(&slot_key, &self.record, self.ttl),
+            )
+            .await
+            {
+                Ok(true) => {
+                    self.slot = Some((slot, slot_key));
+                    self.refreshed = Some(tokio::time::Instant::now());
+                    return;
+                }
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::debug!(%key, error = %err, "could not announce the candidacy");
+                    return;
+                }
+            }
+        }
+        tracing::warn!(%key, "all {MAX_CANDIDATES} candidate slots are taken; waiting unlisted");
+    }
+
+    /// Makes the next [`keep_up`](Self::keep_up) check the record (and
+    /// announce again if it is gone) instead of waiting for its refresh.
+    pub(crate) fn check_soon(&mut self) {
+        self.refreshed = None;
+    }
+
+    /// The slot and record bytes, for a withdrawal after the future is gone.
+    pub(crate) fn take_slot(&mut self) -> Option<(Key, Vec<u8>)> {
+        self.slot
+            .take()
+            .map(|(_, slot_key)| (slot_key, self.record.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trip() {
+        let id = CandidateId("0123456789abcdef00000001".into());
+        let since = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        let record = encode(&id, since, b"10.0.0.7 with spaces");
+        let c = decode(3, &record).unwrap();
+        assert_eq!(c.value, b"10.0.0.7 with spaces");
+        assert_eq!(c.since, since);
+        assert_eq!(c.id, id);
+        assert_eq!(c.slot, 3);
+        assert!(decode(0, b"garbage").is_none());
+        assert!(decode(0, b"cand1 12 zz value").is_none());
+    }
+}

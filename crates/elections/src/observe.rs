@@ -1,0 +1,221 @@
+//! [`Elections::observe`]: a read-only stream of who leads a key.
+
+use std::{
+    fmt,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use futures::{Stream, stream};
+use ttl_storage::{Key, StorageError, TimeLeft, TtlStorage};
+
+use crate::{
+    Elections,
+    campaign::MAX_POLL_INTERVAL,
+    fencing::{self, timed},
+    handover, record,
+};
+
+/// One observation of an election key, as [`Elections::observe`] reports it.
+///
+/// A view, not a promise: by the time it arrives, leadership may have
+/// moved. Act on the leader's behalf only with its fencing token, at a
+/// resource that checks it (see `docs/guarantees.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Observation {
+    /// A leader holds the key.
+    Leader {
+        /// The leader's value (what it gave to `acquire_leadership`).
+        value: Vec<u8>,
+        /// The highest fencing token issued for the key when the leadership
+        /// was first seen: the leader's own, or higher when a later
+        /// acquisition attempt failed after taking one; `None` if the
+        /// counter could not be read.
+        fencing_token: Option<u64>,
+        /// How long the leader's record had left when first seen, as the
+        /// store tells it. Not updated by renewals (they are not changes).
+        time_left: TimeLeft,
+    },
+    /// Nobody holds the key (no record, or a hand-over in progress: a
+    /// marker reserves the key for a candidate that has not yet taken it).
+    NoLeader,
+    /// The store could not be read; reported once per outage.
+    Unknown {
+        /// The store's error, as text.
+        error: String,
+    },
+}
+
+/// What identifies a change: the record's exact bytes (so a new leadership
+/// with the same value is a change), absence, or store trouble.
+#[derive(PartialEq, Eq)]
+enum Seen {
+    Record(Vec<u8>),
+    None,
+    Trouble,
+}
+
+/// The stream [`Elections::observe`] returns. Ends never; drop it to stop.
+pub struct Observer {
+    inner: Pin<Box<dyn Stream<Item = Observation> + Send>>,
+}
+
+impl fmt::Debug for Observer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
+}
+
+impl Stream for Observer {
+    type Item = Observation;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Observation>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl Observer {
+    /// The next observation (a change since the previous one).
+    pub async fn next(&mut self) -> Option<Observation> {
+        futures::StreamExt::next(&mut self.inner).await
+    }
+}
+
+impl Elections {
+    /// Observes who leads `key`, without ever writing: see [`observe`].
+    pub fn observe(&self, key: &Key) -> Observer {
+        observe(self.inner_storage(), key, MAX_POLL_INTERVAL)
+    }
+}
+
+/// A stream of [`Observation`]s of `key` on `storage`: the first one at
+/// once, then one per change (a new leadership, even with the same value;
+/// no leader; store trouble; recovery from it). Each change is reported
+/// once; renewals and the passing of time are not changes.
+///
+/// It only reads (`get_entry`, and `get` of the fencing counter when the
+/// leadership changes). While a leader holds the key it waits on the
+/// driver's watch ([`TtlStorage::watch`]), which reports the record's
+/// removal at once, and re-reads every `poll` whatever happens (a new
+/// leader, a hand-over or a stolen lease change the record without
+/// removing it, and are seen at the next read). Without a watch (or with no
+/// leader) it reads every `poll`. [`Elections::observe`] uses
+/// [`MAX_POLL_INTERVAL`] (1 s). A change that comes and goes between two
+/// reads may be missed; the stream reports states, not every write. A read
+/// that takes longer than `poll` (at least 2 s) counts as store trouble.
+///
+/// ```
+/// use std::time::Duration;
+/// use elections::{Elections, Observation, RecordingKiller};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), elections::ElectionsError> {
+/// let storage = storage_mem::MemStorage::new();
+/// let key = ttl_storage::Key::new("cron-leader")?;
+/// let elections = Elections::with_killer(storage, RecordingKiller::new());
+/// let mut leaders = elections.observe(&key);
+/// assert_eq!(leaders.next().await, Some(Observation::NoLeader));
+///
+/// let leadership = elections.acquire_leadership(&key, "10.0.0.7", Duration::from_secs(20)).await?;
+/// let Some(Observation::Leader { value, fencing_token, .. }) = leaders.next().await else {
+///     panic!("expected a leader");
+/// };
+/// assert_eq!(value, b"10.0.0.7");
+/// assert_eq!(fencing_token, leadership.as_ref().map(|l| l.fencing_token()));
+///
+/// elections.release_leadership(&key).await;
+/// assert_eq!(leaders.next().await, Some(Observation::NoLeader));
+/// # elections.cleanup().await;
+/// # Ok(()) }
+/// ```
+pub fn observe(storage: Arc<dyn TtlStorage>, key: &Key, poll: Duration) -> Observer {
+    struct State {
+        storage: Arc<dyn TtlStorage>,
+        key: Key,
+        poll: Duration,
+        last: Option<Seen>,
+    }
+    let state = State {
+        storage,
+        key: key.clone(),
+        poll,
+        last: None,
+    };
+    let inner = stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(last) = &state.last {
+                let leading = matches!(last, Seen::Record(_));
+                if leading {
+                    crate::campaign::wait_for_removal(&*state.storage, &state.key, state.poll)
+                        .await;
+                } else {
+                    tokio::time::sleep(state.poll).await;
+                }
+            }
+            let (seen, observation) = read(&*state.storage, &state.key, state.poll).await;
+            if state.last.as_ref() != Some(&seen) {
+                state.last = Some(seen);
+                return Some((observation, state));
+            }
+        }
+    });
+    Observer {
+        inner: Box::pin(inner),
+    }
+}
+
+/// Each read is bounded by this, or by the polling interval if longer.
+const MIN_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn read(storage: &dyn TtlStorage, key: &Key, poll: Duration) -> (Seen, Observation) {
+    let limit = poll.max(MIN_READ_TIMEOUT);
+    let entry = match timed(limit, storage.get_entry(key)).await {
+        Ok(entry) => entry,
+        Err(err) => return trouble(key, &err),
+    };
+    let Some(entry) = entry else {
+        return (Seen::None, Observation::NoLeader);
+    };
+    if handover::is_marker(&entry.value) {
+        return (Seen::None, Observation::NoLeader);
+    }
+    let fencing_token = match latest_token(storage, key, limit).await {
+        Ok(token) => token,
+        Err(err) => {
+            tracing::debug!(%key, error = %err, "observe: could not read the fencing counter");
+            None
+        }
+    };
+    let observation = Observation::Leader {
+        value: record::leader_value(&entry.value).to_vec(),
+        fencing_token,
+        time_left: entry.time_left,
+    };
+    (Seen::Record(entry.value), observation)
+}
+
+fn trouble(key: &Key, err: &StorageError) -> (Seen, Observation) {
+    tracing::debug!(%key, error = %err, "observe: the store could not be read");
+    (
+        Seen::Trouble,
+        Observation::Unknown {
+            error: err.to_string(),
+        },
+    )
+}
+
+async fn latest_token(
+    storage: &dyn TtlStorage,
+    key: &Key,
+    limit: Duration,
+) -> Result<Option<u64>, StorageError> {
+    let counter = fencing::counter_key(key)
+        .map_err(|err| StorageError::permanent(format!("fencing counter key: {err}")))?;
+    match timed(limit, storage.get(&counter)).await? {
+        Some(bytes) => fencing::parse(&counter, &bytes).map(Some),
+        None => Ok(None),
+    }
+}
