@@ -24,7 +24,9 @@ const NO_STORE: u8 = 4;
 pub(crate) const AFTER_HELP: &str = "\
 Exit status: 0 some key has a leader; 3 no key has a leader; 4 the store does
 not exist (a redb file that is not there: status creates nothing); 2 bad
-options; 125 the store cannot be read.
+options; 125 the store cannot be read. With --watch: 0 when interrupted
+(SIGINT, SIGTERM); a store that fails while watched is a line
+(`store error: ...`), not an exit.
 
 Storage URLs: as for `vvm-host run` (see `vvm-host run --help`).";
 
@@ -34,9 +36,14 @@ pub(crate) struct StatusArgs {
     #[command(flatten)]
     store: StoreArgs,
 
-    /// One JSON object instead of a table.
+    /// One JSON object instead of a table (with --watch: one per line).
     #[arg(long)]
     json: bool,
+
+    /// Keep watching: print one line per change (a new leader, no leader,
+    /// the store failing or recovering) until interrupted. It only reads.
+    #[arg(long)]
+    watch: bool,
 }
 
 /// One key's status, as shown.
@@ -51,6 +58,9 @@ struct Row {
     time_left_ms: Option<u64>,
     /// `"expires"`, `"never"`, `"unknown"` or `null` (no leader).
     expiry: Option<&'static str>,
+    /// The candidates waiting for the key (announced by
+    /// `elections::Elections::campaign`), longest-waiting first.
+    candidates: Vec<String>,
 }
 
 /// Why status read nothing.
@@ -70,6 +80,19 @@ pub(crate) fn main(args: &StatusArgs) -> ExitCode {
             return ExitCode::from(crate::exit::DEFAULT_ERROR);
         }
     };
+    if args.watch {
+        return match runtime.block_on(watch(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) if err.is::<NoStore>() => {
+                eprintln!("vvm-host status: {err:#}");
+                ExitCode::from(NO_STORE)
+            }
+            Err(err) => {
+                eprintln!("vvm-host status: {err:#}");
+                ExitCode::from(crate::exit::DEFAULT_ERROR)
+            }
+        };
+    }
     match runtime.block_on(run(args)) {
         Ok(rows) => {
             let leaders = rows.iter().filter(|row| row.leader.is_some()).count();
@@ -91,7 +114,9 @@ pub(crate) fn main(args: &StatusArgs) -> ExitCode {
     }
 }
 
-async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
+/// Opens the store for reading only: a redb URL whose file does not exist
+/// is [`NoStore`] (opening it would create it).
+async fn open(args: &StatusArgs) -> anyhow::Result<DynTtlStorage> {
     let url = match &args.store.storage {
         Some(url) => url.clone(),
         None => crate::default_storage::default_url()?,
@@ -103,7 +128,89 @@ async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
     {
         return Err(NoStore(redb.path().display().to_string()).into());
     }
-    let storage: DynTtlStorage = url.open().await?;
+    Ok(url.open().await?)
+}
+
+/// `--watch`: one line per observation of each key, until SIGINT/SIGTERM.
+async fn watch(args: &StatusArgs) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let storage = open(args).await?;
+    let config = args.store.config("status".to_owned());
+    config.validate()?;
+    let mut streams = Vec::new();
+    for index in 1..=config.cluster_size {
+        let key = config.key(index)?;
+        let label = key.to_string();
+        let observer = elections::observe(storage.clone(), &key, Duration::from_secs(1));
+        streams.push(observer.map(move |seen| (label.clone(), seen)).boxed());
+    }
+    let mut all = futures::stream::select_all(streams);
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        let (key, seen) = tokio::select! {
+            next = all.next() => match next {
+                Some(item) => item,
+                None => return Ok(()),
+            },
+            _ = interrupt.recv() => return Ok(()),
+            _ = terminate.recv() => return Ok(()),
+        };
+        print_observation(&key, &seen, args.json);
+    }
+}
+
+fn print_observation(key: &str, seen: &elections::Observation, json: bool) {
+    use elections::Observation;
+    let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+    let (state, leader, token, left, error) = match seen {
+        Observation::Leader {
+            value,
+            fencing_token,
+            time_left,
+        } => (
+            "leader",
+            Some(String::from_utf8_lossy(value).into_owned()),
+            *fencing_token,
+            match time_left {
+                TimeLeft::About(left) => Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+                _ => None,
+            },
+            None,
+        ),
+        Observation::NoLeader => ("no_leader", None, None, None, None),
+        Observation::Unknown { error } => ("unknown", None, None, None, Some(error.clone())),
+        _ => (
+            "unknown",
+            None,
+            None,
+            None,
+            Some("unrecognised observation".to_owned()),
+        ),
+    };
+    if json {
+        let line = serde_json::json!({
+            "time": at, "key": key, "state": state, "leader": leader,
+            "fencing_token": token, "time_left_ms": left, "error": error,
+        });
+        println!("{line}");
+        return;
+    }
+    let what = match (state, &leader, &error) {
+        ("leader", Some(leader), _) => leader.clone(),
+        (_, _, Some(error)) => format!("store error: {error}"),
+        _ => "no leader".to_owned(),
+    };
+    let token = token.map_or_else(|| "-".to_owned(), |t| t.to_string());
+    let left = left.map_or_else(
+        || "-".to_owned(),
+        |ms| format!("{:.1}s", Duration::from_millis(ms).as_secs_f64()),
+    );
+    println!("{at} {key} {what} token={token} time_left={left}");
+}
+
+async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
+    let storage = open(args).await?;
     let config = args.store.config("status".to_owned());
     config.validate()?;
     let mut rows = Vec::new();
@@ -127,6 +234,11 @@ async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
                 TimeLeft::Never => "never",
                 TimeLeft::Unknown => "unknown",
             }),
+            candidates: status
+                .candidates
+                .iter()
+                .map(|candidate| String::from_utf8_lossy(&candidate.value).into_owned())
+                .collect(),
         });
     }
     Ok(rows)
@@ -158,5 +270,8 @@ fn print(rows: &[Row], json: bool, leaders: usize) {
             row.key,
             row.leader.as_deref().unwrap_or("(none)")
         );
+        for candidate in &row.candidates {
+            println!("  waiting: {candidate}");
+        }
     }
 }

@@ -14,8 +14,12 @@ use common::{fixtures::*, *};
 use nix::sys::signal::Signal;
 
 fn run(args: &[&str]) -> Command {
+    run_as("cli", args)
+}
+
+fn run_as(address: &str, args: &[&str]) -> Command {
     let mut command = Command::new(bin());
-    command.arg("run").args(["--address", "cli"]).args(args);
+    command.arg("run").args(["--address", address]).args(args);
     command.stdin(Stdio::null());
     command
 }
@@ -238,4 +242,59 @@ fn the_command_keeps_the_descriptor_limit_vvm_host_started_with() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(stdout.trim(), "soft=1000");
+}
+
+/// `status NAME --watch --json`: one line per change, started before the
+/// leaders: no leader, then a, then (after a's orderly stop) b.
+#[test]
+fn status_watch_reports_each_change_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redb://{}", dir.path().join("leases.redb").display());
+    // The store must exist for status: a first leader creates it.
+    let mut a = run_as("a", &["--storage", &url, "job", "sleep", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (a_log, _) = lines(a.stderr.take().unwrap());
+    wait_for_line(&a_log, "command started");
+    let mut watcher = Command::new(bin())
+        .args(["status", "--storage", &url, "--watch", "--json", "job"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (seen, _) = lines(watcher.stdout.take().unwrap());
+    let first: serde_json::Value =
+        serde_json::from_str(&wait_for_line(&seen, "\"state\"")).unwrap();
+    assert_eq!(first["state"], "leader", "{first}");
+    assert!(
+        first["leader"].as_str().unwrap().starts_with("a#"),
+        "{first}"
+    );
+    let mut b = run_as("b", &["--storage", &url, "job", "sleep", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (b_log, _) = lines(b.stderr.take().unwrap());
+    wait_for_line(&b_log, "key held by another node");
+    signal(&a, Signal::SIGTERM);
+    assert_eq!(wait_with_limit(&mut a).code(), Some(0));
+    wait_for_line(&b_log, "command started");
+    // Then b, perhaps after a "no leader" between the two.
+    let next: serde_json::Value = loop {
+        let line: serde_json::Value =
+            serde_json::from_str(&wait_for_line(&seen, "\"state\"")).unwrap();
+        if line["state"] == "leader" {
+            break line;
+        }
+        assert_eq!(line["state"], "no_leader", "{line}");
+    };
+    assert!(next["leader"].as_str().unwrap().starts_with("b#"), "{next}");
+    assert!(next["fencing_token"].as_u64().unwrap() > first["fencing_token"].as_u64().unwrap());
+    signal(&watcher, Signal::SIGINT);
+    assert_eq!(wait_with_limit(&mut watcher).code(), Some(0));
+    signal(&b, Signal::SIGTERM);
+    assert_eq!(wait_with_limit(&mut b).code(), Some(0));
 }
