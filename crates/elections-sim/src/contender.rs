@@ -2,8 +2,8 @@
 //!
 //! A contender campaigns (a visible candidate) or tries once, runs its work
 //! as a task tracked by the leadership ([`elections::Leadership::spawn`]),
-//! and steps down by a release or a hand-over (named or not, refused when
-//! nobody waits). The observer watches each key through
+//! and steps down by a release or a hand-over (to a candidate it names, or
+//! refused when nobody waits). The observer watches each key through
 //! [`elections::observe`] on the store itself (no faults), and counts what
 //! it reports: a repeated report of the same leadership, or any write, is a
 //! failure.
@@ -146,14 +146,13 @@ async fn step_down_by_hand_over(world: &Arc<World>, leadership: &elections::Lead
     let mut candidates = leadership.candidates().await.unwrap_or_default();
     // Sorted by value (not by wall-clock `since`) for a reproducible choice.
     candidates.sort_by(|a, b| a.value.cmp(&b.value));
+    // Named whenever someone waits: the library's unnamed choice (the
+    // longest-waiting, by the candidates' wall clocks) would not replay.
+    // Unnamed only when nobody is listed: the refusal path.
     let named = {
         let mut s = world.lock();
-        if candidates.is_empty() || s.rng.chance(0.5) {
-            None
-        } else {
-            let i = s.rng.below(candidates.len() as u64) as usize;
-            candidates.get(i).cloned()
-        }
+        let i = s.rng.below(candidates.len().max(1) as u64) as usize;
+        candidates.get(i).cloned()
     };
     let result = leadership.hand_over(named.as_ref()).await;
     let line = match &result {
@@ -200,9 +199,10 @@ pub(crate) async fn observer(world: Arc<World>, key: String) {
             s.ops.observations += 1;
             if duplicate {
                 s.ops.observe_duplicates += 1;
+                // Not the value: a VVM's carries its process id (the log must replay).
                 s.history.note(
                     tokio::time::Instant::now(),
-                    format_args!("observe duplicate {observation:?}"),
+                    format_args!("observe identical report on {}", k.as_str()),
                 );
             }
         });
