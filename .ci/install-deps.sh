@@ -13,6 +13,8 @@ command -v openssl >/dev/null || need+=(openssl)   # throwaway CAs for the TLS c
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v protoc >/dev/null || need+=(protobuf-compiler)   # etcd-client's build script
 command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts single nodes off
+# chaos's clock-rate fault runs one contender under libfaketime
+[[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]] || need+=(libfaketime)
 # The container route in CI (.ci/docker.sh): a Docker engine, a Debian base
 # image built with debootstrap, docker-compose to validate docker-compose.yml.
 command -v dockerd >/dev/null || need+=(docker.io)

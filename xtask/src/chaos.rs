@@ -166,6 +166,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .args(["--lease-secs", &lease.to_string()])
             .args(["--contenders", &args.contenders.to_string()])
             .args(args.unfenced.then_some("--unfenced"))
+            .args([
+                "--takeover-slack-secs",
+                &takeover_slack(name, args.duration, lease).to_string(),
+            ])
             .args(
                 args.clock_rate
                     .map(|rate| ["--clock-rate".to_string(), rate.to_string()])
@@ -289,6 +293,18 @@ fn default_lease(engine: &str) -> u64 {
 /// keepalive timeout, 12 s, and gossip's failure detection, ~19 s).
 fn node_fault_hold(duration_secs: u64, lease_secs: u64) -> Duration {
     Duration::from_secs((duration_secs / 6).clamp(lease_secs, 20.max(lease_secs)))
+}
+
+/// Seconds added to the takeover bound. `valkey-sentinel-wait` (each
+/// write confirmed by the one replica) refuses every write from a
+/// failover until the old primary is back as a replica: held down
+/// [`node_fault_hold`], then about 2 s to restart and resync (measured
+/// 6.9-7.0 s in all); 3 s of margin for that.
+fn takeover_slack(engine: &str, duration_secs: u64, lease_secs: u64) -> u64 {
+    match engine {
+        "valkey-sentinel-wait" => node_fault_hold(duration_secs, lease_secs).as_secs() + 3,
+        _ => 0,
+    }
 }
 
 /// DynamoDB Local accepts any credentials, but the AWS SDK wants some:

@@ -59,6 +59,10 @@ pub struct HarnessConfig {
     /// `0.77`: 1.3 times slower); their event times are mapped back to real
     /// time (see [`crate::clock`]).
     pub clock_rate: Option<f64>,
+    /// Added to the takeover bound: for an engine that refuses writes for
+    /// a known while after a failover (Valkey with `wait_replicas=1` and
+    /// one replica, until the old primary is back as a replica).
+    pub takeover_slack: Duration,
 }
 
 type Shared = Arc<Mutex<Vec<Record>>>;
@@ -198,7 +202,8 @@ pub async fn run(config: HarnessConfig) -> anyhow::Result<Report> {
             + Duration::from_secs(1)
             + d / 20
             + Duration::from_secs(1)
-            + if config.direct { d / 2 } else { Duration::ZERO },
+            + if config.direct { d / 2 } else { Duration::ZERO }
+            + config.takeover_slack,
     };
     let mut report = check::check(&history, &log, bounds, end_ms);
     let past_lease = clock::acting_past_lease(&history, d);
