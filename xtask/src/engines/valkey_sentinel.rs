@@ -220,16 +220,23 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
         let child = spawn_logged(&dir, &format!("sentinel{i}"), &binary, args)?;
         set.children.push(Some(child));
     }
+    // Sentinels learn of replicas from the primary's INFO (every 10 s): a
+    // failover before they know the replica would find none to promote.
     let took = set
-        .wait("the replica in sync and the Sentinels' quorum", |s| {
-            let linked = command(s.ports[1], &["INFO", "replication"])
-                .is_some_and(|info| info.contains("master_link_status:up"));
-            linked
-                && s.sentinel_ports.iter().all(|&p| {
-                    command(p, &["SENTINEL", "ckquorum", SERVICE])
-                        .is_some_and(|r| r.starts_with("+OK"))
-                })
-        })
+        .wait(
+            "the replica in sync, known to every Sentinel, and the quorum",
+            |s| {
+                let linked = command(s.ports[1], &["INFO", "replication"])
+                    .is_some_and(|info| info.contains("master_link_status:up"));
+                linked
+                    && s.sentinel_ports.iter().all(|&p| {
+                        command(p, &["SENTINEL", "ckquorum", SERVICE])
+                            .is_some_and(|r| r.starts_with("+OK"))
+                            && command(p, &["SENTINEL", "replicas", SERVICE])
+                                .is_some_and(|r| r.starts_with("*1\r\n"))
+                    })
+            },
+        )
         .with_context(|| format!("see the logs in {}", dir.display()))?;
     println!(
         "valkey-sentinel: primary :{}, replica :{}, Sentinels {sentinel_ports:?} ready in {:.1}s",
@@ -278,10 +285,20 @@ pub(crate) fn primary_faults(
         let primary_port = set.ports[set.primary];
         set.spawn_server(victim, Some(primary_port))?;
         let victim_port = set.ports[victim];
-        set.wait("the old primary in sync as a replica", |_| {
-            command(victim_port, &["INFO", "replication"])
-                .is_some_and(|info| info.contains("master_link_status:up"))
-        })?;
+        set.wait(
+            "the old primary in sync as a replica, seen up by every Sentinel",
+            |s| {
+                command(victim_port, &["INFO", "replication"])
+                    .is_some_and(|info| info.contains("master_link_status:up"))
+                    && s.sentinel_ports.iter().all(|&p| {
+                        command(p, &["SENTINEL", "replicas", SERVICE]).is_some_and(|r| {
+                            r.contains(&victim_port.to_string())
+                                && !r.contains("s_down")
+                                && !r.contains("disconnected")
+                        })
+                    })
+            },
+        )?;
         set.replica_up = true;
         report.rejoined += 1;
         fault_line(
