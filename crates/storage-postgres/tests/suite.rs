@@ -82,9 +82,11 @@ async fn connect_url(url: &str) -> PostgresStorage {
 }
 
 async fn make_storage() -> DynTtlStorage {
-    let url = url_with(|u| {
-        u.query_pairs_mut().append_pair("pool_size", "4");
-    });
+    // Every server of a multi-host URL (postgres-ha): the shared suite goes
+    // through the driver's choice of the writable one.
+    let base = base_url();
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{separator}pool_size=4");
     let storage = connect_url(&url).await;
     warm_up(&storage).await;
     Arc::new(storage)
