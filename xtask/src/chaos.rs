@@ -43,6 +43,10 @@ pub(crate) struct Args {
     /// must report stale writes accepted and fail.
     #[arg(long)]
     unfenced: bool,
+    /// Clock-rate fault: one contender slot runs under libfaketime at this
+    /// rate of real time (`1.15`: 15 % fast; `0.77`: 1.3 times slower).
+    #[arg(long)]
+    clock_rate: Option<f64>,
 }
 
 /// `(chaos engine name, engines::all() entry, variable the engine sets)`.
@@ -53,7 +57,24 @@ const SUPPORTED: &[(&str, &str, &str)] = &[
     ("postgres", "postgres", "POSTGRES_URL"),
     ("etcd", "etcd", "ETCD_URL"),
     ("cassandra-3", "cassandra-3", "SCYLLA_URI"),
+    ("etcd-3", "etcd-3", "ETCD_URL"),
+    ("postgres-ha", "postgres-ha", "POSTGRES_URL"),
+    ("valkey-sentinel", "valkey-sentinel", "VALKEY_URL"),
+    // The same, each write confirmed by the replica (`WAIT 1`).
+    ("valkey-sentinel-wait", "valkey-sentinel", "VALKEY_URL"),
 ];
+
+/// Engines whose leader member or primary is SIGKILLed and failed over
+/// during the run ([`engines::failover`]); contenders connect directly.
+const FAILOVER: &[&str] = &[
+    "etcd-3",
+    "postgres-ha",
+    "valkey-sentinel",
+    "valkey-sentinel-wait",
+];
+
+/// `valkey-sentinel-wait`'s durability setting.
+const WAIT_ONE_REPLICA: &str = "wait_replicas=1&wait_timeout=1s";
 
 /// The store URL for the harness from the variable the engine set.
 fn store_url(engine: &str, value: &str) -> String {
@@ -62,6 +83,10 @@ fn store_url(engine: &str, value: &str) -> String {
         "dynamodb" => {
             format!("dynamodb://chaos_leases?region=us-east-1&endpoint={value}&create_table=true")
         }
+        "valkey-sentinel-wait" => match value.contains('?') {
+            true => format!("{value}&{WAIT_ONE_REPLICA}"),
+            false => format!("{value}?{WAIT_ONE_REPLICA}"),
+        },
         _ => value.to_string(),
     }
 }
@@ -131,7 +156,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .find(|(k, _)| k == var)
             .map(|(_, v)| store_url(name, v))
             .with_context(|| format!("the engine did not set {var}"))?;
-        let cluster = *name == "cassandra-3";
+        let failover = FAILOVER.contains(&name.as_str());
+        let cluster = *name == "cassandra-3" || failover;
         let lease = args.lease.unwrap_or_else(|| default_lease(name));
         let mut harness = Command::new(&cargo)
             .args(["run", "-q", "-p", "chaos", "--bin", "chaos", "--"])
@@ -140,6 +166,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .args(["--lease-secs", &lease.to_string()])
             .args(["--contenders", &args.contenders.to_string()])
             .args(args.unfenced.then_some("--unfenced"))
+            .args([
+                "--takeover-slack-secs",
+                &takeover_slack(name, args.duration, lease).to_string(),
+            ])
+            .args(
+                args.clock_rate
+                    .map(|rate| ["--clock-rate".to_string(), rate.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(cluster.then_some("--direct"))
             .arg("--work-dir")
             .arg(work_dir.join(format!("chaos-{name}")))
@@ -173,7 +209,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             let hold = node_fault_hold(args.duration, lease);
             let mut stop = || exited(&mut harness, &mut status);
             let gap = Duration::from_secs(lease) / 2;
-            match engines::node_faults(&mut running, hold, gap, &mut stop) {
+            let faults = match failover {
+                true => engines::failover::run(name, &mut running, hold, gap, &mut stop)
+                    .map(|report| report.to_string()),
+                false => engines::node_faults(&mut running, hold, gap, &mut stop)
+                    .map(|report| report.to_string()),
+            };
+            match faults {
                 Ok(report) => node_reports.push(format!("{name}: {report}")),
                 Err(err) => {
                     eprintln!("chaos {name}: node faults failed: {err:#}");
@@ -251,6 +293,30 @@ fn default_lease(engine: &str) -> u64 {
 /// keepalive timeout, 12 s, and gossip's failure detection, ~19 s).
 fn node_fault_hold(duration_secs: u64, lease_secs: u64) -> Duration {
     Duration::from_secs((duration_secs / 6).clamp(lease_secs, 20.max(lease_secs)))
+}
+
+/// Seconds added to the takeover bound. `valkey-sentinel-wait` (each
+/// write confirmed by the one replica) refuses every write from a
+/// failover until the old primary is back as a replica: held down
+/// [`node_fault_hold`], then about 2 s to restart and resync (measured
+/// 6.9-7.0 s in all); 3 s of margin for that, and the 4 s of a Sentinel
+/// failover as `valkey-sentinel`.
+///
+/// `etcd-3`: a takeover that spans a leader kill waits for the new Raft
+/// leader (1.2-1.4 s measured) and meets requests routed to the dead
+/// member; a 60 s run measured 9.23 s against the bound of 8.2 s
+/// (takeover after a contender kill 3.5 s before the leader kill): 2 s.
+///
+/// `valkey-sentinel`: the primary is unwritable for the 3.8-3.9 s Sentinel
+/// needs to promote the replica; a 60 s run measured takeovers of 10.59 s
+/// and 11.82 s across a failover against 8.2 s: 4 s.
+fn takeover_slack(engine: &str, duration_secs: u64, lease_secs: u64) -> u64 {
+    match engine {
+        "etcd-3" => 2,
+        "valkey-sentinel" => 4,
+        "valkey-sentinel-wait" => node_fault_hold(duration_secs, lease_secs).as_secs() + 7,
+        _ => 0,
+    }
 }
 
 /// DynamoDB Local accepts any credentials, but the AWS SDK wants some:

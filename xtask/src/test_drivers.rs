@@ -69,7 +69,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let work_dir = engines::work_dir();
     std::fs::create_dir_all(&work_dir)
         .with_context(|| format!("creating {}", work_dir.display()))?;
-    let binaries = build_test_binaries()?;
+    let mut binaries = build_test_binaries()?;
+    let copies = keep_private_copies(&mut binaries, &selected, &work_dir)?;
 
     let mut outcomes = Vec::new();
     for engine in selected {
@@ -82,6 +83,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         );
     }
 
+    let _ = std::fs::remove_dir_all(&copies);
     println!();
     println!("== test-drivers summary ==");
     println!(
@@ -179,6 +181,40 @@ fn build_test_binaries() -> anyhow::Result<HashMap<(String, String), TestBinary>
         "building the test binaries failed ({status})"
     );
     Ok(binaries)
+}
+
+/// Copies the selected engines' test binaries under `work_dir` and points
+/// at the copies. Worktrees of this workspace sharing one
+/// `CARGO_TARGET_DIR` build to the same file names (cargo hashes path
+/// packages relative to the workspace root), so another checkout's build
+/// could replace a binary while the suites run; the copy taken right after
+/// the build keeps this checkout's.
+fn keep_private_copies(
+    binaries: &mut HashMap<(String, String), TestBinary>,
+    selected: &[&Engine],
+    work_dir: &Path,
+) -> anyhow::Result<PathBuf> {
+    let private = work_dir.join(format!("test-binaries-{}", std::process::id()));
+    std::fs::create_dir_all(&private).with_context(|| format!("creating {}", private.display()))?;
+    for engine in selected {
+        for (package, test) in engine.suites {
+            let key = (package.to_string(), test.to_string());
+            let Some(binary) = binaries.get_mut(&key) else {
+                continue;
+            };
+            if binary.executable.starts_with(&private) {
+                continue;
+            }
+            let Some(name) = binary.executable.file_name() else {
+                continue;
+            };
+            let copy = private.join(name);
+            std::fs::copy(&binary.executable, &copy)
+                .with_context(|| format!("copying {}", binary.executable.display()))?;
+            binary.executable = copy;
+        }
+    }
+    Ok(private)
 }
 
 /// `(package, target)` and the executable of a `compiler-artifact` message

@@ -80,6 +80,12 @@ pub struct Report {
     pub zombie_late_accepted: u64,
     /// Entries in the resource's log.
     pub log_entries: u64,
+    /// Acquisitions handed a token not above one issued before (the
+    /// fencing counter went back, as after a failover that lost writes).
+    pub tokens_reused: u64,
+    /// Writes a non-zombie started after its lease ended, in real time
+    /// (see [`crate::clock::acting_past_lease`]; filled in by the harness).
+    pub writes_past_lease: u64,
     /// Every violation, readable.
     pub violations: Vec<String>,
 }
@@ -101,7 +107,7 @@ impl Report {
     /// stale accepted / unanswered, violations.
     pub fn summary_line(&self) -> String {
         format!(
-            "kills {} pauses {} partitions {} | takeovers {} worst {} (after kill {}) | accepted {} stale-rejected {} stale-accepted {} unanswered {} | violations {}",
+            "kills {} pauses {} partitions {} | takeovers {} worst {} (after kill {}) | accepted {} stale-rejected {} stale-accepted {} unanswered {} | tokens-reused {} past-lease {} | violations {}",
             self.kills,
             self.pauses,
             self.partitions,
@@ -112,6 +118,8 @@ impl Report {
             self.stale_rejected,
             self.stale_accepted,
             self.writes_failed,
+            self.tokens_reused,
+            self.writes_past_lease,
             self.violations.len()
         )
     }
@@ -148,6 +156,11 @@ impl fmt::Display for Report {
             f,
             "zombie writes after loss {} (rejected {}, accepted {})",
             self.zombie_late_writes, self.zombie_late_rejected, self.zombie_late_accepted
+        )?;
+        writeln!(
+            f,
+            "fencing tokens reused {}  writes started past the lease {}",
+            self.tokens_reused, self.writes_past_lease
         )?;
         if self.violations.is_empty() {
             write!(f, "violations: none")
@@ -232,6 +245,7 @@ pub fn check(records: &[Record], log: &[LogEntry], bounds: Bounds, end_ms: u64) 
                 if let Some(prev) = last_token
                     && *token <= prev
                 {
+                    report.tokens_reused += 1;
                     report.violations.push(format!(
                         "{p} acquired token {token} at {} after token {prev} was issued",
                         r.t_ms

@@ -117,11 +117,11 @@ enum Backend {
     Cassandra(Box<CassandraFence>),
     Dynamo(DynamoFence),
     Valkey {
-        fence: ValkeyFence,
+        fence: Box<ValkeyFence>,
         /// Owns the connection the fence shares.
-        _storage: ValkeyStorage,
+        _storage: Box<ValkeyStorage>,
     },
-    Postgres(PostgresFence, PostgresStorage),
+    Postgres(PostgresFence, Box<PostgresStorage>),
     Etcd(Box<EtcdFence>),
 }
 
@@ -169,15 +169,15 @@ impl Backend {
             Engine::Valkey => {
                 let storage = ValkeyStorage::from_url(url).await?;
                 Ok(Backend::Valkey {
-                    fence: ValkeyFence::new(&storage),
-                    _storage: storage,
+                    fence: Box::new(ValkeyFence::new(&storage)),
+                    _storage: Box::new(storage),
                 })
             }
             Engine::Postgres => {
                 let storage = PostgresStorage::from_url(url).await?;
                 // Idempotent, serialized by an advisory lock.
                 let fence = PostgresFence::create(&storage, TABLE).await?;
-                Ok(Backend::Postgres(fence, storage))
+                Ok(Backend::Postgres(fence, Box::new(storage)))
             }
             Engine::Etcd => {
                 let storage = EtcdStorage::from_url(url).await?;

@@ -19,6 +19,7 @@ use tokio::{
 
 use crate::{
     check::{self, Bounds, Report},
+    clock::{self, FakeClock},
     event::{Event, Record, WriteOutcome, format_line, now_ms, parse_line},
     guarded,
     proxy::FaultProxy,
@@ -53,6 +54,15 @@ pub struct HarnessConfig {
     /// of the engine's own nodes are the caller's (`cargo xtask chaos
     /// --engine cassandra-3` kills, pauses and partitions them meanwhile).
     pub direct: bool,
+    /// Clock-rate fault: the first slot's contenders run under libfaketime
+    /// with their clocks at this rate of real time (`1.15`: 15 % fast,
+    /// `0.77`: 1.3 times slower); their event times are mapped back to real
+    /// time (see [`crate::clock`]).
+    pub clock_rate: Option<f64>,
+    /// Added to the takeover bound: for an engine that refuses writes for
+    /// a known while after a failover (Valkey with `wait_replicas=1` and
+    /// one replica, until the old primary is back as a replica).
+    pub takeover_slack: Duration,
 }
 
 type Shared = Arc<Mutex<Vec<Record>>>;
@@ -192,9 +202,14 @@ pub async fn run(config: HarnessConfig) -> anyhow::Result<Report> {
             + Duration::from_secs(1)
             + d / 20
             + Duration::from_secs(1)
-            + if config.direct { d / 2 } else { Duration::ZERO },
+            + if config.direct { d / 2 } else { Duration::ZERO }
+            + config.takeover_slack,
     };
-    Ok(check::check(&history, &log, bounds, end_ms))
+    let mut report = check::check(&history, &log, bounds, end_ms);
+    let past_lease = clock::acting_past_lease(&history, d);
+    report.writes_past_lease = past_lease.len() as u64;
+    report.violations.extend(past_lease);
+    Ok(report)
 }
 
 struct Ctx<'a> {
@@ -220,7 +235,19 @@ impl Ctx<'_> {
         let prefix = if zombie { "z" } else { "c" };
         let name = format!("{prefix}{}.{}", slot.index, slot.generation);
         let stderr = std::fs::File::create(self.config.work_dir.join(format!("{name}.log")))?;
+        let fake = match self.config.clock_rate {
+            Some(rate) if slot.index == 0 => Some(FakeClock {
+                start_ms: now_ms(),
+                rate,
+            }),
+            _ => None,
+        };
+        let fake_env = match fake {
+            Some(clock) => FakeClock::env(clock.rate).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        };
         let mut child = Command::new(&self.config.contender)
+            .envs(fake_env)
             .args(["--url", &slot.url, "--key", &self.key])
             .args(["--resource", &self.resource, "--name", &name])
             .args(["--lease-secs", &self.config.lease.as_secs().to_string()])
@@ -249,14 +276,19 @@ impl Ctx<'_> {
                         ) {
                             println!("[{proc}] {line}");
                         }
+                        let record = Record {
+                            t_ms,
+                            proc: proc.clone(),
+                            event,
+                        };
+                        let record = match fake {
+                            Some(clock) => clock.record_to_real(record),
+                            None => record,
+                        };
                         records
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
-                            .push(Record {
-                                t_ms,
-                                proc: proc.clone(),
-                                event,
-                            });
+                            .push(record);
                     }
                     Err(err) => tracing::warn!(%err, "ignoring a contender line"),
                 }

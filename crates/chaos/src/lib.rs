@@ -71,6 +71,7 @@
 //! ```
 
 pub mod check;
+pub mod clock;
 pub mod contender;
 pub mod event;
 pub mod guarded;

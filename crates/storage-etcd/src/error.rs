@@ -98,8 +98,13 @@ fn classify_status(code: Code, message: &str, lost: ErrorKind) -> ErrorKind {
         | Code::OutOfRange
         | Code::AlreadyExists => ErrorKind::Permanent,
         Code::ResourceExhausted | Code::NotFound => ErrorKind::Transient,
-        // Refused before proposing: no leader, or this member cannot serve.
-        Code::Unavailable if message.contains("no leader") || message.contains("not capable") => {
+        // Refused before proposing: no leader, or this member cannot serve;
+        // or never sent: the member's connection could not be opened.
+        Code::Unavailable
+            if message.contains("no leader")
+                || message.contains("not capable")
+                || message.contains("tcp connect error") =>
+        {
             ErrorKind::Transient
         }
         Code::FailedPrecondition if message.contains("leader") => ErrorKind::Transient,
@@ -166,5 +171,7 @@ mod tests {
         assert_eq!(classify(&busy, Op::Write), ErrorKind::Transient);
         let lease = status(Code::NotFound, "etcdserver: requested lease not found");
         assert_eq!(classify(&lease, Op::Write), ErrorKind::Transient);
+        let unsent = status(Code::Unavailable, "tcp connect error");
+        assert_eq!(classify(&unsent, Op::Write), ErrorKind::Transient);
     }
 }

@@ -212,18 +212,18 @@ impl EtcdFence {
     /// Errors are classified like the storage's reads.
     pub async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
         let prefix = self.log_prefix(resource);
-        let mut client = self.client.clone();
-        let response = client
-            .get(
-                prefix.as_str(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_sort(SortTarget::Create, SortOrder::Ascend),
-                ),
-            )
-            .await
-            .map_err(|err| storage_error(classify(&err, Op::Read), "reading a fenced log", err))?;
+        let response = crate::unsent::retry(|| {
+            let mut client = self.client.clone();
+            let prefix = prefix.clone();
+            async move {
+                let options = GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend);
+                client.get(prefix, Some(options)).await
+            }
+        })
+        .await
+        .map_err(|err| storage_error(classify(&err, Op::Read), "reading a fenced log", err))?;
         let mut entries = Vec::new();
         for kv in response.kvs() {
             // `<20 digits>-<16 hex>`; longer suffixes belong to resources
@@ -286,11 +286,13 @@ impl EtcdFence {
             )])
             .and_then([TxnOp::get(fence.as_str(), None)])
             .or_else([TxnOp::put(fence.as_str(), token.as_str(), None), write]);
-        let mut client = self.client.clone();
-        client
-            .txn(txn)
-            .await
-            .map_err(|err| storage_error(classify(&err, Op::Write), what, err))
+        crate::unsent::retry(|| {
+            let mut client = self.client.clone();
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+        .map_err(|err| storage_error(classify(&err, Op::Write), what, err))
     }
 }
 

@@ -54,7 +54,12 @@
 //!
 //! Raft replicates synchronously to a quorum: a new leader has every
 //! acknowledged write, so leases and fencing counters survive member
-//! failures as long as a quorum does.
+//! failures as long as a quorum does. List every member in the URL
+//! (`etcd://m1:2379?endpoint=m2:2379&endpoint=m3:2379`): a request the
+//! client's balancer routed to a member that is down fails before it is
+//! sent ("tcp connect error"), and the driver sends it again (it never
+//! left, so writes too), up to 8 times, so one dead member costs a
+//! failed connection attempt, not an error.
 //!
 //! ## Fencing
 //!
@@ -82,6 +87,7 @@ mod config;
 mod error;
 pub mod fence;
 mod storage;
+mod unsent;
 mod url;
 
 pub use config::{

@@ -13,6 +13,7 @@ use ttl_storage::{
 use crate::{
     config::EtcdConfig,
     error::{ConfigError, Op, classify, classify_connect, storage_error},
+    unsent,
 };
 
 /// A [`TtlStorage`] on an etcd v3 cluster. See the [crate docs](crate).
@@ -76,14 +77,18 @@ impl EtcdStorage {
             tracing::debug!(%url, %err, ?kind, "connecting to etcd failed");
             storage_error(kind, &format!("connecting to {url}"), err)
         };
-        let mut client = Client::connect(config.endpoint_urls(), Some(options))
+        let client = Client::connect(config.endpoint_urls(), Some(options))
             .await
             .map_err(connecting)?;
         // The channel connects lazily: one read proves the cluster answers.
-        client
-            .get(format!("{}__probe__", config.prefix), None)
-            .await
-            .map_err(connecting)?;
+        let probe = format!("{}__probe__", config.prefix);
+        unsent::retry(|| {
+            let mut client = client.clone();
+            let probe = probe.clone();
+            async move { client.get(probe, None).await }
+        })
+        .await
+        .map_err(connecting)?;
         tracing::debug!(%url, prefix = %config.prefix, "etcd storage connected");
         Ok(EtcdStorage { client, config })
     }
@@ -111,8 +116,12 @@ impl EtcdStorage {
             return Ok(0);
         }
         let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-        let mut client = self.client.clone();
-        let lease = client.lease_grant(secs, None).await.map_err(|err| {
+        let lease = unsent::retry(|| {
+            let mut client = self.client.clone();
+            async move { client.lease_grant(secs, None).await }
+        })
+        .await
+        .map_err(|err| {
             storage_error(
                 classify(&err, Op::Read),
                 &format!("{what}: lease grant"),
@@ -139,8 +148,12 @@ impl EtcdStorage {
     /// Runs a conditional transaction. When it certainly was not applied,
     /// `fresh` (the lease granted for it) is revoked.
     async fn txn(&self, what: &str, txn: Txn, fresh: i64) -> Result<TxnResponse> {
-        let mut client = self.client.clone();
-        match client.txn(txn).await {
+        let sent = unsent::retry(|| {
+            let mut client = self.client.clone();
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        });
+        match sent.await {
             Ok(response) => {
                 if !response.succeeded() {
                     self.revoke_later(fresh);
@@ -244,13 +257,13 @@ impl TtlStorage for EtcdStorage {
                 time_left: TimeLeft::Never,
             }));
         }
-        let left = self
-            .client
-            .clone()
-            .lease_time_to_live(lease, None)
-            .await
-            .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?
-            .ttl();
+        let left = unsent::retry(|| {
+            let mut client = self.client.clone();
+            async move { client.lease_time_to_live(lease, None).await }
+        })
+        .await
+        .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?
+        .ttl();
         Ok(Some(Entry {
             value,
             time_left: lease_time_left(left),
@@ -276,12 +289,14 @@ impl TtlStorage for EtcdStorage {
 impl EtcdStorage {
     /// The key's record as etcd holds it (value and lease), if any.
     async fn read(&self, key: &Key) -> Result<Option<KeyValue>> {
-        let mut response = self
-            .client
-            .clone()
-            .get(self.server_key(key), None)
-            .await
-            .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?;
+        let server_key = self.server_key(key);
+        let mut response = unsent::retry(|| {
+            let mut client = self.client.clone();
+            let server_key = server_key.clone();
+            async move { client.get(server_key, None).await }
+        })
+        .await
+        .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?;
         Ok(response.take_kvs().into_iter().next())
     }
 }
@@ -299,8 +314,14 @@ fn lease_time_left(seconds: i64) -> TimeLeft {
 const WATCH_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Waits for the delete of `key` (true), or returns false on an error.
-async fn watch_until_deleted(mut client: Client, key: String) -> bool {
-    let current = match client.get(key.as_str(), None).await {
+async fn watch_until_deleted(client: Client, key: String) -> bool {
+    let current = match unsent::retry(|| {
+        let mut client = client.clone();
+        let key = key.clone();
+        async move { client.get(key, None).await }
+    })
+    .await
+    {
         Ok(current) => current,
         Err(err) => {
             tracing::debug!(%err, "etcd watch: reading the key failed");
@@ -312,10 +333,15 @@ async fn watch_until_deleted(mut client: Client, key: String) -> bool {
     }
     // From the next revision: a delete after the read is never missed.
     let from = current.header().map_or(0, |h| h.revision()) + 1;
-    let options = WatchOptions::new()
-        .with_start_revision(from)
-        .with_filters([WatchFilterType::NoPut]);
-    let (_watcher, mut stream) = match client.watch(key.as_str(), Some(options)).await {
+    let started = unsent::retry(|| {
+        let mut client = client.clone();
+        let key = key.clone();
+        let options = WatchOptions::new()
+            .with_start_revision(from)
+            .with_filters([WatchFilterType::NoPut]);
+        async move { client.watch(key, Some(options)).await }
+    });
+    let (_watcher, mut stream) = match started.await {
         Ok(watch) => watch,
         Err(err) => {
             tracing::debug!(%err, "etcd watch: starting the watch failed");

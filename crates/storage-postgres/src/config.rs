@@ -90,6 +90,9 @@ impl FromStr for SslMode {
 pub struct PostgresConfig {
     pub(crate) host: String,
     pub(crate) port: u16,
+    /// Further servers of the same cluster, tried in order after the first
+    /// (the first that accepts writes is used).
+    pub(crate) other_hosts: Vec<(String, u16)>,
     pub(crate) user: String,
     pub(crate) password: Option<String>,
     pub(crate) dbname: String,
@@ -132,6 +135,15 @@ impl PostgresConfig {
     /// The server's port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Every server as `(host, port)`, the first one first: the driver
+    /// connects to the first of them that accepts writes
+    /// (`target_session_attrs=read-write`).
+    pub fn hosts(&self) -> Vec<(&str, u16)> {
+        std::iter::once((self.host.as_str(), self.port))
+            .chain(self.other_hosts.iter().map(|(h, p)| (h.as_str(), *p)))
+            .collect()
     }
 
     /// The user name.
@@ -195,15 +207,20 @@ impl PostgresConfig {
     /// The server as a URL with the password replaced by `***`, for logs
     /// and error messages.
     pub fn redacted_url(&self) -> String {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
+        let hosts: Vec<String> = self
+            .hosts()
+            .into_iter()
+            .map(|(host, port)| match host.contains(':') {
+                true => format!("[{host}]:{port}"),
+                false => format!("{host}:{port}"),
+            })
+            .collect();
         let password = if self.password.is_some() { ":***" } else { "" };
         format!(
-            "postgres://{}{password}@{host}:{}/{}",
-            self.user, self.port, self.dbname
+            "postgres://{}{password}@{}/{}",
+            self.user,
+            hosts.join(","),
+            self.dbname
         )
     }
 }
@@ -213,6 +230,7 @@ impl PostgresConfig {
 pub struct PostgresConfigBuilder {
     host: Option<String>,
     port: u16,
+    other_hosts: Vec<(String, u16)>,
     user: String,
     password: Option<String>,
     dbname: Option<String>,
@@ -231,6 +249,7 @@ impl Default for PostgresConfigBuilder {
         PostgresConfigBuilder {
             host: None,
             port: DEFAULT_PORT,
+            other_hosts: Vec::new(),
             user: "postgres".to_string(),
             password: None,
             dbname: None,
@@ -256,6 +275,14 @@ impl PostgresConfigBuilder {
     /// The server's port (default [`DEFAULT_PORT`]).
     pub fn port(mut self, port: u16) -> Self {
         self.port = port;
+        self
+    }
+
+    /// Another server of the same cluster (a standby that may be promoted),
+    /// tried after the ones before it; repeatable. The driver always asks
+    /// for a read-write session, so it connects to the current primary.
+    pub fn other_host(mut self, host: impl Into<String>, port: u16) -> Self {
+        self.other_hosts.push((host.into(), port));
         self
     }
 
@@ -348,9 +375,13 @@ impl PostgresConfigBuilder {
         }
         check_timeout("timeout", self.request_timeout)?;
         check_timeout("connect_timeout", self.connect_timeout)?;
+        if self.other_hosts.iter().any(|(h, _)| h.is_empty()) {
+            return Err(ConfigError::NoHost);
+        }
         Ok(PostgresConfig {
             host,
             port: self.port,
+            other_hosts: self.other_hosts,
             user: self.user,
             password: self.password,
             dbname,

@@ -20,6 +20,13 @@ pub enum ConfigError {
     /// No host was given.
     #[error("a host is required")]
     NoHost,
+    /// One of several comma-separated servers is not `host[:port]`.
+    #[error("bad server {0:?} in the host list: expected host[:port]")]
+    BadHost(String),
+    /// `target_session_attrs` other than `read-write` (the driver always
+    /// needs a server that accepts writes).
+    #[error("target_session_attrs {0:?} is not supported: the driver always uses read-write")]
+    BadTargetSessionAttrs(String),
     /// The user name is empty.
     #[error("a user name is required")]
     NoUser,

@@ -78,7 +78,12 @@
 //! acknowledged write, leases and fencing counters included. With
 //! asynchronous replication a promoted standby can miss the last
 //! acknowledged writes: a lease can vanish and the fencing counter can go
-//! back (see `docs/guarantees.md`). `synchronous_commit = off` loses
+//! back (see `docs/guarantees.md`); [`PostgresStorage::connect`] logs a
+//! warning when the server has standbys but commits do not wait for one
+//! ([`PostgresStorage::replication`] reads it). Give every server of the
+//! cluster in the URL (`postgres://u:pw@pg-a:5432,pg-b:5432/db`): the
+//! driver connects to the one that accepts writes, the promoted standby
+//! after a failover. `synchronous_commit = off` loses
 //! acknowledged writes on a crash even without failover: do not use it for
 //! the lease table.
 //!
@@ -117,6 +122,7 @@ mod config;
 mod error;
 pub mod fence;
 mod listen;
+mod replication;
 mod schema;
 mod storage;
 mod tls;
@@ -127,4 +133,5 @@ pub use config::{
     DEFAULT_TABLE, PostgresConfig, PostgresConfigBuilder, SslMode,
 };
 pub use error::ConfigError;
+pub use replication::Replication;
 pub use storage::PostgresStorage;

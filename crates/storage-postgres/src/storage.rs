@@ -139,9 +139,10 @@ impl PostgresStorage {
     pub async fn connect(config: PostgresConfig) -> Result<Self> {
         let url = config.redacted_url();
         let mut pg = tokio_postgres::Config::new();
-        pg.host(&config.host)
-            .port(config.port)
-            .user(&config.user)
+        for (host, port) in config.hosts() {
+            pg.host(host).port(port);
+        }
+        pg.user(&config.user)
             .dbname(&config.dbname)
             .connect_timeout(config.connect_timeout)
             .application_name("storage-postgres")
@@ -215,6 +216,7 @@ impl PostgresStorage {
             ))
         })??;
         tracing::debug!(%url, table = %storage.config.qualified_table(), "postgres storage connected");
+        storage.warn_without_synchronous_replication().await;
         // The listener connects in parallel; watches answer unsupported
         // until it listens.
         let deadline = tokio::time::Instant::now() + storage.config.connect_timeout;

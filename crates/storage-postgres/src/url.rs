@@ -11,11 +11,15 @@ impl PostgresConfig {
     /// Parses a URL:
     ///
     /// ```text
-    /// postgres://[user[:password]@]host[:port][/dbname][?param=value&...]
+    /// postgres://[user[:password]@]host[:port][,host[:port]...][/dbname][?param=value&...]
     /// ```
     ///
     /// `postgresql://` is accepted too. User, password and database may be
-    /// percent-encoded. Parameters (unknown ones are errors):
+    /// percent-encoded. Several servers (libpq's multi-host form: a primary
+    /// and its standbys) are tried in order, and the driver connects to the
+    /// first that accepts writes (`target_session_attrs=read-write`, always
+    /// on): after a failover it finds the promoted standby. Parameters
+    /// (unknown ones are errors):
     ///
     /// | parameter | meaning | default |
     /// |---|---|---|
@@ -27,6 +31,7 @@ impl PostgresConfig {
     /// | `pool_size` | pooled connections | `8` |
     /// | `timeout` | timeout of one statement (`500ms`, `5s`, ...) | `5s` |
     /// | `connect_timeout` | timeout for opening a connection | `5s` |
+    /// | `target_session_attrs` | only `read-write` (what the driver always asks for) | `read-write` |
     ///
     /// ```
     /// use storage_postgres::{PostgresConfig, SslMode};
@@ -40,9 +45,16 @@ impl PostgresConfig {
     /// assert_eq!(config.ssl_mode(), SslMode::VerifyFull);
     /// assert_eq!(config.table(), "leader_leases");
     /// assert_eq!(config.redacted_url(), "postgres://app:***@db.internal:5432/leases");
+    ///
+    /// let ha = PostgresConfig::from_url(
+    ///     "postgres://app@pg-a:5432,pg-b:5433/leases?target_session_attrs=read-write",
+    /// )
+    /// .unwrap();
+    /// assert_eq!(ha.hosts(), [("pg-a", 5432), ("pg-b", 5433)]);
     /// ```
     pub fn from_url(url: &str) -> Result<PostgresConfig, ConfigError> {
-        let parsed = Url::parse(url).map_err(|err| ConfigError::BadUrl(err.to_string()))?;
+        let (url, other_hosts) = split_hosts(url)?;
+        let parsed = Url::parse(&url).map_err(|err| ConfigError::BadUrl(err.to_string()))?;
         match parsed.scheme() {
             "postgres" | "postgresql" => {}
             other => return Err(ConfigError::BadScheme(other.to_string())),
@@ -53,6 +65,9 @@ impl PostgresConfig {
             None => return Err(ConfigError::NoHost),
         };
         let mut builder = PostgresConfig::builder().host(host);
+        for (host, port) in other_hosts {
+            builder = builder.other_host(host, port);
+        }
         if let Some(port) = parsed.port() {
             builder = builder.port(port);
         }
@@ -86,11 +101,62 @@ impl PostgresConfig {
                 "connect_timeout" => {
                     builder.connect_timeout(parse_duration("connect_timeout", &value)?)
                 }
+                "target_session_attrs" => match value.as_ref() {
+                    "read-write" => builder,
+                    other => return Err(ConfigError::BadTargetSessionAttrs(other.to_string())),
+                },
                 _ => return Err(ConfigError::UnknownParameter(name.into_owned())),
             };
         }
         builder.build()
     }
+}
+
+/// The URL with only the first server of a comma-separated host list, and
+/// the others as `(host, port)`.
+fn split_hosts(url: &str) -> Result<(String, Vec<(String, u16)>), ConfigError> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Ok((url.to_string(), Vec::new()));
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => authority.split_at(at + 1),
+        None => ("", authority),
+    };
+    let mut list = hosts.split(',');
+    let first = list.next().unwrap_or_default();
+    let mut others = Vec::new();
+    for server in list {
+        others.push(parse_server(server)?);
+    }
+    Ok((format!("{scheme}://{userinfo}{first}{tail}"), others))
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`.
+fn parse_server(server: &str) -> Result<(String, u16), ConfigError> {
+    let bad = || ConfigError::BadHost(server.to_string());
+    let (host, port) = match server.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']').ok_or_else(bad)?;
+            match after {
+                "" => (host, None),
+                _ => (host, Some(after.strip_prefix(':').ok_or_else(bad)?)),
+            }
+        }
+        None => match server.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (server, None),
+        },
+    };
+    if host.is_empty() || host.contains(['@', ':', '/']) && !server.starts_with('[') {
+        return Err(bad());
+    }
+    let port = match port {
+        Some(port) => port.parse::<u16>().map_err(|_| bad())?,
+        None => crate::DEFAULT_PORT,
+    };
+    Ok((host.to_string(), port))
 }
 
 fn decode(text: &str, what: &'static str) -> Result<String, ConfigError> {
@@ -218,6 +284,35 @@ mod tests {
                 Err(expected),
                 "{url}"
             );
+        }
+    }
+
+    #[test]
+    fn several_servers_in_libpq_form() {
+        let config = PostgresConfig::from_url(
+            "postgresql://u:pw@10.0.0.1:5432,10.0.0.2,[::1]:6432/db?target_session_attrs=read-write&timeout=2s",
+        )
+        .unwrap();
+        assert_eq!(
+            config.hosts(),
+            [("10.0.0.1", 5432), ("10.0.0.2", 5432), ("::1", 6432)]
+        );
+        assert_eq!(config.password.as_deref(), Some("pw"));
+        assert_eq!(config.dbname(), "db");
+        assert_eq!(config.request_timeout(), Duration::from_secs(2));
+        assert_eq!(
+            config.redacted_url(),
+            "postgres://u:***@10.0.0.1:5432,10.0.0.2:5432,[::1]:6432/db"
+        );
+        for (url, expected) in [
+            ("postgres://h1,h2:x/db", ConfigError::BadHost("h2:x".into())),
+            ("postgres://h1,/db", ConfigError::BadHost(String::new())),
+            (
+                "postgres://h?target_session_attrs=any",
+                ConfigError::BadTargetSessionAttrs("any".into()),
+            ),
+        ] {
+            assert_eq!(PostgresConfig::from_url(url), Err(expected), "{url}");
         }
     }
 

@@ -33,9 +33,21 @@ fn base_url() -> String {
     })
 }
 
-/// `POSTGRES_URL` changed by `edit`.
+/// `POSTGRES_URL` with only its first server (a multi-host URL, as
+/// `postgres-ha` sets, lists the current primary first).
+fn first_server_url() -> String {
+    let url = base_url();
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = authority.split_at(authority.rfind('@').map_or(0, |at| at + 1));
+    let first = hosts.split(',').next().unwrap();
+    format!("{scheme}://{userinfo}{first}{tail}")
+}
+
+/// `POSTGRES_URL`'s first server changed by `edit`.
 fn url_with(edit: impl FnOnce(&mut url::Url)) -> String {
-    let mut url = url::Url::parse(&base_url()).unwrap();
+    let mut url = url::Url::parse(&first_server_url()).unwrap();
     edit(&mut url);
     url.to_string()
 }
@@ -45,7 +57,7 @@ fn with_query(query: &str) -> String {
 }
 
 fn server_addr() -> SocketAddr {
-    let url = url::Url::parse(&base_url()).unwrap();
+    let url = url::Url::parse(&first_server_url()).unwrap();
     let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
     let port = url.port().unwrap_or(5432);
     std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
@@ -70,9 +82,11 @@ async fn connect_url(url: &str) -> PostgresStorage {
 }
 
 async fn make_storage() -> DynTtlStorage {
-    let url = url_with(|u| {
-        u.query_pairs_mut().append_pair("pool_size", "4");
-    });
+    // Every server of a multi-host URL (postgres-ha): the shared suite goes
+    // through the driver's choice of the writable one.
+    let base = base_url();
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{separator}pool_size=4");
     let storage = connect_url(&url).await;
     warm_up(&storage).await;
     Arc::new(storage)
@@ -618,4 +632,31 @@ async fn dead_listener_wakes_and_reports_unsupported() {
         "watch still supported without a listener"
     );
     assert!(direct.compare_and_delete(&k, b"a").await.unwrap());
+}
+
+/// What the server says of its replication matches how it was set up:
+/// `POSTGRES_STANDBYS` (set by `cargo xtask test-drivers`; 0 when unset)
+/// standbys stream from it, and with any standby, commits wait for one
+/// (the `postgres-ha` engine runs synchronous replication), so the
+/// driver's failover warning stays silent.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn replication_matches_the_setup() {
+    let expected: u32 = std::env::var("POSTGRES_STANDBYS")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0);
+    let s = storage_postgres::PostgresStorage::from_url(&base_url())
+        .await
+        .unwrap();
+    let mut replication = s.replication().await.unwrap();
+    // A standby may still be (re)connecting right after start or failover.
+    for _ in 0..50 {
+        if replication.standbys == expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        replication = s.replication().await.unwrap();
+    }
+    assert_eq!(replication.standbys, expected, "{replication:?}");
+    assert!(!replication.failover_can_lose_writes(), "{replication:?}");
 }

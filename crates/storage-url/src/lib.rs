@@ -13,8 +13,9 @@
 //! | `scylla://[user:pw@]host[:port][,host...]/keyspace[?...]`, `cassandra://` | `storage-scylla` | `scylla` |
 //! | `dynamodb://TABLE?region=R[&endpoint=URL...]` | `storage-dynamo` | `dynamodb` |
 //! | `redis://`, `rediss://` (TLS), `valkey://`, `valkeys://` | `storage-valkey` | `valkey` |
-//! | `postgres://`, `postgresql://` | `storage-postgres` | `postgres` |
-//! | `etcd://`, `etcds://` (TLS) | `storage-etcd` | `etcd` |
+//! | `redis-sentinel://s1:26379,s2:26379/service` (also `rediss-`, `valkey-`, `valkeys-sentinel`): the primary found through Sentinels | `storage-valkey` | `valkey` |
+//! | `postgres://`, `postgresql://`; several servers `postgres://u:pw@pg-a:5432,pg-b:5432/db` (the one that accepts writes) | `storage-postgres` | `postgres` |
+//! | `etcd://`, `etcds://` (TLS); every member `etcd://m1:2379?endpoint=m2:2379&endpoint=m3:2379` | `storage-etcd` | `etcd` |
 //!
 //! A URL is checked when parsed ([`StorageUrl::from_str`](std::str::FromStr)),
 //! so a bad one is a usage error before anything connects; a scheme whose
@@ -92,7 +93,7 @@ pub enum Engine {
     Cassandra,
     /// `dynamodb://`.
     DynamoDb,
-    /// `redis://`, `rediss://`, `valkey://`, `valkeys://`.
+    /// `redis://`, `rediss://`, `valkey://`, `valkeys://`, `redis-sentinel://`, ...
     Valkey,
     /// `postgres://`, `postgresql://`.
     Postgres,

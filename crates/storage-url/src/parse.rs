@@ -52,7 +52,8 @@ pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
             Err(err) => Err(invalid(Box::new(err))),
         },
         #[cfg(feature = "valkey")]
-        "redis" | "rediss" | "valkey" | "valkeys" => {
+        "redis" | "rediss" | "valkey" | "valkeys" | "redis-sentinel" | "rediss-sentinel"
+        | "valkey-sentinel" | "valkeys-sentinel" => {
             match storage_valkey::ValkeyConfig::from_url(raw) {
                 Ok(_) => Ok(Kind::Valkey),
                 Err(err) => Err(invalid(Box::new(err))),
@@ -98,10 +99,16 @@ pub(crate) fn endpoint(kind: &Kind, raw: &str) -> Option<String> {
                 endpoint.port_or_known_default()?
             ))
         }
+        // Sentinels name the primary: no one address to proxy.
+        #[cfg(feature = "valkey")]
+        Kind::Valkey if raw.contains("-sentinel") => None,
         #[cfg(feature = "valkey")]
         Kind::Valkey => host_and_port(raw),
         #[cfg(feature = "postgres")]
         Kind::Postgres => host_and_port(raw),
+        // More endpoints in `endpoint=` parameters: not one address.
+        #[cfg(feature = "etcd")]
+        Kind::Etcd if raw.contains("endpoint=") => None,
         #[cfg(feature = "etcd")]
         Kind::Etcd => host_and_port(raw),
         _ => {
@@ -285,6 +292,37 @@ mod tests {
             "postgres://u:p@db/leases?sslmode=prefer".parse::<StorageUrl>(),
             Err(UrlError::Invalid { .. })
         ));
+    }
+
+    #[cfg(all(feature = "valkey", feature = "postgres", feature = "etcd"))]
+    #[test]
+    fn replicated_engine_urls() {
+        let sentinel: StorageUrl =
+            "redis-sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster?wait_replicas=1"
+                .parse()
+                .unwrap();
+        assert_eq!(sentinel.engine(), crate::Engine::Valkey);
+        assert_eq!(
+            sentinel.to_string(),
+            "redis-sentinel://:***@127.0.0.1:26379,127.0.0.1:26380/mymaster?wait_replicas=1"
+        );
+        assert_eq!(sentinel.endpoint(), None);
+        assert!(matches!(
+            "redis-sentinel://h1/".parse::<StorageUrl>(),
+            Err(UrlError::Invalid { .. })
+        ));
+        let pg: StorageUrl =
+            "postgres://u:p@pg-a:5432,pg-b:5433/db?target_session_attrs=read-write"
+                .parse()
+                .unwrap();
+        assert_eq!(pg.engine(), crate::Engine::Postgres);
+        assert_eq!(pg.endpoint(), None);
+        let etcd: StorageUrl = "etcd://m1:2379?endpoint=m2:2379&endpoint=m3:2379"
+            .parse()
+            .unwrap();
+        assert_eq!(etcd.endpoint(), None);
+        let single: StorageUrl = "etcd://m1:2379".parse().unwrap();
+        assert_eq!(single.endpoint().as_deref(), Some("m1:2379"));
     }
 
     #[cfg(feature = "dynamodb")]

@@ -42,22 +42,31 @@ pub(crate) const DRIVERS: &[Driver] = &[
         help: "dynamodb://TABLE?region=R[&endpoint=URL] (DynamoDB)",
     },
     Driver {
-        schemes: &["redis", "rediss", "valkey", "valkeys"],
+        schemes: &[
+            "redis",
+            "rediss",
+            "valkey",
+            "valkeys",
+            "redis-sentinel",
+            "rediss-sentinel",
+            "valkey-sentinel",
+            "valkeys-sentinel",
+        ],
         feature: Some("valkey"),
         built_in: cfg!(feature = "valkey"),
-        help: "redis://[user:password@]host[:port][/db] (Valkey, Redis; rediss:// for TLS)",
+        help: "redis://[user:password@]host[:port][/db] (Valkey, Redis; rediss:// for TLS); redis-sentinel://host[:port][,host[:port]...]/service[/db] (the primary found through Sentinels); ?wait_replicas=N: a write counts once N replicas have it",
     },
     Driver {
         schemes: &["postgres", "postgresql"],
         feature: Some("postgres"),
         built_in: cfg!(feature = "postgres"),
-        help: "postgres://user:password@host[:port]/database[?sslmode=require] (PostgreSQL)",
+        help: "postgres://user:password@host[:port][,host[:port]...]/database[?sslmode=require] (PostgreSQL; several hosts: the one that accepts writes)",
     },
     Driver {
         schemes: &["etcd", "etcds"],
         feature: Some("etcd"),
         built_in: cfg!(feature = "etcd"),
-        help: "etcd://host[:port] (etcd v3; etcds:// for TLS)",
+        help: "etcd://host[:port][?endpoint=host:port...] (etcd v3, every member in endpoint=; etcds:// for TLS)",
     },
 ];
 

@@ -3,7 +3,10 @@
 
 use std::{fmt, path::PathBuf, time::Duration};
 
-use crate::error::ConfigError;
+use crate::{
+    error::ConfigError,
+    replication::{SentinelSettings, WaitReplicas},
+};
 
 /// The default Valkey / Redis port.
 pub const DEFAULT_PORT: u16 = 6379;
@@ -75,6 +78,8 @@ pub struct ValkeyConfig {
     pub(crate) prefix: String,
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) sentinel: Option<SentinelSettings>,
+    pub(crate) wait: Option<WaitReplicas>,
 }
 
 impl ValkeyConfig {
@@ -128,18 +133,39 @@ impl ValkeyConfig {
         self.connect_timeout
     }
 
+    /// The Sentinels that name the primary, if the primary is discovered
+    /// (`redis-sentinel://` URLs).
+    pub fn sentinel(&self) -> Option<&SentinelSettings> {
+        self.sentinel.as_ref()
+    }
+
+    /// The opt-in replica acknowledgement of each write, if set.
+    pub fn wait_replicas(&self) -> Option<WaitReplicas> {
+        self.wait
+    }
+
     /// The server as a URL without credentials or parameters, for logs and
-    /// error messages (`rediss://host:6380/2`).
+    /// error messages (`rediss://host:6380/2`,
+    /// `redis-sentinel://s1:26379,s2:26379/service`).
     pub fn redacted_url(&self) -> String {
-        let scheme = if self.tls.is_some() {
-            "rediss"
-        } else {
-            "redis"
+        let tls = if self.tls.is_some() { "s" } else { "" };
+        let show = |host: &str, port: u16| match host.contains(':') {
+            true => format!("[{host}]:{port}"),
+            false => format!("{host}:{port}"),
         };
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
+        let (scheme, host) = match &self.sentinel {
+            Some(sentinel) => {
+                let hosts: Vec<String> = sentinel
+                    .sentinels
+                    .iter()
+                    .map(|(h, p)| show(h, *p))
+                    .collect();
+                (
+                    format!("redis{tls}-sentinel"),
+                    format!("{}/{}", hosts.join(","), sentinel.service),
+                )
+            }
+            None => (format!("redis{tls}"), show(&self.host, self.port)),
         };
         let user = match (&self.credentials, self.user()) {
             (Some(_), Some(user)) => format!("{user}:***@"),
@@ -147,7 +173,7 @@ impl ValkeyConfig {
             (None, _) => String::new(),
         };
         let db = self.database.map(|d| format!("/{d}")).unwrap_or_default();
-        format!("{scheme}://{user}{host}:{}{db}", self.port)
+        format!("{scheme}://{user}{host}{db}")
     }
 }
 
@@ -164,6 +190,8 @@ pub struct ValkeyConfigBuilder {
     prefix: String,
     request_timeout: Duration,
     connect_timeout: Duration,
+    sentinel: Option<SentinelSettings>,
+    wait: Option<WaitReplicas>,
 }
 
 impl Default for ValkeyConfigBuilder {
@@ -179,6 +207,8 @@ impl Default for ValkeyConfigBuilder {
             prefix: DEFAULT_PREFIX.to_string(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            sentinel: None,
+            wait: None,
         }
     }
 }
@@ -245,12 +275,53 @@ impl ValkeyConfigBuilder {
         self
     }
 
+    /// Finds the primary through these Sentinels (any that answers), as
+    /// the service `service`, instead of connecting to
+    /// [`host`](Self::host); after a failover the driver reconnects to the
+    /// promoted replica. Replaces the host and port.
+    pub fn sentinel(mut self, sentinels: Vec<(String, u16)>, service: impl Into<String>) -> Self {
+        self.sentinel = Some(SentinelSettings {
+            sentinels,
+            service: service.into(),
+        });
+        self
+    }
+
+    /// After each applied write, `WAIT` until `wait.replicas` replicas
+    /// have it; a write they do not confirm within `wait.timeout` is
+    /// outcome unknown, never success (off by default).
+    pub fn wait_replicas(mut self, wait: WaitReplicas) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
     /// Validates the settings.
     pub fn build(self) -> Result<ValkeyConfig, ConfigError> {
-        let host = self
-            .host
-            .filter(|h| !h.is_empty())
-            .ok_or(ConfigError::NoHost)?;
+        if let Some(sentinel) = &self.sentinel {
+            let bad = sentinel.sentinels.is_empty()
+                || sentinel.sentinels.iter().any(|(h, _)| h.is_empty())
+                || sentinel.service.is_empty()
+                || sentinel.service.contains(['/', ' ']);
+            if bad {
+                return Err(ConfigError::BadSentinel);
+            }
+        }
+        if let Some(wait) = self.wait
+            && (wait.replicas == 0
+                || wait.timeout.is_zero()
+                || wait.timeout >= self.request_timeout)
+        {
+            return Err(ConfigError::BadWaitReplicas);
+        }
+        let host = match &self.sentinel {
+            Some(sentinel) => sentinel.sentinels.first().map(|(h, _)| h.clone()),
+            None => self.host,
+        };
+        let port = match &self.sentinel {
+            Some(sentinel) => sentinel.sentinels.first().map_or(self.port, |(_, p)| *p),
+            None => self.port,
+        };
+        let host = host.filter(|h| !h.is_empty()).ok_or(ConfigError::NoHost)?;
         let credentials = match (self.user, self.password) {
             (Some(_), None) => return Err(ConfigError::UserWithoutPassword),
             (user, Some(password)) => Some(Credentials { user, password }),
@@ -268,13 +339,15 @@ impl ValkeyConfigBuilder {
         check_timeout("connect_timeout", self.connect_timeout)?;
         Ok(ValkeyConfig {
             host,
-            port: self.port,
+            port,
             database: self.database,
             credentials,
             tls,
             prefix: self.prefix,
             request_timeout: self.request_timeout,
             connect_timeout: self.connect_timeout,
+            sentinel: self.sentinel,
+            wait: self.wait,
         })
     }
 }

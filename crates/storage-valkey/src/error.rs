@@ -13,11 +13,23 @@ pub enum ConfigError {
     #[error("not a URL: {0}")]
     BadUrl(String),
     /// The URL's scheme is not one of `redis`, `rediss`, `valkey`, `valkeys`.
-    #[error("URL scheme {0:?} is not redis://, rediss://, valkey:// or valkeys://")]
+    #[error(
+        "URL scheme {0:?} is not redis://, rediss://, valkey://, valkeys:// or redis-sentinel:// (rediss-sentinel://)"
+    )]
     BadScheme(String),
     /// No host was given.
     #[error("a host is required")]
     NoHost,
+    /// A Sentinel URL without Sentinels or service, or with a bad one.
+    #[error(
+        "bad Sentinel URL: expected redis-sentinel://host[:port][,host[:port]...]/service[/database]"
+    )]
+    BadSentinel,
+    /// `wait_replicas` of 0 or not a number, or a `wait_timeout` not below `timeout`.
+    #[error(
+        "bad wait_replicas / wait_timeout: at least 1 replica, and a wait_timeout below the request timeout"
+    )]
+    BadWaitReplicas,
     /// The path is not empty, `/` or `/<database number>`.
     #[error("bad database {0:?}: expected /<number> from 0 to 255")]
     BadDatabase(String),

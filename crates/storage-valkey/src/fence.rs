@@ -127,6 +127,8 @@ pub enum FenceOutcome {
 pub struct ValkeyFence {
     client: Client,
     prefix: String,
+    /// The storage's opt-in replica acknowledgement, applied to accepted writes.
+    wait: Option<crate::WaitReplicas>,
     script: Script,
     append: Script,
     read_log: Script,
@@ -140,6 +142,7 @@ impl ValkeyFence {
         ValkeyFence {
             client: storage.client().clone(),
             prefix: storage.config().prefix().to_string(),
+            wait: storage.config().wait_replicas(),
             script: Script::new(GUARDED_SET),
             append: Script::new(GUARDED_APPEND),
             read_log: Script::new(READ_LOG),
@@ -179,7 +182,11 @@ impl ValkeyFence {
             .run_keys(&self.client, keys, args)
             .await
             .map_err(|err| storage_error(classify(&err, Op::Write), WHAT, err))?;
-        parse_reply(reply)
+        let outcome = parse_reply(reply)?;
+        if let (FenceOutcome::Accepted, Some(wait)) = (outcome, self.wait) {
+            crate::replication::confirm(&self.client, wait, WHAT).await?;
+        }
+        Ok(outcome)
     }
 }
 
@@ -223,9 +230,13 @@ impl ValkeyFence {
             return Err(unexpected(&reply));
         };
         match (items.first(), items.get(1)) {
-            (Some(Value::Integer(1)), Some(Value::Integer(seq))) => Ok(AppendOutcome::Appended {
-                seq: u64::try_from(*seq).map_err(|_| unexpected(&reply))?,
-            }),
+            (Some(Value::Integer(1)), Some(Value::Integer(seq))) => {
+                let seq = u64::try_from(*seq).map_err(|_| unexpected(&reply))?;
+                if let Some(wait) = self.wait {
+                    crate::replication::confirm(&self.client, wait, WHAT).await?;
+                }
+                Ok(AppendOutcome::Appended { seq })
+            }
             (Some(Value::Integer(0)), Some(highest)) => {
                 let highest = highest
                     .as_string()

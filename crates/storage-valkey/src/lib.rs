@@ -55,11 +55,26 @@
 //! a counter that went back. Run one primary (no automatic failover) or
 //! accept that window; see `docs/guarantees.md`.
 //!
+//! With Sentinel, name the Sentinels and the service
+//! (`redis-sentinel://s1:26379,s2:26379,s3:26379/mymaster`): the driver asks
+//! them for the primary and reconnects to the promoted replica after a
+//! failover. The opt-in `wait_replicas=N` (`&wait_timeout=1s`) sends
+//! `WAIT N timeout` after every applied write on the same connection; a
+//! write fewer than `N` replicas acknowledged in time is
+//! [`ttl_storage::ErrorKind::OutcomeUnknown`], never success (it is on the
+//! primary, and a failover now could lose it). Pair it with the server's
+//! `min-replicas-to-write N` / `min-replicas-max-lag`, so a primary cut
+//! off from its replicas refuses writes instead of acknowledging them.
+//! `WAIT` narrows the window but is not consensus: Sentinel may still
+//! promote a replica that missed a write `WAIT` saw acknowledged by
+//! another replica, and `WAIT` holds the connection for up to its timeout
+//! while a replica is missing.
+//!
 //! ## Assumptions
 //!
-//! - One server or one primary. Redis Cluster and Sentinel discovery are
-//!   not supported by this driver's URL (each operation touches one key, so
-//!   nothing else would stop them).
+//! - One server or one primary (found directly or through Sentinel).
+//!   Redis Cluster is not supported by this driver's URL (each operation
+//!   touches one key, so nothing else would stop it).
 //! - Only this driver writes keys under its prefix. Another type at a key
 //!   (a hash, a list) makes operations on it fail with a permanent
 //!   `WRONGTYPE` error.
@@ -107,6 +122,7 @@
 mod config;
 mod error;
 pub mod fence;
+mod replication;
 mod scripts;
 mod storage;
 mod tls;
@@ -117,4 +133,7 @@ pub use config::{
     ValkeyConfig, ValkeyConfigBuilder,
 };
 pub use error::ConfigError;
+pub use replication::{
+    DEFAULT_SENTINEL_PORT, DEFAULT_WAIT_TIMEOUT, SentinelSettings, WaitReplicas,
+};
 pub use storage::ValkeyStorage;

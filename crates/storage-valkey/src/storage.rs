@@ -359,7 +359,10 @@ impl ValkeyStorage {
     pub async fn connect(config: ValkeyConfig) -> Result<Self> {
         let url = config.redacted_url();
         let mut fred_config = Config {
-            server: ServerConfig::new_centralized(config.host.clone(), config.port),
+            server: match &config.sentinel {
+                Some(s) => ServerConfig::new_sentinel(s.sentinels.clone(), s.service.clone()),
+                None => ServerConfig::new_centralized(config.host.clone(), config.port),
+            },
             database: config.database,
             // report the first connection's error instead of retrying it
             fail_fast: true,
@@ -427,6 +430,15 @@ impl ValkeyStorage {
         format!("{}{}", self.config.prefix, key)
     }
 
+    /// With [`ValkeyConfig::wait_replicas`], waits until the replicas have
+    /// the write just applied (outcome unknown if they do not confirm it).
+    async fn confirm(&self, what: &str) -> Result<()> {
+        match self.config.wait {
+            Some(wait) => crate::replication::confirm(&self.client, wait, what).await,
+            None => Ok(()),
+        }
+    }
+
     /// Fails fast, without sending anything, while the connection is down:
     /// the operation was certainly not applied.
     fn ensure_connected(&self, what: &str) -> Result<()> {
@@ -453,7 +465,7 @@ impl ValkeyStorage {
             .await
             .map_err(|err| write_error(what, err))?;
         match reply {
-            Value::Integer(1) => Ok(true),
+            Value::Integer(1) => self.confirm(what).await.map(|()| true),
             Value::Integer(0) => Ok(false),
             other => Err(StorageError::outcome_unknown(format!(
                 "{what}: unexpected script reply {other:?}"
@@ -526,7 +538,7 @@ impl TtlStorage for ValkeyStorage {
             .map_err(|err| write_error(WHAT, err))?;
         match reply {
             Value::Null => Ok(false),
-            Value::String(ref ok) if &**ok == "OK" => Ok(true),
+            Value::String(ref ok) if &**ok == "OK" => self.confirm(WHAT).await.map(|()| true),
             other => Err(StorageError::outcome_unknown(format!(
                 "{WHAT}: unexpected reply {other:?}"
             ))),

@@ -35,15 +35,23 @@ fn base_url() -> String {
     })
 }
 
-/// `VALKEY_URL` changed by `edit`.
+/// One server's URL: `VALKEY_PRIMARY_URL` when `VALKEY_URL` names Sentinels
+/// (`cargo xtask test-drivers --engine valkey-sentinel` sets both), else
+/// `VALKEY_URL`. The cases that edit the URL or put a proxy in front of the
+/// server use it.
+fn direct_url() -> String {
+    std::env::var("VALKEY_PRIMARY_URL").unwrap_or_else(|_| base_url())
+}
+
+/// The direct URL changed by `edit`.
 fn url_with(edit: impl FnOnce(&mut url::Url)) -> String {
-    let mut url = url::Url::parse(&base_url()).unwrap();
+    let mut url = url::Url::parse(&direct_url()).unwrap();
     edit(&mut url);
     url.to_string()
 }
 
 fn server_addr() -> SocketAddr {
-    let url = url::Url::parse(&base_url()).unwrap();
+    let url = url::Url::parse(&direct_url()).unwrap();
     let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
     let port = url.port().unwrap_or(6379);
     std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
@@ -524,10 +532,11 @@ async fn compare_and_delete_publishes_the_key() {
     let url = url_with(|u| u.set_query(Some("prefix=suite-publish:")));
     let s = ValkeyStorage::from_url(&url).await.unwrap();
     assert_eq!(s.watch_channel(), "suite-publish:__deleted");
-    let listener =
-        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&base_url()).unwrap())
-            .build()
-            .unwrap();
+    let listener = fred::prelude::Builder::from_config(
+        fred::prelude::Config::from_url(&direct_url()).unwrap(),
+    )
+    .build()
+    .unwrap();
     let mut messages = listener.message_rx();
     listener.init().await.unwrap();
     listener.subscribe(s.watch_channel()).await.unwrap();
@@ -640,4 +649,45 @@ async fn user_without_channel_rights_deletes_and_polls() {
     );
     assert!(s.compare_and_delete(&k, b"a").await.unwrap());
     assert_eq!(admin.get(&k).await.unwrap(), None);
+}
+
+/// With `wait_replicas`, a write counts only once that many replicas have
+/// it: asking for one replica more than the server has
+/// (`VALKEY_REPLICAS`, set by `cargo xtask test-drivers`; 0 when unset)
+/// makes an applied write outcome unknown, never success, and the write is
+/// in fact on the server; asking for the replicas it has succeeds.
+#[tokio::test]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
+async fn unconfirmed_replication_is_outcome_unknown() {
+    let replicas: u32 = std::env::var("VALKEY_REPLICAS")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0);
+    let too_many = url_with(|u| {
+        u.set_query(Some(&format!(
+            "wait_replicas={}&wait_timeout=200ms",
+            replicas + 1
+        )))
+    });
+    let s = ValkeyStorage::from_url(&too_many).await.unwrap();
+    let k = key("wait");
+    let err = s
+        .insert_if_not_exists(&k, b"a", ttl(20))
+        .await
+        .expect_err("a write no replica confirmed must not succeed");
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert_eq!(s.get(&k).await.unwrap().as_deref(), Some(&b"a"[..]));
+    let err = s
+        .compare_and_swap(&k, b"a", b"b", ttl(20))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    // Not applied: nothing to wait for, a plain answer.
+    assert!(!s.compare_and_swap(&k, b"zzz", b"c", ttl(20)).await.unwrap());
+    if replicas > 0 {
+        let enough =
+            url_with(|u| u.set_query(Some(&format!("wait_replicas={replicas}&wait_timeout=2s"))));
+        let s = ValkeyStorage::from_url(&enough).await.unwrap();
+        assert!(s.compare_and_swap(&k, b"b", b"d", ttl(20)).await.unwrap());
+        assert!(s.compare_and_delete(&k, b"d").await.unwrap());
+    }
 }

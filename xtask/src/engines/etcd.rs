@@ -88,7 +88,7 @@ impl Drop for DataDir {
     }
 }
 
-fn find_binary() -> Result<PathBuf> {
+pub(crate) fn find_binary() -> Result<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     for dir in std::env::split_paths(&path) {
         let candidate = dir.join("etcd");

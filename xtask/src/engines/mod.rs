@@ -7,9 +7,13 @@ mod cassandra3;
 pub(crate) use cassandra3::node_faults;
 mod dynamodb;
 mod etcd;
+mod etcd3;
+pub(crate) mod failover;
 mod postgres;
+mod postgres_ha;
 mod tls;
 mod valkey;
+mod valkey_sentinel;
 
 use std::{
     any::Any,
@@ -219,6 +223,20 @@ pub(crate) fn all() -> Vec<Engine> {
             degraded: None,
         },
         Engine {
+            name: "valkey-sentinel",
+            endpoint_var: "VALKEY_SENTINEL_URL",
+            // The storage-valkey suite reads VALKEY_URL.
+            endpoint_aliases: &["VALKEY_URL"],
+            passthrough_vars: &["VALKEY_PRIMARY_URL", "VALKEY_TLS_URL", "VALKEY_REPLICAS"],
+            start: valkey_sentinel::start,
+            suites: &[("storage-valkey", "suite")],
+            default: true,
+            degraded: Some(Degraded {
+                name: "valkey-sentinel-failover",
+                apply: valkey_sentinel::fail_over,
+            }),
+        },
+        Engine {
             name: "postgres",
             endpoint_var: "POSTGRES_URL",
             endpoint_aliases: &[],
@@ -229,6 +247,20 @@ pub(crate) fn all() -> Vec<Engine> {
             degraded: None,
         },
         Engine {
+            name: "postgres-ha",
+            endpoint_var: "POSTGRES_HA_URL",
+            // The storage-postgres suite reads POSTGRES_URL.
+            endpoint_aliases: &["POSTGRES_URL"],
+            passthrough_vars: &["POSTGRES_TLS_URL", "POSTGRES_STANDBYS"],
+            start: postgres_ha::start,
+            suites: &[("storage-postgres", "suite")],
+            default: true,
+            degraded: Some(Degraded {
+                name: "postgres-ha-promoted",
+                apply: postgres_ha::promote,
+            }),
+        },
+        Engine {
             name: "etcd",
             endpoint_var: "ETCD_URL",
             endpoint_aliases: &[],
@@ -237,6 +269,20 @@ pub(crate) fn all() -> Vec<Engine> {
             suites: &[("storage-etcd", "suite")],
             default: true,
             degraded: None,
+        },
+        Engine {
+            name: "etcd-3",
+            endpoint_var: "ETCD_CLUSTER_URL",
+            // The storage-etcd suite reads ETCD_URL.
+            endpoint_aliases: &["ETCD_URL"],
+            passthrough_vars: &["ETCD_TLS_URL"],
+            start: etcd3::start,
+            suites: &[("storage-etcd", "suite")],
+            default: true,
+            degraded: Some(Degraded {
+                name: "etcd-3-degraded",
+                apply: etcd3::degrade,
+            }),
         },
         Engine {
             name: "pg-example",

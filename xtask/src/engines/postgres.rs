@@ -26,7 +26,7 @@ use super::{Started, free_port, wait_ready};
 /// Where Debian installs the server binaries (`<version>/bin`).
 const DEBIAN_ROOT: &str = "/usr/lib/postgresql";
 /// The user PostgreSQL runs as when we are root.
-const PG_USER: &str = "postgres";
+pub(crate) const PG_USER: &str = "postgres";
 /// How long the server may take to answer a query.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -175,7 +175,7 @@ fn start_cluster(work_dir: &Path, password: Option<&str>) -> Result<Started> {
 }
 
 /// The newest `/usr/lib/postgresql/<version>/bin` holding `initdb`.
-fn find_bin_dir() -> Result<PathBuf> {
+pub(crate) fn find_bin_dir() -> Result<PathBuf> {
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir(DEBIAN_ROOT)
         .into_iter()
         .flatten()
@@ -196,7 +196,7 @@ fn find_bin_dir() -> Result<PathBuf> {
 }
 
 /// Gives `path` to the postgres user.
-fn chown(path: &Path) -> Result<()> {
+pub(crate) fn chown(path: &Path) -> Result<()> {
     let status = Command::new("chown")
         .args([&format!("{PG_USER}:{PG_USER}")])
         .arg(path)
@@ -208,7 +208,7 @@ fn chown(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn is_root() -> Result<bool> {
+pub(crate) fn is_root() -> Result<bool> {
     let out = Command::new("id")
         .arg("-u")
         .output()
@@ -217,7 +217,7 @@ fn is_root() -> Result<bool> {
 }
 
 /// A real query over TCP: `psql -tAc 'SELECT 1'` prints `1`.
-fn select_one(psql: &Path, port: u16, password: Option<&str>) -> bool {
+pub(crate) fn select_one(psql: &Path, port: u16, password: Option<&str>) -> bool {
     let mut cmd = Command::new(psql);
     if let Some(password) = password {
         cmd.env("PGPASSWORD", password);

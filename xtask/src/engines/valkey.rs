@@ -103,7 +103,7 @@ fn version(binary: &Path) -> Result<String> {
 }
 
 /// [`SERVER_VAR`] if set, else the first of [`BINARIES`] found on `PATH`.
-fn find_binary() -> Result<PathBuf> {
+pub(crate) fn find_binary() -> Result<PathBuf> {
     if let Some(binary) = std::env::var_os(SERVER_VAR).filter(|v| !v.is_empty()) {
         let binary = PathBuf::from(binary);
         if !binary.is_file() {

@@ -38,6 +38,14 @@ struct Args {
     /// is then skipped: partition the engine's nodes instead).
     #[arg(long)]
     direct: bool,
+    /// Clock-rate fault: the first slot's contenders run under libfaketime
+    /// at this rate of real time (`1.15` fast, `0.77` slow).
+    #[arg(long)]
+    clock_rate: Option<f64>,
+    /// Seconds added to the takeover bound (an engine that refuses writes
+    /// for a known while after a failover).
+    #[arg(long, default_value_t = 0)]
+    takeover_slack_secs: u64,
     /// Directory for logs (default: a temporary one).
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -56,6 +64,12 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     anyhow::ensure!(args.lease_secs >= 1, "the lease is at least 1 s");
+    if let Some(rate) = args.clock_rate {
+        anyhow::ensure!(
+            rate.is_finite() && (0.1..=10.0).contains(&rate),
+            "--clock-rate {rate}: expected a rate from 0.1 to 10"
+        );
+    }
     let exe = std::env::current_exe()?;
     let contender = exe
         .parent()
@@ -65,6 +79,9 @@ async fn main() -> anyhow::Result<()> {
         .work_dir
         .unwrap_or_else(|| std::env::temp_dir().join(format!("chaos-{}", std::process::id())));
     let lease = Duration::from_secs(args.lease_secs);
+    if let Some(rate) = args.clock_rate {
+        println!("clock-rate fault: slot 0's contenders run at x{rate} (libfaketime)");
+    }
     println!(
         "chaos on {}: {} contenders{}, lease {}s, {}s of faults, logs in {}",
         args.engine,
@@ -88,6 +105,8 @@ async fn main() -> anyhow::Result<()> {
         zombie: !args.no_zombie,
         unfenced: args.unfenced,
         direct: args.direct,
+        clock_rate: args.clock_rate,
+        takeover_slack: Duration::from_secs(args.takeover_slack_secs),
     })
     .await?;
     println!();
