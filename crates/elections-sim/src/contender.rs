@@ -27,8 +27,11 @@ pub struct OpCounts {
     pub campaigns: u64,
     /// Hand-overs that succeeded.
     pub handovers: u64,
-    /// Hand-overs refused (no candidate, or the named one gone); the leader kept leading.
+    /// Hand-overs refused by the library (the named candidate had gone); the
+    /// leader kept leading.
     pub handover_refusals: u64,
+    /// Hand-overs not asked for because nobody was listed (still leading).
+    pub handover_skipped: u64,
     /// Hand-overs that failed otherwise (the leadership ended, a store error).
     pub handover_failures: u64,
     /// Observations reported.
@@ -50,6 +53,7 @@ impl OpCounts {
         self.campaigns += other.campaigns;
         self.handovers += other.handovers;
         self.handover_refusals += other.handover_refusals;
+        self.handover_skipped += other.handover_skipped;
         self.handover_failures += other.handover_failures;
         self.observations += other.observations;
         self.observe_duplicates += other.observe_duplicates;
@@ -144,17 +148,23 @@ pub(crate) async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Wh
 /// One hand-over attempt; false when refused (still leading).
 async fn step_down_by_hand_over(world: &Arc<World>, leadership: &elections::Leadership) -> bool {
     let mut candidates = leadership.candidates().await.unwrap_or_default();
-    // Sorted by value (not by wall-clock `since`) for a reproducible choice.
-    candidates.sort_by(|a, b| a.value.cmp(&b.value));
-    // Named whenever someone waits: the library's unnamed choice (the
-    // longest-waiting, by the candidates' wall clocks) would not replay.
-    // Unnamed only when nobody is listed: the refusal path.
+    // Sorted by value and id (not by wall-clock `since`: an abandoned
+    // candidacy of the same contender may still be listed beside its new
+    // one) for a reproducible choice.
+    candidates.sort_by_key(|c| (c.value.clone(), c.id.to_string()));
+    // Always named: the library's unnamed choice (the longest-waiting, by
+    // the candidates' wall clocks) would not replay. Nobody listed: keep
+    // leading without asking (the library's refusal is a suite case).
     let named = {
         let mut s = world.lock();
         let i = s.rng.below(candidates.len().max(1) as u64) as usize;
         candidates.get(i).cloned()
     };
-    let result = leadership.hand_over(named.as_ref()).await;
+    let Some(named) = named else {
+        world.update(|s| s.ops.handover_skipped += 1);
+        return false;
+    };
+    let result = leadership.hand_over(Some(&named)).await;
     let line = match &result {
         Ok(to) => format!(
             "handover {} -> {}",

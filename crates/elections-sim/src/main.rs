@@ -80,11 +80,12 @@ fn main() -> ExitCode {
     println!("leaderships:          {intervals}");
     println!("faults injected:      {} {faults:?}", faults.total());
     println!(
-        "operations:           {} campaigns, {} hand-overs ({} refused: no candidate; {} failed), {} observations",
+        "operations:           {} campaigns, {} hand-overs ({} refused: the named candidate had gone; {} failed; {} not asked: nobody waiting), {} observations",
         ops.campaigns,
         ops.handovers,
         ops.handover_refusals,
         ops.handover_failures,
+        ops.handover_skipped,
         ops.observations
     );
     println!(
