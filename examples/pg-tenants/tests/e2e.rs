@@ -279,12 +279,15 @@ impl Fleet {
             }
         }
         let want: BTreeSet<String> = fleet.pods.iter().cloned().collect();
+        // Generous: nine fleets start at once on two cores in CI (one CI
+        // run of 557 saw 30 s pass before every pod was listed).
         assert!(
             fleet
-                .eventually(Duration::from_secs(30), async |f| f.live_pods().await
+                .eventually(Duration::from_secs(90), async |f| f.live_pods().await
                     == want)
                 .await,
-            "the coordinator does not list every pod"
+            "the coordinator does not list every pod (listed: {:?}, want {want:?})",
+            fleet.live_pods().await
         );
         fleet
     }
