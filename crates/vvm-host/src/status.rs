@@ -83,14 +83,7 @@ pub(crate) fn main(args: &StatusArgs) -> ExitCode {
     if args.watch {
         return match runtime.block_on(watch(args)) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(err) if err.is::<NoStore>() => {
-                eprintln!("vvm-host status: {err:#}");
-                ExitCode::from(NO_STORE)
-            }
-            Err(err) => {
-                eprintln!("vvm-host status: {err:#}");
-                ExitCode::from(crate::exit::DEFAULT_ERROR)
-            }
+            Err(err) => failed(&err),
         };
     }
     match runtime.block_on(run(args)) {
@@ -103,14 +96,17 @@ pub(crate) fn main(args: &StatusArgs) -> ExitCode {
                 ExitCode::from(NO_LEADER)
             }
         }
-        Err(err) if err.is::<NoStore>() => {
-            eprintln!("vvm-host status: {err:#}");
-            ExitCode::from(NO_STORE)
-        }
-        Err(err) => {
-            eprintln!("vvm-host status: {err:#}");
-            ExitCode::from(crate::exit::DEFAULT_ERROR)
-        }
+        Err(err) => failed(&err),
+    }
+}
+
+/// Says why status failed, once, and picks its exit status.
+fn failed(err: &anyhow::Error) -> ExitCode {
+    eprintln!("vvm-host status: {err:#}");
+    if err.is::<NoStore>() {
+        ExitCode::from(NO_STORE)
+    } else {
+        ExitCode::from(crate::exit::DEFAULT_ERROR)
     }
 }
 
