@@ -321,21 +321,7 @@ fn status_names_the_leader_and_reads_only() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no store at"));
     assert!(!file.exists(), "status created the store");
 
-    let mut leader = vvm_host(&[
-        "--storage",
-        &url,
-        "--leadership-duration",
-        "60s",
-        "--",
-        "sleep",
-        "1000",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let (err_rx, _err) = lines(leader.stderr.take().unwrap());
-    wait_for_line(&err_rx, "command started");
+    let mut leader = leader_on(&url);
 
     // While it runs, in another process.
     let live = json_status();

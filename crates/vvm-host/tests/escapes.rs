@@ -78,6 +78,16 @@ fn start(extra: &[&str], script: impl FnOnce(&Path) -> String, stdio: Option<Own
     Host { child, dir }
 }
 
+/// Once the job works: SIGKILL of vvm-host, then its work must stop
+/// before the lease it was granted could expire.
+fn sigkill_and_check(host: &mut Host, what: &str) {
+    wait_for_work(&host.work(), 5);
+    signal(&host.child, Signal::SIGKILL);
+    let _ = host.child.wait();
+    let lease_end = host.lease_end();
+    assert_work_stopped_before(&host.work(), lease_end, what);
+}
+
 /// Escape 1: vvm-host's and the guard's log is a pipe nobody reads any
 /// more (journald, `docker logs` or `| tee` behind a slow disk), filled by
 /// the job itself. With vvm-host stopped, the guard must kill at the
@@ -204,11 +214,7 @@ fn leaves_its_process_group(extra: &[&str]) {
         },
         None,
     );
-    wait_for_work(&host.work(), 5);
-    signal(&host.child, Signal::SIGKILL);
-    let _ = host.child.wait();
-    let lease_end = host.lease_end();
-    assert_work_stopped_before(&host.work(), lease_end, "left its process group");
+    sigkill_and_check(&mut host, "left its process group");
 }
 
 /// The guard stopped (SIGSTOP) and vvm-host asked to shut down: vvm-host
@@ -293,9 +299,5 @@ fn in_subreaper_mode_a_setsid_worker_is_killed_with_vvm_host() {
         },
         None,
     );
-    wait_for_work(&host.work(), 5);
-    signal(&host.child, Signal::SIGKILL);
-    let _ = host.child.wait();
-    let lease_end = host.lease_end();
-    assert_work_stopped_before(&host.work(), lease_end, "subreaper mode");
+    sigkill_and_check(&mut host, "subreaper mode");
 }

@@ -293,21 +293,7 @@ fn no_leadership_in_time_has_its_own_status() {
 
 /// Starts a vvm-host that leads on `url` for a minute, SIGKILLs it.
 fn hold_lease_and_crash(url: &str) -> bool {
-    let mut leader = vvm_host(&[
-        "--storage",
-        url,
-        "--leadership-duration",
-        "60s",
-        "--",
-        "sleep",
-        "1000",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let (err_rx, _err) = lines(leader.stderr.take().unwrap());
-    wait_for_line(&err_rx, "command started");
+    let mut leader = leader_on(url);
     leader.kill().unwrap();
     leader.wait().unwrap();
     stored_key1(Path::new(url.trim_start_matches("redb://"))).is_some()

@@ -49,6 +49,27 @@ pub fn vvm_host(args: &[&str]) -> Command {
     command
 }
 
+/// A vvm-host leading on `url` for a minute (its command `sleep 1000`),
+/// once its command has started; its log is read and dropped.
+pub fn leader_on(url: &str) -> Child {
+    let mut leader = vvm_host(&[
+        "--storage",
+        url,
+        "--leadership-duration",
+        "60s",
+        "--",
+        "sleep",
+        "1000",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let (err_rx, _err) = lines(leader.stderr.take().unwrap());
+    wait_for_line(&err_rx, "command started");
+    leader
+}
+
 /// The record of key 1 in a redb file vvm-host has exited from.
 pub fn stored_key1(path: &std::path::Path) -> Option<Vec<u8>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
