@@ -210,6 +210,23 @@ async fn concurrent_misses_count_as_one_miss_and_coalesced_lookups() {
     pod.member.add_to_destination(&dest("hot")).await.unwrap();
     Delta::take();
 
+    // Hold every Valkey reply for a while (CLIENT PAUSE ALL), so the first
+    // lookup is still in flight when the other calls arrive: without it the
+    // lookup can finish before a loaded two-core machine runs the others,
+    // and they all hit the cache instead of sharing the lookup.
+    let plain = valkey().await;
+    let _: String = plain
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "CLIENT",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            vec!["PAUSE", "500", "ALL"],
+        )
+        .await
+        .expect("CLIENT PAUSE");
+
     let n = 40;
     let barrier = Arc::new(tokio::sync::Barrier::new(n));
     let tasks: Vec<_> = (0..n)

@@ -12,7 +12,7 @@ use ttl_storage::{ErrorKind, Key};
 use crate::{
     LeaderInfo, ServiceContext, ServicePipeline, VvmProblem, VvmStatus,
     cluster_size::{self, Claim},
-    shared::Shared,
+    shutdown::Shared,
 };
 
 /// Longest time an interrupted acquisition spends withdrawing its record.

@@ -2,6 +2,9 @@
 //!
 //! The VVM lifecycle: run application services only while this process
 //! holds leadership of one of `cluster_size` keys, and stop them cleanly.
+//! A *VVM* (Voedger Virtual Machine, the name the design sources give it)
+//! is one node's set of services that must run on at most one node per key
+//! at any moment.
 //! The Rust version of the design's VVM orchestration, with the
 //! `vvm-host` program (the `vvm-host` crate) built on it.
 //!
@@ -108,7 +111,7 @@ mod config;
 mod launcher;
 mod pipeline;
 mod problem;
-mod shared;
+mod shutdown;
 mod status;
 mod vvm;
 

@@ -10,7 +10,7 @@ use ttl_storage::{DynTtlStorage, TtlStorage};
 
 use crate::{
     ConfigError, LeaderInfo, ProblemSignal, ServicePipeline, TaskProbe, VvmConfig, VvmProblem,
-    VvmStatus, launcher, shared::Shared,
+    VvmStatus, launcher, shutdown::Shared,
 };
 
 /// A provided VVM: wired, nothing launched. [`launch`](Self::launch) consumes it.

@@ -1,18 +1,18 @@
-//! Election cases: the original suite's seven, plus renewal, takeover,
-//! faults, killer deadlines, fencing and task hygiene.
+//! Election cases: the original suite's seven, plus takeover, contention,
+//! input checks and task hygiene. Renewal faults are in `renewal.rs`, killer
+//! deadlines in `killer.rs`, fencing tokens in `fencing.rs`.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use elections::{
-    ArmEvent, ArmReason, Elections, ElectionsError, EndReason, Leadership, RecordingKiller,
-    fencing, record,
+    ArmEvent, ArmReason, Elections, ElectionsError, EndReason, Leadership, fencing, record,
 };
 use tokio::time::{Instant, timeout};
 use ttl_storage::{Key, Ttl};
 
 use crate::{Ctx, Fault, Op, ctx::sleep};
 
-async fn acquire(e: &Elections, k: &Key, v: &str, d: Duration) -> Leadership {
+pub(super) async fn acquire(e: &Elections, k: &Key, v: &str, d: Duration) -> Leadership {
     e.acquire_leadership(k, v, d)
         .await
         .expect("acquire failed")
@@ -20,7 +20,7 @@ async fn acquire(e: &Elections, k: &Key, v: &str, d: Duration) -> Leadership {
 }
 
 /// Waits for the handle to fire, at most `within`.
-async fn ended_within(l: &Leadership, within: Duration) -> EndReason {
+pub(super) async fn ended_within(l: &Leadership, within: Duration) -> EndReason {
     let reason = timeout(within, l.ended())
         .await
         .unwrap_or_else(|_| panic!("leadership did not end within {within:?}"));
@@ -28,7 +28,7 @@ async fn ended_within(l: &Leadership, within: Duration) -> EndReason {
     reason
 }
 
-fn count(events: &[ArmEvent], reason: ArmReason) -> usize {
+pub(super) fn count(events: &[ArmEvent], reason: ArmReason) -> usize {
     events.iter().filter(|e| e.reason == reason).count()
 }
 
@@ -280,306 +280,6 @@ pub async fn elections_takeover_only_after_ttl(ctx: Ctx) {
     assert!(lb.fencing_token() > la.fencing_token());
     a.cleanup().await;
     b.cleanup().await;
-}
-
-/// Transient renewal errors are retried; leadership is kept when a retry succeeds.
-pub async fn elections_transient_errors_retried(ctx: Ctx) {
-    let d = ctx.lease();
-    let (e, killer, faulty) = ctx.faulty_elections();
-    let k = ctx.key("leader");
-    let l = acquire(&e, &k, "me", d).await;
-    faulty.inject(Op::Cas, Fault::Transient, 2);
-    sleep(d / 4 + d / 10 + d / 8).await;
-    assert_eq!(faulty.injected(), 2);
-    assert!(l.is_active());
-    let events = killer.events();
-    assert_eq!(count(&events, ArmReason::BeforeRenewal), 3, "{events:#?}");
-    assert_eq!(count(&events, ArmReason::Renewed), 1, "{events:#?}");
-    sleep(d).await;
-    assert!(l.is_active());
-    assert!(killer.kills().is_empty());
-    e.cleanup().await;
-}
-
-/// Three failed attempts end the leadership; the record stays (it may still
-/// protect running work) and the killer stays armed until the owner releases.
-pub async fn elections_released_after_three_failed_attempts(ctx: Ctx) {
-    let d = ctx.lease();
-    let (e, killer, faulty) = ctx.faulty_elections();
-    let k = ctx.key("leader");
-    let l = acquire(&e, &k, "me", d).await;
-    faulty.inject(Op::Cas, Fault::Transient, 3);
-    let reason = ended_within(&l, d / 4 + d / 10 + d / 10 + ctx.margin()).await;
-    assert!(
-        matches!(reason, EndReason::StoreUnavailable { attempts: 3, .. }),
-        "{reason:?}"
-    );
-    assert_eq!(
-        faulty.calls(Op::Cas),
-        1 + 3,
-        "confirming write + three attempts"
-    );
-    assert_eq!(
-        ctx.storage.get(&k).await.unwrap().as_deref(),
-        Some(l.record_value())
-    );
-    assert_ne!(
-        killer.events().last().map(|e| e.reason),
-        Some(ArmReason::Disarmed)
-    );
-    e.release_leadership(&k).await;
-    assert_eq!(ctx.storage.get(&k).await.unwrap(), None);
-    assert_eq!(
-        killer.events().last().map(|e| e.reason),
-        Some(ArmReason::Disarmed)
-    );
-    sleep(d).await;
-    assert!(killer.kills().is_empty());
-    e.cleanup().await;
-}
-
-/// A renewal whose outcome is unknown but was applied: leadership is kept.
-pub async fn elections_outcome_unknown_renewal_applied(ctx: Ctx) {
-    let d = ctx.lease();
-    let (e, killer, faulty) = ctx.faulty_elections();
-    let k = ctx.key("leader");
-    let l = acquire(&e, &k, "me", d).await;
-    faulty.inject(Op::Cas, Fault::UnknownApplied, 1);
-    sleep(d).await;
-    assert!(l.is_active());
-    assert_eq!(faulty.injected(), 1);
-    assert!(
-        faulty.calls(Op::Get) >= 1,
-        "the outcome was not resolved by reading back"
-    );
-    assert!(killer.kills().is_empty());
-    e.cleanup().await;
-}
-
-/// A renewal whose outcome is unknown and was not applied, while the record
-/// was taken: resolved by reading back as a loss, without retrying.
-pub async fn elections_outcome_unknown_renewal_not_applied(ctx: Ctx) {
-    let d = ctx.lease();
-    let (e, killer, faulty) = ctx.faulty_elections();
-    let k = ctx.key("leader");
-    let l = acquire(&e, &k, "me", d).await;
-    faulty.inject(Op::Cas, Fault::UnknownNotApplied, 1);
-    assert!(
-        ctx.storage
-            .compare_and_swap(&k, l.record_value(), b"other", Ttl::new(d).unwrap())
-            .await
-            .unwrap()
-    );
-    let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
-    assert_eq!(
-        reason,
-        EndReason::Stolen {
-            by: Some(b"other".to_vec())
-        }
-    );
-    assert_eq!(faulty.calls(Op::Cas), 2, "confirming write + one attempt");
-    assert_eq!(count(&killer.events(), ArmReason::BeforeRenewal), 1);
-    e.cleanup().await;
-    assert_eq!(ctx.storage.get(&k).await.unwrap(), Some(b"other".to_vec()));
-}
-
-/// An acquisition whose insert has an unknown outcome: applied means leading;
-/// found not applied, the same unique value is inserted again (the first
-/// insert may still land, and would then block the key for a whole lease),
-/// up to three times, then the acquisition fails and the key stays free.
-pub async fn elections_outcome_unknown_acquire(ctx: Ctx) {
-    let d = ctx.lease();
-    let (e, _killer, faulty) = ctx.faulty_elections();
-    let k = ctx.key("applied");
-    faulty.inject(Op::Insert, Fault::UnknownApplied, 1);
-    let l = e.acquire_leadership(&k, "me", d).await.unwrap();
-    assert!(l.is_some(), "an applied insert must end in leadership");
-    assert_eq!(
-        record::leader_value(&ctx.storage.get(&k).await.unwrap().unwrap()),
-        b"me"
-    );
-
-    let k2 = ctx.key("not-applied");
-    let inserts = faulty.calls(Op::Insert);
-    faulty.inject(Op::Insert, Fault::UnknownNotApplied, 1);
-    let l2 = e.acquire_leadership(&k2, "me", d).await.unwrap();
-    assert!(l2.is_some(), "the retried insert must lead");
-    // Two inserts of the record (one retry), one creating its fencing counter.
-    assert_eq!(faulty.calls(Op::Insert) - inserts, 3, "one retry");
-
-    let k3 = ctx.key("never-known");
-    let inserts = faulty.calls(Op::Insert);
-    faulty.inject(Op::Insert, Fault::UnknownNotApplied, 3);
-    let err = e.acquire_leadership(&k3, "me", d).await.unwrap_err();
-    assert!(
-        err.to_string().contains("unknown") || format!("{err:?}").contains("Unknown"),
-        "{err:?}"
-    );
-    assert_eq!(faulty.calls(Op::Insert) - inserts, 3, "three attempts");
-    assert_eq!(
-        ctx.storage.get(&k3).await.unwrap(),
-        None,
-        "the key stays free"
-    );
-    assert!(e.acquire_leadership(&k3, "me", d).await.unwrap().is_some());
-    e.cleanup().await;
-}
-
-/// The killer is armed at the right moments with the right deadlines.
-pub async fn elections_killer_deadlines(ctx: Ctx) {
-    let d = ctx.lease();
-    let (e, killer) = ctx.elections();
-    let k = ctx.key("leader");
-    let before = Instant::now();
-    let _l = acquire(&e, &k, "me", d).await;
-    sleep(d / 4 * 3 + d / 8).await;
-    e.release_leadership(&k).await;
-    let events = killer.events();
-    assert!(events.iter().all(|e| e.key == k));
-    let first = &events[0];
-    assert_eq!(first.reason, ArmReason::Acquired);
-    assert!(first.basis >= before);
-    assert_eq!(first.requested, Some(first.basis + d * 4 / 5));
-    assert_eq!(first.deadline, first.requested);
-    let mut deadline = first.deadline;
-    let mut last_success = first.basis;
-    for ev in &events[1..] {
-        match ev.reason {
-            ArmReason::BeforeRenewal => {
-                assert_eq!(ev.requested, Some(ev.basis + d * 3 / 4));
-                assert!(ev.basis >= last_success + d / 4, "renewed early: {ev:?}");
-                assert_eq!(
-                    ev.deadline,
-                    deadline.min(ev.requested),
-                    "a pre-write arm extended the deadline"
-                );
-            }
-            ArmReason::Renewed => {
-                assert_eq!(ev.requested, Some(ev.basis + d * 4 / 5));
-                assert_eq!(ev.deadline, ev.requested);
-                last_success = ev.basis;
-            }
-            ArmReason::Disarmed => assert_eq!(ev.deadline, None),
-            ArmReason::Acquired => panic!("acquired twice: {ev:?}"),
-        }
-        deadline = ev.deadline;
-    }
-    assert_eq!(count(&events, ArmReason::Renewed), 3, "{events:#?}");
-    assert_eq!(count(&events, ArmReason::BeforeRenewal), 3, "{events:#?}");
-    assert_eq!(events.last().map(|e| e.reason), Some(ArmReason::Disarmed));
-    assert!(killer.kills().is_empty());
-    e.cleanup().await;
-}
-
-/// When the store hangs, the killer fires 0.8 d after the last successful
-/// write started, unless the owner releases first.
-pub async fn elections_killer_fires_when_storage_hangs(ctx: Ctx) {
-    let d = ctx.lease();
-    let (e, killer, faulty) = ctx.faulty_elections();
-    let k = ctx.key("leader");
-    let l = acquire(&e, &k, "me", d).await;
-    faulty.set_latency(Some(d * 10));
-    let reason = ended_within(&l, d * 2).await;
-    assert!(matches!(reason, EndReason::Expired), "{reason:?}");
-    sleep(d).await;
-    let kills = killer.kills();
-    assert_eq!(kills.len(), 1, "{kills:?}");
-    let events = killer.events();
-    let last_success = events
-        .iter()
-        .filter(|e| matches!(e.reason, ArmReason::Acquired | ArmReason::Renewed))
-        .map(|e| e.basis)
-        .max()
-        .unwrap();
-    assert_eq!(kills[0].deadline, last_success + d * 4 / 5);
-    assert!(kills[0].at >= kills[0].deadline);
-    assert!(kills[0].at <= kills[0].deadline + ctx.margin() + Duration::from_millis(50));
-    faulty.set_latency(None);
-    e.cleanup().await;
-}
-
-/// Acquires a key, then has someone else delete the record and waits until
-/// the leader has noticed the loss.
-async fn lose_to_a_delete(ctx: &Ctx) -> (Elections, Arc<RecordingKiller>, Key) {
-    let d = ctx.lease();
-    let (e, killer) = ctx.elections();
-    let k = ctx.key("leader");
-    let l = acquire(&e, &k, "me", d).await;
-    assert!(
-        ctx.storage
-            .compare_and_delete(&k, l.record_value())
-            .await
-            .unwrap()
-    );
-    ended_within(&l, d / 2 + ctx.margin()).await;
-    (e, killer, k)
-}
-
-/// After a loss, the owner's timely release disarms the killer: no kill.
-pub async fn elections_release_after_loss_disarms_killer(ctx: Ctx) {
-    let (e, killer, k) = lose_to_a_delete(&ctx).await;
-    e.release_leadership(&k).await;
-    sleep(ctx.lease() * 2).await;
-    assert!(killer.kills().is_empty());
-    e.cleanup().await;
-}
-
-/// After a loss that the owner never releases, the killer fires.
-pub async fn elections_unreleased_loss_is_killed(ctx: Ctx) {
-    let (e, killer, _k) = lose_to_a_delete(&ctx).await;
-    sleep(ctx.lease()).await;
-    assert_eq!(killer.kills().len(), 1);
-    e.cleanup().await;
-}
-
-/// Fencing tokens strictly increase from holder to holder.
-pub async fn elections_fencing_tokens_increase_across_holders(ctx: Ctx) {
-    let d = ctx.lease();
-    let (a, _ka) = ctx.elections();
-    let (b, _kb) = ctx.elections();
-    let k = ctx.key("leader");
-    let mut last = 0;
-    for round in 0..3 {
-        for (e, name) in [(&a, "a"), (&b, "b")] {
-            let l = acquire(e, &k, name, d).await;
-            assert!(
-                l.fencing_token() > last,
-                "round {round}: {} <= {last}",
-                l.fencing_token()
-            );
-            last = l.fencing_token();
-            e.release_leadership(&k).await;
-        }
-    }
-    a.cleanup().await;
-    b.cleanup().await;
-}
-
-/// Fencing tokens survive restarts of the elections object and expiry of
-/// the leadership record.
-pub async fn elections_fencing_tokens_survive_restart(ctx: Ctx) {
-    let d = ctx.lease();
-    let k = ctx.key("leader");
-    let (e1, _k1) = ctx.elections();
-    let t1 = acquire(&e1, &k, "one", d).await.fencing_token();
-    e1.cleanup().await;
-    drop(e1);
-    let (e2, _k2) = ctx.elections();
-    let t2 = acquire(&e2, &k, "two", d).await.fencing_token();
-    assert!(t2 > t1);
-    // Crash without release: drop, let the record expire.
-    drop(e2);
-    sleep(d + ctx.slack()).await;
-    assert_eq!(ctx.storage.get(&k).await.unwrap(), None);
-    let (e3, _k3) = ctx.elections();
-    let t3 = acquire(&e3, &k, "three", d).await.fencing_token();
-    assert!(t3 > t2);
-    let counter = fencing::counter_key(&k).unwrap();
-    assert_eq!(
-        ctx.storage.get(&counter).await.unwrap(),
-        Some(t3.to_string().into_bytes())
-    );
-    e3.cleanup().await;
 }
 
 /// Several contenders at once: exactly one leads.

@@ -1,15 +1,21 @@
 //! Every case of the suite. Each is `pub async fn(Ctx)` and panics on failure.
 
 mod elections;
+mod fencing;
 mod handover;
+mod killer;
 mod lead;
 mod observe;
+mod renewal;
 mod storage;
 mod watch;
 
 pub use elections::*;
+pub use fencing::*;
 pub use handover::*;
+pub use killer::*;
 pub use lead::*;
 pub use observe::*;
+pub use renewal::*;
 pub use storage::*;
 pub use watch::*;

@@ -1,4 +1,5 @@
-//! The state shared by a launched VVM and its tasks, and the shutdown sequence.
+//! The shutdown order: the state a launched VVM shares with its tasks, and
+//! the sequence that stops the services first and releases leadership after.
 
 use std::sync::{
     Arc, Mutex, MutexGuard, PoisonError,
