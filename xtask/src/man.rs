@@ -10,7 +10,13 @@ use anyhow::{Context, bail};
 /// Where the pages live, from the workspace root.
 const DIR: &str = "crates/vvm-host/doc";
 /// vvm-host's page, then one per subcommand.
-const PAGES: [Option<&str>; 4] = [None, Some("run"), Some("status"), Some("completions")];
+const PAGES: [Option<&str>; 5] = [
+    None,
+    Some("run"),
+    Some("status"),
+    Some("handover"),
+    Some("completions"),
+];
 
 pub(crate) fn run() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,12 +1,19 @@
-//! [`Elections::campaign`]: wait until this instance leads a key.
+//! [`Elections::campaign`]: wait until this instance leads a key, and
+//! [`Standby`], the one attempt it repeats, for callers with their own loop.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use ttl_storage::{ErrorKind, Key, TtlStorage};
 
 use crate::{
-    Elections, ElectionsError, Leadership, candidates::Candidacy, fencing::timed, handover,
-    timing::Timing,
+    CandidateId, Elections, ElectionsError, Leadership, candidates::Candidacy, fencing::timed,
+    handover, telemetry, timing::Timing,
 };
 
 /// The longest pause between two acquisition attempts of a campaign (and
@@ -35,7 +42,9 @@ impl Elections {
     /// candidate record, which a hand-over deletes) may have gone, or for
     /// [`MAX_POLL_INTERVAL`] (a quarter lease if shorter), whichever comes
     /// first. Storage errors that may pass (transient, outcome unknown) are
-    /// logged and retried; cancel the future to stop waiting.
+    /// logged and retried; cancel the future to stop waiting. A caller that
+    /// needs its own loop (several keys, its own deadline) uses
+    /// [`Elections::stand_by`] instead.
     ///
     /// # Errors
     ///
@@ -47,61 +56,203 @@ impl Elections {
         value: impl AsRef<[u8]>,
         duration: Duration,
     ) -> Result<Leadership, ElectionsError> {
-        let value = value.as_ref();
-        let timing = Timing::new(duration)?;
-        let pause = poll_interval(timing);
-        let limit = timing.call_timeout();
-        let storage = self.inner_storage();
-        let (instance, counter) = self.next_nonce();
-        let mut candidacy = WithdrawOnDrop {
-            storage: storage.clone(),
-            candidacy: Candidacy::new(instance, counter, value, duration),
-        };
-        let result = loop {
-            let look = timed(limit, storage.get(key)).await;
-            let failed = match look {
-                Ok(None) => self.acquire_from(key, value, duration, None).await,
-                Ok(Some(record)) => match handover::marker_target(&record) {
-                    Some(target) if target == candidacy.candidacy.id.0.as_bytes() => {
-                        tracing::info!(%key, "the key was handed over to us; taking it");
-                        self.acquire_from(key, value, duration, Some(&record)).await
-                    }
-                    _ => Ok(None),
-                },
-                Err(err) => Err(err.into()),
-            };
-            let trouble = match failed {
-                Ok(Some(leadership)) => break Ok(leadership),
-                Ok(None) => false,
+        let mut standby = self.stand_by(key, value, duration)?;
+        let pause = standby.pause;
+        loop {
+            match standby.try_acquire().await {
+                Ok(Some(leadership)) => return Ok(leadership),
+                Ok(None) => standby.changed(pause).await,
                 Err(ElectionsError::Storage(err)) if err.kind() != ErrorKind::Permanent => {
                     tracing::warn!(%key, error = %err, "campaign: store error; retrying");
-                    true
+                    tokio::time::sleep(pause).await;
                 }
-                Err(err) => break Err(err),
-            };
-            candidacy.candidacy.keep_up(&*storage, key, limit).await;
-            if trouble {
-                tokio::time::sleep(pause).await;
-                continue;
+                Err(err) => return Err(err),
             }
-            let slot_watch = candidacy
-                .candidacy
-                .slot_key()
-                .and_then(|slot| storage.watch(slot).ok());
-            let key_watch = storage.watch(key).ok();
-            tokio::select! {
-                () = optional(key_watch) => {}
-                // Our record may be gone (a hand-over's wake-up, or expiry):
-                // check it at the next round, or this watch fires at once.
-                () = optional(slot_watch) => candidacy.candidacy.check_soon(),
-                () = tokio::time::sleep(pause) => {}
+        }
+    }
+
+    /// A standing candidacy for `key`, for callers that run their own
+    /// acquisition loop: each [`Standby::try_acquire`] is one attempt that
+    /// also keeps the candidacy announced, so the standby is listed by
+    /// [`crate::inspect`] and can be named by a leader's
+    /// [`Leadership::hand_over`] (which this standby then takes).
+    /// [`Elections::campaign`] is this in a loop. Dropping the standby
+    /// withdraws the candidacy (in the background).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use elections::{Elections, RecordingKiller};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let storage = storage_mem::MemStorage::new();
+    /// let key = ttl_storage::Key::new("cron-leader")?;
+    /// let d = Duration::from_secs(20);
+    /// let alpha = Elections::with_killer(storage.clone(), RecordingKiller::new());
+    /// let leading = alpha.acquire_leadership(&key, "alpha", d).await?.expect("free");
+    ///
+    /// let bravo = Elections::with_killer(storage, RecordingKiller::new());
+    /// let mut standby = bravo.stand_by(&key, "bravo", d)?;
+    /// assert!(standby.try_acquire().await?.is_none()); // held: now a listed candidate
+    /// let to = leading.hand_over(None).await?;
+    /// assert_eq!(to.id, *standby.id());
+    /// let successor = standby.try_acquire().await?.expect("handed over to bravo");
+    /// assert!(successor.fencing_token() > leading.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ElectionsError::Invalid`] for a leadership duration the timing
+    /// rules refuse.
+    pub fn stand_by(
+        &self,
+        key: &Key,
+        value: impl AsRef<[u8]>,
+        duration: Duration,
+    ) -> Result<Standby, ElectionsError> {
+        let timing = Timing::new(duration)?;
+        let storage = self.inner_storage();
+        let (instance, counter) = self.next_nonce();
+        let value = value.as_ref().to_vec();
+        Ok(Standby {
+            elections: self.clone(),
+            key: key.clone(),
+            candidacy: WithdrawOnDrop {
+                storage,
+                candidacy: Candidacy::new(instance, counter, &value, duration),
+            },
+            value,
+            duration,
+            limit: timing.call_timeout(),
+            pause: poll_interval(timing),
+            slot_gone: Arc::default(),
+        })
+    }
+}
+
+/// A standing candidacy for one key: see [`Elections::stand_by`].
+pub struct Standby {
+    elections: Elections,
+    key: Key,
+    value: Vec<u8>,
+    duration: Duration,
+    limit: Duration,
+    pause: Duration,
+    candidacy: WithdrawOnDrop,
+    /// Set by a detached [`Standby::watch`] that saw the candidate record go.
+    slot_gone: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Standby {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Standby")
+            .field("key", &self.key)
+            .field("id", &self.candidacy.candidacy.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Standby {
+    /// This candidacy's id: what a leader's hand-over names.
+    pub fn id(&self) -> &CandidateId {
+        &self.candidacy.candidacy.id
+    }
+
+    /// The key this standby waits for.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// One attempt: acquires the key when it is free, takes it when a
+    /// hand-over marker names this candidacy, and otherwise announces (or
+    /// renews) the candidacy and returns `Ok(None)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Elections::acquire_leadership`]; the candidacy is still kept
+    /// up after an error.
+    pub async fn try_acquire(&mut self) -> Result<Option<Leadership>, ElectionsError> {
+        let storage = self.candidacy.storage.clone();
+        if self.slot_gone.swap(false, Ordering::Relaxed) {
+            self.candidacy.candidacy.check_soon();
+        }
+        let look = timed(self.limit, storage.get(&self.key)).await;
+        let attempt = match look {
+            Ok(None) => {
+                self.elections
+                    .acquire_from(&self.key, &self.value, self.duration, None)
+                    .await
+            }
+            Ok(Some(record)) => match handover::marker_target(&record) {
+                Some(target) if target == self.id().0.as_bytes() => {
+                    tracing::info!(key = %self.key, "the key was handed over to us; taking it");
+                    self.elections
+                        .acquire_from(&self.key, &self.value, self.duration, Some(&record))
+                        .await
+                }
+                _ => {
+                    telemetry::attempt(&self.key, "held_by_other");
+                    Ok(None)
+                }
+            },
+            Err(err) => {
+                telemetry::attempt(&self.key, "error");
+                Err(err.into())
             }
         };
-        // No await between the acquisition and the return: a caller that
-        // cancels the campaign (a timeout) must never lose a leadership it
-        // already holds. The candidacy is withdrawn in the background.
-        drop(candidacy);
-        result
+        // No await between an acquisition and the return: a caller that
+        // drops this future must never lose a leadership it already holds.
+        if let Ok(Some(_)) = &attempt {
+            return attempt;
+        }
+        self.candidacy
+            .candidacy
+            .keep_up(&*storage, &self.key, self.limit)
+            .await;
+        attempt
+    }
+
+    /// Waits until the key (or this candidacy's record, which a hand-over
+    /// to it deletes) may have gone — the driver's watch — or `at_most`.
+    pub async fn changed(&mut self, at_most: Duration) {
+        let storage = &self.candidacy.storage;
+        let slot_watch = self
+            .candidacy
+            .candidacy
+            .slot_key()
+            .and_then(|slot| storage.watch(slot).ok());
+        let key_watch = storage.watch(&self.key).ok();
+        tokio::select! {
+            () = optional(key_watch) => {}
+            // Our record may be gone (a hand-over's wake-up, or expiry):
+            // check it at the next attempt, or this watch fires at once.
+            () = optional(slot_watch) => self.candidacy.candidacy.check_soon(),
+            () = tokio::time::sleep(at_most) => {}
+        }
+    }
+
+    /// A future that completes when [`changed`](Self::changed) would, without
+    /// borrowing the standby (for a caller that waits on several keys);
+    /// `None` when the driver cannot watch.
+    pub fn watch(&self) -> Option<impl Future<Output = ()> + Send + 'static + use<>> {
+        let storage = &self.candidacy.storage;
+        let key_watch = storage.watch(&self.key).ok();
+        let slot_watch = self
+            .candidacy
+            .candidacy
+            .slot_key()
+            .and_then(|slot| storage.watch(slot).ok());
+        if key_watch.is_none() && slot_watch.is_none() {
+            return None;
+        }
+        let slot_gone = self.slot_gone.clone();
+        Some(async move {
+            tokio::select! {
+                () = optional(key_watch) => {}
+                () = optional(slot_watch) => slot_gone.store(true, Ordering::Relaxed),
+            }
+        })
     }
 }
 

@@ -121,7 +121,7 @@ pub mod telemetry;
 mod timing;
 
 pub use crate::elections::{Elections, ElectionsBuilder};
-pub use campaign::MAX_POLL_INTERVAL;
+pub use campaign::{MAX_POLL_INTERVAL, Standby};
 pub use candidates::{Candidate, CandidateId};
 pub use error::ElectionsError;
 pub use handover::HandOverError;

@@ -17,7 +17,7 @@ use crate::exit::{self, ExitCodes};
     version,
     subcommand_required = true,
     arg_required_else_help = true,
-    after_help = "Examples:\n  vvm-host run nightly-report -- ./report.sh\n  vvm-host run --storage postgres://db/app billing ./billing-daemon --port 8080\n  vvm-host status nightly-report\n\nSee `vvm-host run --help` for the exit statuses."
+    after_help = "Examples:\n  vvm-host run nightly-report -- ./report.sh\n  vvm-host run --storage postgres://db/app billing ./billing-daemon --port 8080\n  vvm-host status nightly-report\n  vvm-host handover --to 10.0.0.8 nightly-report\n\nSee `vvm-host run --help` for the exit statuses."
 )]
 pub(crate) struct Cli {
     #[command(subcommand)]
@@ -35,6 +35,11 @@ pub(crate) enum Command {
     /// Show who holds the lock NAME, and who waits (read only).
     #[command(after_help = crate::status::AFTER_HELP)]
     Status(crate::status::StatusArgs),
+    /// Ask the node that holds the lock NAME to stop its command and hand
+    /// the lock to a waiting candidate (--to ADDRESS, or the one that has
+    /// waited longest); waits until the successor leads.
+    #[command(after_help = crate::handover::AFTER_HELP)]
+    Handover(crate::handover::HandoverArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell to complete for.
@@ -44,7 +49,7 @@ pub(crate) enum Command {
     /// `cargo xtask man` writes them.
     #[command(hide = true)]
     Man {
-        /// The subcommand (`run`, `status`, `completions`); none: vvm-host.
+        /// The subcommand (`run`, `status`, `handover`, `completions`); none: vvm-host.
         subcommand: Option<String>,
     },
 }

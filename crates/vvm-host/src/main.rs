@@ -23,6 +23,7 @@ mod default_storage;
 mod exit;
 mod fault;
 mod guard;
+mod handover;
 mod health;
 mod job;
 mod killer;
@@ -80,6 +81,7 @@ fn main() -> ExitCode {
     let args = match Cli::parse().command {
         Command::Run(args) => *args,
         Command::Status(args) => return status::main(&args),
+        Command::Handover(args) => return handover::main(&args),
         Command::Completions { shell } => {
             // Into a buffer: a closed stdout (`| head`) is not a panic.
             let mut script = Vec::new();
@@ -308,6 +310,13 @@ async fn host<P: ServicePipeline>(
         Err(problem @ VvmProblem::LeadershipAcquisition { .. }) => {
             tracing::error!(%problem, "giving up");
             codes.no_leadership
+        }
+        Err(VvmProblem::LeadershipLost {
+            reason: elections::EndReason::Superseded,
+            ..
+        }) => {
+            tracing::info!("leadership handed over; the command was stopped");
+            0
         }
         Err(problem @ VvmProblem::LeadershipLost { .. }) => {
             tracing::error!(%problem, "leadership lost; the command was stopped");

@@ -112,8 +112,8 @@ fn failed(err: &anyhow::Error) -> ExitCode {
 
 /// Opens the store for reading only: a redb URL whose file does not exist
 /// is [`NoStore`] (opening it would create it).
-async fn open(args: &StatusArgs) -> anyhow::Result<DynTtlStorage> {
-    let url = match &args.store.storage {
+pub(crate) async fn open(store: &StoreArgs) -> anyhow::Result<DynTtlStorage> {
+    let url = match &store.storage {
         Some(url) => url.clone(),
         None => crate::default_storage::default_url()?,
     };
@@ -130,7 +130,7 @@ async fn open(args: &StatusArgs) -> anyhow::Result<DynTtlStorage> {
 /// `--watch`: one line per observation of each key, until SIGINT/SIGTERM.
 async fn watch(args: &StatusArgs) -> anyhow::Result<()> {
     use futures::StreamExt;
-    let storage = open(args).await?;
+    let storage = open(&args.store).await?;
     let config = args.store.config("status".to_owned());
     config.validate()?;
     let mut streams = Vec::new();
@@ -206,7 +206,7 @@ fn print_observation(key: &str, seen: &elections::Observation, json: bool) {
 }
 
 async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
-    let storage = open(args).await?;
+    let storage = open(&args.store).await?;
     let config = args.store.config("status".to_owned());
     config.validate()?;
     let mut rows = Vec::new();

@@ -3,7 +3,7 @@
 
 use std::{any::Any, panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
-use elections::{ElectionsError, EndReason, Leadership};
+use elections::{ElectionsError, EndReason, Leadership, Standby};
 use futures::FutureExt;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -12,6 +12,7 @@ use ttl_storage::{ErrorKind, Key};
 use crate::{
     LeaderInfo, ServiceContext, ServicePipeline, VvmProblem, VvmStatus,
     cluster_size::{self, Claim},
+    handover,
     shutdown::Shared,
 };
 
@@ -32,23 +33,34 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
     let deadline = Instant::now().checked_add(config.acquisition_duration);
     let mut last_error: Option<String> = None;
     let mut round: u64 = 0;
+    // One standing candidacy per key: listed by `vvm-host status`, and the
+    // one a leader's hand-over names and this launcher then takes.
+    let mut standbys = Vec::new();
+    for index in 1..=config.cluster_size {
+        let standby = config
+            .key(index)
+            .map_err(ElectionsError::Invalid)
+            .and_then(|key| {
+                shared
+                    .elections
+                    .stand_by(&key, shared.value.as_bytes(), config.leadership_duration)
+            });
+        match standby {
+            Ok(standby) => standbys.push((index, standby)),
+            Err(err) => {
+                // Unreachable after validation; reported rather than panicking.
+                shared.fail(VvmProblem::Elections(err));
+                return;
+            }
+        }
+    }
     loop {
         round += 1;
         let mut round_failed = false;
-        for index in 1..=config.cluster_size {
-            let key = match config.key(index) {
-                Ok(key) => key,
-                Err(err) => {
-                    // Unreachable after validation; reported rather than panicking.
-                    shared.fail(VvmProblem::Elections(ElectionsError::Invalid(err)));
-                    return;
-                }
-            };
-            let attempt = shared.elections.acquire_leadership(
-                &key,
-                shared.value.as_bytes(),
-                config.leadership_duration,
-            );
+        for (index, standby) in &mut standbys {
+            let index = *index;
+            let key = standby.key().clone();
+            let attempt = standby.try_acquire();
             let result = tokio::select! {
                 biased;
                 () = shared.vvm_shut.cancelled() => {
@@ -118,7 +130,7 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
         let released = if round_failed {
             None
         } else {
-            watch_keys(&shared)
+            watch_keys(&standbys)
         };
         let released = async {
             match released {
@@ -180,12 +192,14 @@ async fn describe_holders(shared: &Shared, forever: bool) {
     }
 }
 
-/// A future that completes when any of the keys may have been released, or
-/// `None` when the storage cannot tell (it is then polled).
-fn watch_keys(shared: &Shared) -> Option<impl Future<Output = ()> + use<>> {
-    let watches: Vec<ttl_storage::Watch> = (1..=shared.config.cluster_size)
-        .filter_map(|index| shared.config.key(index).ok())
-        .filter_map(|key| shared.storage.watch(&key).ok())
+/// A future that completes when any of the keys may have been released (or
+/// handed over to us), or `None` when the storage cannot tell (it is then
+/// polled).
+fn watch_keys(standbys: &[(u32, Standby)]) -> Option<impl Future<Output = ()> + use<>> {
+    let watches: Vec<_> = standbys
+        .iter()
+        .filter_map(|(_, standby)| standby.watch())
+        .map(Box::pin)
         .collect();
     if watches.is_empty() {
         return None;
@@ -314,20 +328,51 @@ fn start<P: ServicePipeline>(
     shared.status.send_replace(VvmStatus::Leading(info));
 }
 
-/// The LeadershipMonitor: waits for leadership loss or its own shutdown.
+/// The LeadershipMonitor: waits for leadership loss, its own shutdown, or a
+/// hand-over request ([`crate::handover`]).
 async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: LeaderInfo) {
-    tokio::select! {
-        biased;
-        // Biased: a loss that happened just before the monitor was stopped
-        // is still reported.
-        _ = leadership.ended() => {}
-        () = shared.monitor_shut.cancelled() => return,
-        problem = keep_size(&shared) => {
-            // Another size took the record (it expired during store
-            // trouble): stop the services, as on a loss.
-            shared.services_shut.cancel();
-            shared.problems.update(problem);
-            return;
+    let listener = match handover::Listener::new(
+        shared.storage.clone(),
+        &shared.config,
+        info.key_index,
+        &shared.value,
+    ) {
+        Ok(listener) => Some(listener),
+        Err(err) => {
+            tracing::warn!(error = %err, "no hand-over requests for this key");
+            None
+        }
+    };
+    let mut requests = Box::pin(next_request(listener.as_ref()));
+    let keep = keep_size(&shared);
+    tokio::pin!(keep);
+    loop {
+        tokio::select! {
+            biased;
+            // Biased: a loss that happened just before the monitor was stopped
+            // is still reported.
+            _ = leadership.ended() => break,
+            () = shared.monitor_shut.cancelled() => {
+                if let Some(listener) = &listener {
+                    listener.close().await;
+                }
+                return;
+            }
+            problem = &mut keep => {
+                // Another size took the record (it expired during store
+                // trouble): stop the services, as on a loss.
+                shared.services_shut.cancel();
+                shared.problems.update(problem);
+                return;
+            }
+            request = &mut requests => {
+                if let Some(listener) = &listener
+                    && hand_over(&shared, &leadership, &info, listener, &request).await
+                {
+                    return;
+                }
+                requests = Box::pin(next_request(listener.as_ref()));
+            }
         }
     }
     // Only loss ends a leadership while the monitor runs: release happens
@@ -335,8 +380,21 @@ async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: LeaderInfo) 
     let reason = leadership
         .end_reason()
         .unwrap_or(EndReason::Stolen { by: None });
-    // Stop the services now rather than when the host reacts; the killer
-    // (armed by elections) covers services that do not stop in time.
+    lost(&shared, info, reason);
+}
+
+/// The next hand-over request, or never without a listener.
+async fn next_request(listener: Option<&handover::Listener>) -> handover::Request {
+    match listener {
+        Some(listener) => listener.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reports the end of the leadership: the services are told to stop now
+/// rather than when the host reacts; the killer (armed by elections on a
+/// loss) covers services that do not stop in time.
+fn lost(shared: &Shared, info: LeaderInfo, reason: EndReason) {
     shared.services_shut.cancel();
     shared
         .status
@@ -345,6 +403,91 @@ async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: LeaderInfo) 
         key: info.key,
         reason,
     });
+}
+
+/// Serves a hand-over request: `false` when refused (no candidate; still
+/// leading), `true` when the leadership ended (handed over, or released
+/// after a failure), the services stopped and the problem reported.
+async fn hand_over(
+    shared: &Shared,
+    leadership: &Leadership,
+    info: &LeaderInfo,
+    listener: &handover::Listener,
+    request: &handover::Request,
+) -> bool {
+    let candidates = match leadership.candidates().await {
+        Ok(candidates) => candidates,
+        Err(err) => {
+            tracing::warn!(error = %err, "hand-over requested, but the candidates cannot be read; still leading");
+            listener
+                .reply(request, &handover::Answer::NoCandidate)
+                .await;
+            return false;
+        }
+    };
+    let wanted = request.to.as_deref().map(str::as_bytes);
+    let Some(candidate) = candidates
+        .into_iter()
+        .find(|c| wanted.is_none_or(|to| handover::address_of(&c.value) == to || c.value == to))
+    else {
+        tracing::info!(
+            to = request.to.as_deref().unwrap_or("(any)"),
+            "hand-over requested, but no such candidate waits; still leading"
+        );
+        listener
+            .reply(request, &handover::Answer::NoCandidate)
+            .await;
+        return false;
+    };
+    let to = String::from_utf8_lossy(&candidate.value).into_owned();
+    tracing::info!(to, "hand-over requested: stopping the services");
+    // Services first, as on shutdown: the lease moves only once nothing of
+    // ours runs. Renewal goes on meanwhile; a stop slower than a lease is
+    // a problem like any other (the host then shuts down, and the release
+    // follows the stop).
+    shared.services_shut.cancel();
+    shared.service_tasks.close();
+    let stopped = tokio::time::timeout(
+        shared.config.leadership_duration,
+        shared.service_tasks.wait(),
+    )
+    .await;
+    if stopped.is_err() {
+        tracing::warn!("the services did not stop within a lease; not handing over");
+        listener
+            .reply(
+                request,
+                &handover::Answer::Released("the services did not stop".into()),
+            )
+            .await;
+        lost(shared, info.clone(), EndReason::Released);
+        return true;
+    }
+    let answer = match leadership.hand_over_or_release(Some(&candidate)).await {
+        Ok(Some(to)) => {
+            handover::Answer::HandedOver(String::from_utf8_lossy(&to.value).into_owned())
+        }
+        Ok(None) => handover::Answer::Released("no candidate left".into()),
+        Err(elections::HandOverError::NoSuchCandidate(_)) => {
+            match leadership.hand_over_or_release(None).await {
+                Ok(Some(to)) => {
+                    handover::Answer::HandedOver(String::from_utf8_lossy(&to.value).into_owned())
+                }
+                Ok(None) => handover::Answer::Released("the candidate left".into()),
+                Err(err) => handover::Answer::Released(err.to_string()),
+            }
+        }
+        Err(err) => handover::Answer::Released(err.to_string()),
+    };
+    listener.reply(request, &answer).await;
+    listener.close().await;
+    match &answer {
+        handover::Answer::HandedOver(to) => tracing::info!(to, "leadership handed over"),
+        other => tracing::warn!(answer = ?other, "hand-over did not happen; the leadership ended"),
+    }
+    let reason = leadership.end_reason().unwrap_or(EndReason::Superseded);
+    lost(shared, info.clone(), reason);
+    true
 }
 
 /// Runs the pipeline once; its outcome becomes a problem unless it stopped

@@ -108,6 +108,7 @@
 
 mod cluster_size;
 mod config;
+pub mod handover;
 mod launcher;
 mod pipeline;
 mod problem;
