@@ -204,8 +204,8 @@ impl DestinationCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::address::MemberAddress;
     use crate::ids::MemberId;
-    use crate::record::MemberAddress;
 
     fn set(ids: &[&str]) -> PodSet {
         ids.iter()

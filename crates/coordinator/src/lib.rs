@@ -113,6 +113,7 @@
 //! # Ok(()) }
 //! ```
 
+mod address;
 mod address_policy;
 mod cache;
 mod cancel;
@@ -129,6 +130,7 @@ pub mod telemetry;
 mod tls;
 mod valkey;
 
+pub use address::MemberAddress;
 pub use address_policy::{AddressPolicy, IpNet};
 pub use cache::CacheConfig;
 pub use cancel::{CancelRegistry, Cancelled, InFlight};
@@ -137,7 +139,7 @@ pub use ids::{DestinationId, LockId, MemberId, RequestId};
 pub use member::{
     DestinationPermit, HeartbeatTask, LoadSource, Member, MemberConfig, SaturationConfig,
 };
-pub use record::{LockRecord, MemberAddress, MemberRecord};
+pub use record::{LockRecord, MemberRecord};
 pub use registry::{
     Registry, RegistryConfig, RegistryMetrics, Resolution, ResolveOptions, Route, RouteSource,
 };
