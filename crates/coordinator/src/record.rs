@@ -59,6 +59,16 @@ pub(crate) fn parse_load(raw: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// A live member `id` at a loopback address with `load`, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_member(id: &str, load: i64) -> MemberRecord {
+    MemberRecord {
+        id: MemberId::new(id).unwrap(),
+        address: MemberAddress::parse("http://127.0.0.1:1").unwrap(),
+        load,
+    }
+}
+
 /// A lock record `P:lock:<lockId>` together with its owner's state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockRecord {

@@ -177,17 +177,8 @@ pub(crate) fn pick<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address::MemberAddress;
-    use crate::ids::MemberId;
+    use crate::record::test_member as member;
     use std::collections::HashMap;
-
-    fn member(id: &str, load: i64) -> MemberRecord {
-        MemberRecord {
-            id: MemberId::new(id).unwrap(),
-            address: MemberAddress::parse("http://127.0.0.1:1").unwrap(),
-            load,
-        }
-    }
 
     fn ctx() -> PickContext<'static> {
         PickContext {

@@ -39,11 +39,7 @@ pub(super) struct Call {
 impl Call {
     /// Checks the path and the declared length, and caps the body at
     /// `limit` bytes.
-    pub(super) fn new(
-        req: Request,
-        request_id: RequestId,
-        limit: Option<u64>,
-    ) -> Result<Self, ApiError> {
+    fn new(req: Request, request_id: RequestId, limit: Option<u64>) -> Result<Self, ApiError> {
         check_path(&req)?;
         let (parts, body) = req.into_parts();
         let too_large = Arc::new(AtomicBool::new(false));
@@ -78,9 +74,19 @@ impl Call {
     }
 }
 
-pub(super) fn store_error(err: &Error) -> Response {
+/// What a route answers: `Err` is the coordinator's own answer that ended
+/// the call early (`?` in the routes), `Ok` the pod's or the final one.
+pub(super) type Answer = Result<Response, Response>;
+
+/// The response either way.
+pub(super) fn answer(answer: Answer) -> Response {
+    answer.unwrap_or_else(|early| early)
+}
+
+/// 503 `store_unavailable` for a failed Valkey step, logged and counted.
+pub(super) fn store_error(err: Error) -> Response {
     tracing::warn!(%err, "coordination store error");
-    telemetry::store_error("coordinator", err);
+    telemetry::store_error("coordinator", &err);
     ApiError::StoreUnavailable.into_response()
 }
 
@@ -102,6 +108,12 @@ fn check_path(req: &Request) -> Result<(), ApiError> {
 }
 
 impl Coordinator {
+    /// `req` as a [`Call`] with `request_id`, or the answer refusing it (400
+    /// for a dot segment, 413 for a declared length over the limit).
+    pub(super) fn accept(&self, req: Request, request_id: RequestId) -> Result<Call, ApiError> {
+        Call::new(req, request_id, self.config.max_request_body())
+    }
+
     /// Forwards `member` the call; the response body carries the cancel guard.
     pub(super) async fn forward(
         &self,
@@ -180,7 +192,7 @@ impl Coordinator {
                 let retry = match Box::pin(self.registry.reroute(by, &member.id)).await {
                     Ok(Some(m)) => m,
                     Ok(None) => return Err(call.failed(&err)),
-                    Err(e) => return Err(store_error(&e)),
+                    Err(e) => return Err(store_error(e)),
                 };
                 match self.forward(call, &retry).await {
                     Ok(resp) => Ok((resp, retry)),
@@ -196,4 +208,21 @@ impl Coordinator {
 pub(super) fn counted(route: &'static str, response: Response) -> Response {
     telemetry::request(route, response.status());
     response
+}
+
+/// A handler's body: `handle` with the id the route's extractor read, or
+/// the extractor's 400; either way the answer is counted under `route`.
+pub(super) async fn counted_with<T, Fut>(
+    route: &'static str,
+    id: Result<T, ApiError>,
+    handle: impl FnOnce(T) -> Fut,
+) -> Response
+where
+    Fut: Future<Output = Response>,
+{
+    let response = match id {
+        Ok(id) => handle(id).await,
+        Err(e) => e.into_response(),
+    };
+    counted(route, response)
 }

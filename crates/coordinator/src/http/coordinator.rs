@@ -24,6 +24,9 @@ pub struct Coordinator {
     pub(super) hooks: Arc<[Arc<dyn ResultHook>]>,
 }
 
+/// The coordinator as the routes' axum state.
+pub(super) type Shared = axum::extract::State<Coordinator>;
+
 impl std::fmt::Debug for Coordinator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Coordinator")

@@ -30,6 +30,11 @@ pub struct Destination(pub DestinationId);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lock(pub LockId);
 
+/// An id extracted from the path, or the 400 `invalid_id` rejecting it: the
+/// coordinator's handlers take this form, so that the rejection is counted
+/// under their route.
+pub(crate) type Id<T> = Result<T, ApiError>;
+
 /// The `{request_id}` path parameter of the cancel route.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CancelledRequest(pub(crate) RequestId);

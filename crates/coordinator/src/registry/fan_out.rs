@@ -37,17 +37,8 @@ pub(crate) fn fan_out_peer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address::MemberAddress;
-    use crate::ids::MemberId;
+    use crate::record::test_member as member;
     use crate::strategy::LeastLoaded;
-
-    fn member(id: &str, load: i64) -> MemberRecord {
-        MemberRecord {
-            id: MemberId::new(id).unwrap(),
-            address: MemberAddress::parse("http://127.0.0.1:1").unwrap(),
-            load,
-        }
-    }
 
     #[test]
     fn least_loaded_peer_outside_the_set_is_chosen() {

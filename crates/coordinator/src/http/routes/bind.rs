@@ -1,12 +1,12 @@
 //! *Pick and register*: `PUT /destinations/{d}`.
 
 use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
-use crate::http::call::{Call, counted, store_error};
-use crate::http::coordinator::Coordinator;
+use crate::http::call::{Answer, answer, counted_with, store_error};
+use crate::http::coordinator::{Coordinator, Shared};
 use crate::http::errors::ApiError;
-use crate::http::extract::Destination;
+use crate::http::extract::{Destination, Id};
 use crate::ids::{DestinationId, RequestId};
 use crate::registry::Reroute;
 
@@ -16,40 +16,28 @@ impl Coordinator {
     /// and binds it (`SADD`) only if the pod answers 2xx. 503 when no member
     /// is live.
     pub async fn pick_and_register(&self, dest: &DestinationId, req: Request) -> Response {
-        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body()) {
-            Ok(call) => call,
-            Err(e) => return e.into_response(),
+        answer(self.bind(dest, req).await)
+    }
+
+    async fn bind(&self, dest: &DestinationId, req: Request) -> Answer {
+        let call = self.accept(req, RequestId::generate())?;
+        let Some(target) = self.registry.bind_target(dest).await.map_err(store_error)? else {
+            return Err(ApiError::NoLiveMember.into());
         };
-        let target = match self.registry.bind_target(dest).await {
-            Ok(Some(target)) => target,
-            Ok(None) => return ApiError::NoLiveMember.into_response(),
-            Err(e) => return store_error(&e),
-        };
-        let (resp, member) = match self
-            .forward_with_retry(&call, target.member, Reroute::Allocation(Some(dest)))
-            .await
-        {
-            Ok(x) => x,
-            Err(resp) => return resp,
-        };
+        let by = Reroute::Allocation(Some(dest));
+        let (resp, member) = self.forward_with_retry(&call, target.member, by).await?;
         if !target.bound && resp.status().is_success() {
-            if let Err(e) = self.registry.add_pod_to_destination(dest, &member.id).await {
-                return store_error(&e);
-            }
+            self.registry
+                .add_pod_to_destination(dest, &member.id)
+                .await
+                .map_err(store_error)?;
             tracing::info!(destination = %dest, member = %member.id, "bound destination");
         }
-        resp
+        Ok(resp)
     }
 }
 
-pub(super) async fn handler(
-    State(c): State<Coordinator>,
-    dest: Result<Destination, ApiError>,
-    req: Request,
-) -> Response {
-    let response = match dest {
-        Ok(Destination(dest)) => c.pick_and_register(&dest, req).await,
-        Err(e) => e.into_response(),
-    };
-    counted("bind", response)
+pub(super) async fn handler(State(c): Shared, id: Id<Destination>, req: Request) -> Response {
+    let run = |Destination(id)| async move { c.pick_and_register(&id, req).await };
+    counted_with("bind", id, run).await
 }

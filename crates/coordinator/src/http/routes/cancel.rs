@@ -5,10 +5,10 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
-use crate::http::call::counted;
-use crate::http::coordinator::Coordinator;
+use crate::http::call::counted_with;
+use crate::http::coordinator::{Coordinator, Shared};
 use crate::http::errors::ApiError;
-use crate::http::extract::CancelledRequest;
+use crate::http::extract::{CancelledRequest, Id};
 use crate::ids::RequestId;
 
 impl Coordinator {
@@ -25,14 +25,12 @@ impl Coordinator {
     }
 }
 
-pub(super) async fn handler(
-    State(c): State<Coordinator>,
-    id: Result<CancelledRequest, ApiError>,
-) -> Response {
-    let response = match id {
-        Ok(CancelledRequest(id)) if c.cancel(&id).await => StatusCode::NO_CONTENT.into_response(),
-        Ok(_) => ApiError::UnknownRequest.into_response(),
-        Err(e) => e.into_response(),
-    };
-    counted("cancel", response)
+pub(super) async fn handler(State(c): Shared, id: Id<CancelledRequest>) -> Response {
+    counted_with("cancel", id, |CancelledRequest(id)| async move {
+        match c.cancel(&id).await {
+            true => StatusCode::NO_CONTENT.into_response(),
+            false => ApiError::UnknownRequest.into_response(),
+        }
+    })
+    .await
 }

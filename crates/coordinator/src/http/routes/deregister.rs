@@ -4,10 +4,10 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
-use crate::http::call::{Call, counted, store_error};
-use crate::http::coordinator::Coordinator;
+use crate::http::call::{Answer, answer, counted_with, store_error};
+use crate::http::coordinator::{Coordinator, Shared};
 use crate::http::errors::ApiError;
-use crate::http::extract::Destination;
+use crate::http::extract::{Destination, Id};
 use crate::ids::{DestinationId, RequestId};
 use crate::registry::{Reroute, Resolution, ResolveOptions};
 
@@ -18,51 +18,43 @@ impl Coordinator {
     /// tear down on a pod: the set is deleted and the answer is 204 (as the
     /// Node coordinator does).
     pub async fn lookup_and_deregister(&self, dest: &DestinationId, req: Request) -> Response {
-        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body()) {
-            Ok(call) => call,
-            Err(e) => return e.into_response(),
-        };
+        answer(self.deregister(dest, req).await)
+    }
+
+    async fn deregister(&self, dest: &DestinationId, req: Request) -> Answer {
+        let call = self.accept(req, RequestId::generate())?;
         let opts = ResolveOptions {
             claim_on_miss: false,
             reassign_orphans: false,
         };
-        let member = match self.registry.route(dest, opts).await {
-            Ok(Resolution::Routed(r)) => r.member,
-            Ok(Resolution::Unbound) => return ApiError::UnknownDestination.into_response(),
-            Ok(Resolution::NoLiveMember) => {
-                if let Err(e) = self.registry.deregister_destination(dest).await {
-                    return store_error(&e);
-                }
+        let member = match self.registry.route(dest, opts).await.map_err(store_error)? {
+            Resolution::Routed(r) => r.member,
+            Resolution::Unbound => return Err(ApiError::UnknownDestination.into()),
+            Resolution::NoLiveMember => {
+                self.unbind(dest).await?;
                 tracing::info!(destination = %dest, "deregistered a destination whose members are all dead");
-                return StatusCode::NO_CONTENT.into_response();
+                return Ok(StatusCode::NO_CONTENT.into_response());
             }
-            Err(e) => return store_error(&e),
         };
-        let resp = match self
-            .forward_with_retry(&call, member, Reroute::Destination(dest, opts))
-            .await
-        {
-            Ok((resp, _)) => resp,
-            Err(resp) => return resp,
-        };
+        let by = Reroute::Destination(dest, opts);
+        let (resp, _) = self.forward_with_retry(&call, member, by).await?;
         if resp.status().is_success() {
-            if let Err(e) = self.registry.deregister_destination(dest).await {
-                return store_error(&e);
-            }
+            self.unbind(dest).await?;
             tracing::info!(destination = %dest, "deregistered destination");
         }
-        resp
+        Ok(resp)
+    }
+
+    /// Deletes the pod set of `dest`; 503 when Valkey fails.
+    async fn unbind(&self, dest: &DestinationId) -> Result<(), Response> {
+        self.registry
+            .deregister_destination(dest)
+            .await
+            .map_err(store_error)
     }
 }
 
-pub(super) async fn handler(
-    State(c): State<Coordinator>,
-    dest: Result<Destination, ApiError>,
-    req: Request,
-) -> Response {
-    let response = match dest {
-        Ok(Destination(dest)) => c.lookup_and_deregister(&dest, req).await,
-        Err(e) => e.into_response(),
-    };
-    counted("deregister", response)
+pub(super) async fn handler(State(c): Shared, id: Id<Destination>, req: Request) -> Response {
+    let run = |Destination(id)| async move { c.lookup_and_deregister(&id, req).await };
+    counted_with("deregister", id, run).await
 }

@@ -1,12 +1,12 @@
 //! *Lookup lock and proxy*: any method on `/locks/{lock}[/...]`.
 
 use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
-use crate::http::call::{Call, counted, store_error};
-use crate::http::coordinator::Coordinator;
+use crate::http::call::{Answer, answer, counted_with, store_error};
+use crate::http::coordinator::{Coordinator, Shared};
 use crate::http::errors::ApiError;
-use crate::http::extract::Lock;
+use crate::http::extract::{Id, Lock};
 use crate::http::forward::ForwardError;
 use crate::ids::{LockId, RequestId};
 
@@ -18,34 +18,31 @@ impl Coordinator {
     /// its record is live but it refuses connections. A session lives on
     /// its pod: there is no other member to retry on.
     pub async fn lookup_lock_and_proxy(&self, lock: &LockId, req: Request) -> Response {
-        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body()) {
-            Ok(call) => call,
-            Err(e) => return e.into_response(),
-        };
-        let record = match self.registry.resolve_lock(lock).await {
-            Ok(Some(r)) => r,
-            Ok(None) => return ApiError::UnknownLock.into_response(),
-            Err(e) => return store_error(&e),
+        answer(self.lock_proxy(lock, req).await)
+    }
+
+    async fn lock_proxy(&self, lock: &LockId, req: Request) -> Answer {
+        let call = self.accept(req, RequestId::generate())?;
+        let Some(record) = self
+            .registry
+            .resolve_lock(lock)
+            .await
+            .map_err(store_error)?
+        else {
+            return Err(ApiError::UnknownLock.into());
         };
         let Some(owner) = record.owner_record else {
-            return ApiError::LockOwnerGone.into_response();
+            return Err(ApiError::LockOwnerGone.into());
         };
         match self.forward(&call, &owner).await {
-            Ok(resp) => resp,
-            Err(ForwardError::Connect { .. }) => ApiError::LockOwnerUnreachable.into_response(),
-            Err(e) => call.failed(&e),
+            Ok(resp) => Ok(resp),
+            Err(ForwardError::Connect { .. }) => Err(ApiError::LockOwnerUnreachable.into()),
+            Err(e) => Err(call.failed(&e)),
         }
     }
 }
 
-pub(super) async fn handler(
-    State(c): State<Coordinator>,
-    lock: Result<Lock, ApiError>,
-    req: Request,
-) -> Response {
-    let response = match lock {
-        Ok(Lock(lock)) => c.lookup_lock_and_proxy(&lock, req).await,
-        Err(e) => e.into_response(),
-    };
-    counted("lock", response)
+pub(super) async fn handler(State(c): Shared, id: Id<Lock>, req: Request) -> Response {
+    let run = |Lock(id)| async move { c.lookup_lock_and_proxy(&id, req).await };
+    counted_with("lock", id, run).await
 }

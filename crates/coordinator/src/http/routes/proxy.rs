@@ -2,12 +2,12 @@
 //! `DELETE` of the destination itself.
 
 use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
-use crate::http::call::{Call, counted, store_error};
-use crate::http::coordinator::Coordinator;
+use crate::http::call::{Answer, answer, counted_with, store_error};
+use crate::http::coordinator::{Coordinator, Shared};
 use crate::http::errors::ApiError;
-use crate::http::extract::Destination;
+use crate::http::extract::{Destination, Id};
 use crate::ids::{DestinationId, RequestId};
 use crate::registry::{Reroute, Resolution};
 
@@ -28,35 +28,23 @@ impl Coordinator {
         req: Request,
         request_id: RequestId,
     ) -> Response {
-        let call = match Call::new(req, request_id, self.config.max_request_body()) {
-            Ok(call) => call,
-            Err(e) => return e.into_response(),
-        };
+        answer(self.proxy(dest, req, request_id).await)
+    }
+
+    async fn proxy(&self, dest: &DestinationId, req: Request, request_id: RequestId) -> Answer {
+        let call = self.accept(req, request_id)?;
         let opts = self.config.lookup();
-        let member = match self.registry.route(dest, opts).await {
-            Ok(Resolution::Routed(r)) => r.member,
-            Ok(Resolution::Unbound) => return ApiError::UnknownDestination.into_response(),
-            Ok(Resolution::NoLiveMember) => return ApiError::NoLiveMember.into_response(),
-            Err(e) => return store_error(&e),
+        let member = match self.registry.route(dest, opts).await.map_err(store_error)? {
+            Resolution::Routed(r) => r.member,
+            Resolution::Unbound => return Err(ApiError::UnknownDestination.into()),
+            Resolution::NoLiveMember => return Err(ApiError::NoLiveMember.into()),
         };
-        match self
-            .forward_with_retry(&call, member, Reroute::Destination(dest, opts))
-            .await
-        {
-            Ok((resp, _)) => resp,
-            Err(resp) => resp,
-        }
+        let by = Reroute::Destination(dest, opts);
+        Ok(self.forward_with_retry(&call, member, by).await?.0)
     }
 }
 
-pub(super) async fn handler(
-    State(c): State<Coordinator>,
-    dest: Result<Destination, ApiError>,
-    req: Request,
-) -> Response {
-    let response = match dest {
-        Ok(Destination(dest)) => c.lookup_and_proxy(&dest, req).await,
-        Err(e) => e.into_response(),
-    };
-    counted("proxy", response)
+pub(super) async fn handler(State(c): Shared, id: Id<Destination>, req: Request) -> Response {
+    let run = |Destination(id)| async move { c.lookup_and_proxy(&id, req).await };
+    counted_with("proxy", id, run).await
 }

@@ -1,11 +1,11 @@
 //! *Register from response*: `POST /destinations`.
 
 use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use crate::http::DESTINATION_ID_HEADER;
-use crate::http::call::{Call, counted, store_error};
-use crate::http::coordinator::Coordinator;
+use crate::http::call::{Answer, answer, counted, store_error};
+use crate::http::coordinator::{Coordinator, Shared};
 use crate::http::errors::ApiError;
 use crate::ids::{DestinationId, RequestId};
 use crate::registry::Reroute;
@@ -22,24 +22,18 @@ impl Coordinator {
     /// id (the pod may have created something: it is told nothing more, so
     /// make creation idempotent or expire unclaimed resources).
     pub async fn register_from_response(&self, req: Request) -> Response {
-        let call = match Call::new(req, RequestId::generate(), self.config.max_request_body()) {
-            Ok(call) => call,
-            Err(e) => return e.into_response(),
+        answer(self.register(req).await)
+    }
+
+    async fn register(&self, req: Request) -> Answer {
+        let call = self.accept(req, RequestId::generate())?;
+        let Some(member) = self.registry.pick_member(None).await.map_err(store_error)? else {
+            return Err(ApiError::NoLiveMember.into());
         };
-        let member = match self.registry.pick_member(None).await {
-            Ok(Some(m)) => m,
-            Ok(None) => return ApiError::NoLiveMember.into_response(),
-            Err(e) => return store_error(&e),
-        };
-        let (resp, member) = match self
-            .forward_with_retry(&call, member, Reroute::Allocation(None))
-            .await
-        {
-            Ok(x) => x,
-            Err(resp) => return resp,
-        };
+        let by = Reroute::Allocation(None);
+        let (resp, member) = self.forward_with_retry(&call, member, by).await?;
         if !resp.status().is_success() {
-            return resp;
+            return Ok(resp);
         }
         let named = resp
             .headers()
@@ -48,21 +42,18 @@ impl Coordinator {
             .and_then(|v| DestinationId::new(v).ok());
         let Some(dest) = named else {
             tracing::warn!(member = %member.id, "pod answered 2xx without a valid destination id");
-            return ApiError::MissingDestinationId.into_response();
+            return Err(ApiError::MissingDestinationId.into());
         };
-        if let Err(e) = self
-            .registry
+        self.registry
             .add_pod_to_destination(&dest, &member.id)
             .await
-        {
-            return store_error(&e);
-        }
+            .map_err(store_error)?;
         self.registry.evict(&dest);
         tracing::info!(destination = %dest, member = %member.id, "registered destination from response");
-        resp
+        Ok(resp)
     }
 }
 
-pub(super) async fn handler(State(c): State<Coordinator>, req: Request) -> Response {
+pub(super) async fn handler(State(c): Shared, req: Request) -> Response {
     counted("register", c.register_from_response(req).await)
 }
