@@ -13,13 +13,23 @@ use std::time::Duration;
 
 use common::*;
 use coordinator::strategy::{PickContext, RoundRobin, Strategy};
-use coordinator::{MemberRecord, Resolution, ResolveOptions, RouteSource};
+use coordinator::{
+    MemberAddress, MemberConfig, MemberRecord, Resolution, ResolveOptions, RouteSource,
+};
 use fred::prelude::*;
 
 const NO_CLAIM: ResolveOptions = ResolveOptions {
     claim_on_miss: false,
     reassign_orphans: false,
 };
+
+/// The settings of member `id` at a loopback `port`, under `prefix`.
+fn member_config(prefix: &str, id: &str, port: u16) -> MemberConfig {
+    let address = MemberAddress::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+    let mut config = MemberConfig::new(mid(id), address);
+    config.prefix = prefix.to_owned();
+    config
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
@@ -305,20 +315,14 @@ async fn peers_load_and_destination_membership() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn least_loaded_reads_fresh_loads_of_a_fanned_out_destination() {
+    use coordinator::Member;
     use coordinator::strategy::LeastLoaded;
-    use coordinator::{Member, MemberAddress, MemberConfig};
     use std::sync::atomic::{AtomicI64, Ordering};
 
     let p = prefix();
     let mk = |id: &str, port: u16, load: Arc<AtomicI64>| {
-        let p = p.clone();
-        let id = id.to_owned();
+        let config = member_config(&p, id, port);
         async move {
-            let mut config = MemberConfig::new(
-                mid(&id),
-                MemberAddress::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
-            );
-            config.prefix = p;
             let m = Member::with_load_source(
                 valkey().await,
                 config,
@@ -370,8 +374,8 @@ async fn least_loaded_reads_fresh_loads_of_a_fanned_out_destination() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn fan_out_asks_the_pods_configured_strategy() {
+    use coordinator::Member;
     use coordinator::strategy::PickPurpose;
-    use coordinator::{Member, MemberAddress, MemberConfig};
     use std::sync::Mutex;
 
     /// What a strategy was asked: destination, purpose, candidates.
@@ -391,14 +395,8 @@ async fn fan_out_asks_the_pods_configured_strategy() {
     let p = prefix();
     let last = Arc::new(Last::default());
     let mk = |id: &str, port: u16, strategy: Option<Arc<Last>>| {
-        let p = p.clone();
-        let id = id.to_owned();
+        let mut config = member_config(&p, id, port);
         async move {
-            let mut config = MemberConfig::new(
-                mid(&id),
-                MemberAddress::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
-            );
-            config.prefix = p;
             if let Some(s) = strategy {
                 config.fan_out_strategy = s;
             }
