@@ -9,8 +9,8 @@
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
 
+use crate::address::MemberAddress;
 use crate::error::{Error, Result};
-use crate::record::MemberAddress;
 
 /// An IP network in CIDR notation, e.g. `10.0.0.0/8` or `fd00::/8`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -204,17 +204,10 @@ impl DestinationCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::MemberId;
-    use crate::record::MemberAddress;
+    use crate::record::test_member;
 
     fn set(ids: &[&str]) -> PodSet {
-        ids.iter()
-            .map(|id| MemberRecord {
-                id: MemberId::new(*id).unwrap(),
-                address: MemberAddress::parse("http://127.0.0.1:9").unwrap(),
-                load: 0,
-            })
-            .collect()
+        ids.iter().map(|id| test_member(id, 0)).collect()
     }
 
     fn dest(s: &str) -> DestinationId {

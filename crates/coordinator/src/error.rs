@@ -26,9 +26,11 @@ pub enum Error {
     /// Valkey answered with an error, or could not be reached.
     #[error("valkey: {0}")]
     Valkey(#[from] fred::error::Error),
-    /// Another member owns a lock record with this id.
+    /// Another member owns a lock record with this id (the lock id's
+    /// text: this module names no other module of the crate, so that the
+    /// id types can build their own errors).
     #[error("lock {0} is owned by another member")]
-    LockTaken(crate::ids::LockId),
+    LockTaken(String),
     /// A component was used after it was shut down.
     #[error("{0} is closed")]
     Closed(&'static str),

@@ -9,12 +9,17 @@
 //! - Pod side: [`Member`] — register / heartbeat / deregister, a background
 //!   [`HeartbeatTask`], destination membership, lock records with a TTL
 //!   refreshed while held, a per-destination concurrency cap whose
-//!   saturation fans the destination out to the least-loaded peer
-//!   ([`Member::acquire`]), and a [`CancelRegistry`] of in-flight calls.
+//!   saturation fans the destination out to a peer picked by
+//!   [`MemberConfig::fan_out_strategy`] (the least-loaded by default;
+//!   [`Member::acquire`]), and a [`CancelRegistry`] of in-flight calls.
 //! - Coordinator side: [`Registry`] — destination resolution with
 //!   first-touch claim and orphan reassignment, lock resolution, live member
 //!   listing (pruning dead ids), allocation [`strategy`], a local LRU + TTL
 //!   cache of each destination's pod set, and round-trip counters.
+//! - Every decision about which member serves a destination (first touch,
+//!   failover, spreading over a fanned-out set, the retry after a refused
+//!   connection, the pod's fan-out peer) is made by the registry module;
+//!   only it runs a [`strategy`]. The HTTP handlers ask it and forward.
 //! - HTTP: [`http::Coordinator`] — axum handlers for *lookup and proxy*,
 //!   *pick and register*, *lookup and deregister* and *lookup lock and
 //!   proxy* over a pooled hyper client; [`http::pod`] — the pod's cancel
@@ -113,6 +118,7 @@
 //! # Ok(()) }
 //! ```
 
+mod address;
 mod address_policy;
 mod cache;
 mod cancel;
@@ -129,6 +135,7 @@ pub mod telemetry;
 mod tls;
 mod valkey;
 
+pub use address::MemberAddress;
 pub use address_policy::{AddressPolicy, IpNet};
 pub use cache::CacheConfig;
 pub use cancel::{CancelRegistry, Cancelled, InFlight};
@@ -137,7 +144,7 @@ pub use ids::{DestinationId, LockId, MemberId, RequestId};
 pub use member::{
     DestinationPermit, HeartbeatTask, LoadSource, Member, MemberConfig, SaturationConfig,
 };
-pub use record::{LockRecord, MemberAddress, MemberRecord};
+pub use record::{LockRecord, MemberRecord};
 pub use registry::{
     Registry, RegistryConfig, RegistryMetrics, Resolution, ResolveOptions, Route, RouteSource,
 };

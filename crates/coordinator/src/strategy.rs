@@ -7,6 +7,12 @@
 //! pod without asking the strategy. The built-in strategies keep their
 //! allocation state (claim cursor) apart from the per-call spreading, so
 //! where new destinations land does not depend on the traffic in between.
+//!
+//! Only the registry (`registry/`) runs a strategy: a coordinator's
+//! [`Registry`](crate::Registry) for its picks, a pod's
+//! [`Member`](crate::Member) for fan-out (with its own strategy,
+//! [`MemberConfig::fan_out_strategy`](crate::MemberConfig::fan_out_strategy),
+//! since the pod does not share the coordinators' process).
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -28,6 +34,11 @@ pub enum PickPurpose {
     /// Choosing the target of one call among a fanned-out destination's
     /// live set (two or more pods).
     Request,
+    /// A saturated pod adds a peer to the destination's set (pod-side
+    /// fan-out, with [`MemberConfig::fan_out_strategy`](crate::MemberConfig::fan_out_strategy)):
+    /// the candidates are the live peers not yet in the set. An allocation,
+    /// like first touch: the built-ins use their allocation cursor.
+    FanOut,
 }
 
 /// What a strategy knows about the pick.
@@ -166,17 +177,8 @@ pub(crate) fn pick<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::MemberId;
-    use crate::record::MemberAddress;
+    use crate::record::test_member as member;
     use std::collections::HashMap;
-
-    fn member(id: &str, load: i64) -> MemberRecord {
-        MemberRecord {
-            id: MemberId::new(id).unwrap(),
-            address: MemberAddress::parse("http://127.0.0.1:1").unwrap(),
-            load,
-        }
-    }
 
     fn ctx() -> PickContext<'static> {
         PickContext {

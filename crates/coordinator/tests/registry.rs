@@ -13,13 +13,23 @@ use std::time::Duration;
 
 use common::*;
 use coordinator::strategy::{PickContext, RoundRobin, Strategy};
-use coordinator::{MemberRecord, Resolution, ResolveOptions, RouteSource};
+use coordinator::{
+    MemberAddress, MemberConfig, MemberRecord, Resolution, ResolveOptions, RouteSource,
+};
 use fred::prelude::*;
 
 const NO_CLAIM: ResolveOptions = ResolveOptions {
     claim_on_miss: false,
     reassign_orphans: false,
 };
+
+/// The settings of member `id` at a loopback `port`, under `prefix`.
+fn member_config(prefix: &str, id: &str, port: u16) -> MemberConfig {
+    let address = MemberAddress::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+    let mut config = MemberConfig::new(mid(id), address);
+    config.prefix = prefix.to_owned();
+    config
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
@@ -305,20 +315,14 @@ async fn peers_load_and_destination_membership() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn least_loaded_reads_fresh_loads_of_a_fanned_out_destination() {
+    use coordinator::Member;
     use coordinator::strategy::LeastLoaded;
-    use coordinator::{Member, MemberAddress, MemberConfig};
     use std::sync::atomic::{AtomicI64, Ordering};
 
     let p = prefix();
     let mk = |id: &str, port: u16, load: Arc<AtomicI64>| {
-        let p = p.clone();
-        let id = id.to_owned();
+        let config = member_config(&p, id, port);
         async move {
-            let mut config = MemberConfig::new(
-                mid(&id),
-                MemberAddress::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
-            );
-            config.prefix = p;
             let m = Member::with_load_source(
                 valkey().await,
                 config,
@@ -365,4 +369,67 @@ async fn least_loaded_reads_fresh_loads_of_a_fanned_out_destination() {
     b.heartbeat().await.unwrap();
     let (x, y) = (pick().await, pick().await);
     assert_ne!(x, y);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn fan_out_asks_the_pods_configured_strategy() {
+    use coordinator::Member;
+    use coordinator::strategy::PickPurpose;
+    use std::sync::Mutex;
+
+    /// What a strategy was asked: destination, purpose, candidates.
+    type Asked = (Option<String>, PickPurpose, Vec<String>);
+    /// Picks the last candidate, and notes what it was asked.
+    #[derive(Debug, Default)]
+    struct Last(Mutex<Vec<Asked>>);
+    impl Strategy for Last {
+        fn pick(&self, c: &[MemberRecord], ctx: &PickContext<'_>) -> Option<usize> {
+            let ids = c.iter().map(|m| m.id.as_str().to_owned()).collect();
+            let dest = ctx.destination.map(|d| d.as_str().to_owned());
+            self.0.lock().unwrap().push((dest, ctx.purpose, ids));
+            c.len().checked_sub(1)
+        }
+    }
+
+    let p = prefix();
+    let last = Arc::new(Last::default());
+    let mk = |id: &str, port: u16, strategy: Option<Arc<Last>>| {
+        let mut config = member_config(&p, id, port);
+        async move {
+            if let Some(s) = strategy {
+                config.fan_out_strategy = s;
+            }
+            let m = Member::new(valkey().await, config).unwrap();
+            m.register().await.unwrap();
+            m
+        }
+    };
+    let a = mk("pod-a", 1, Some(last.clone())).await;
+    let _b = mk("pod-b", 2, None).await;
+    let _c = mk("pod-c", 3, None).await;
+    let d = dest("hot");
+    a.add_to_destination(&d).await.unwrap();
+
+    // equal loads: the default (least-loaded) would take pod-b; the pod's
+    // own strategy takes the last candidate
+    assert_eq!(a.fan_out(&d).await.unwrap(), Some(mid("pod-c")));
+    assert_eq!(
+        *last.0.lock().unwrap(),
+        [(
+            Some("hot".to_owned()),
+            PickPurpose::FanOut,
+            vec!["pod-b".to_owned(), "pod-c".to_owned()]
+        )],
+        "asked once, for the destination, with the live peers outside the set"
+    );
+    assert_eq!(a.fan_out(&d).await.unwrap(), Some(mid("pod-b")));
+    assert_eq!(a.fan_out(&d).await.unwrap(), None, "no peer left");
+
+    // the default stays the least-loaded peer
+    let d2 = dest("hot-2");
+    let e = mk("pod-e", 5, None).await;
+    assert!(format!("{:?}", e.config().fan_out_strategy).contains("LeastLoaded"));
+    e.add_to_destination(&d2).await.unwrap();
+    assert_eq!(e.fan_out(&d2).await.unwrap(), Some(mid("pod-a")));
 }

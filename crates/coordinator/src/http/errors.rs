@@ -138,6 +138,14 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The same answer as [`IntoResponse`], so that `?` turns an `ApiError`
+/// into the response a handler returns early.
+impl From<ApiError> for Response {
+    fn from(err: ApiError) -> Self {
+        err.into_response()
+    }
+}
+
 /// Whether `path` has a `.` or `..` segment, literal or percent-encoded.
 pub(crate) fn has_dot_segment(path: &str) -> bool {
     path.split('/').any(|seg| {

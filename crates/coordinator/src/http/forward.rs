@@ -12,14 +12,14 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::REQUEST_ID_HEADER;
-use super::body::OnceBody;
 use super::headers::strip_hop_by_hop;
 use super::in_flight::InFlightCalls;
 use super::pod::cancel_path;
 use super::pool::{Http1Pool, PodBody, PoolError};
+use super::request_body::OnceBody;
+use crate::address::MemberAddress;
 use crate::error::{Error, Result};
 use crate::ids::RequestId;
-use crate::record::MemberAddress;
 
 /// Timeouts and pooling of the forwarding client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -226,7 +226,7 @@ impl Forwarder {
         request_id: &RequestId,
     ) -> Result<Response<PodBody>, ForwardError> {
         let (parts, body) = req.into_parts();
-        let body = super::body::RetryableBody::new(body);
+        let body = super::request_body::RetryableBody::new(body);
         self.send_parts(address, &parts, body.attempt(), request_id)
             .await
     }
@@ -449,7 +449,7 @@ mod tests {
         MemberAddress::parse(&format!("http://{addr}")).unwrap()
     }
 
-    fn parts(body: &'static str) -> (request::Parts, super::super::body::RetryableBody) {
+    fn parts(body: &'static str) -> (request::Parts, super::super::request_body::RetryableBody) {
         let req = Request::builder()
             .method("POST")
             .uri("http://coordinator.local/destinations/d/x?q=1")
@@ -462,7 +462,7 @@ mod tests {
             .body(axum::body::Body::from(body))
             .unwrap();
         let (parts, body) = req.into_parts();
-        (parts, super::super::body::RetryableBody::new(body))
+        (parts, super::super::request_body::RetryableBody::new(body))
     }
 
     #[tokio::test]

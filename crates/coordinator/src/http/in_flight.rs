@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Mutex;
 
+use crate::address::MemberAddress;
 use crate::ids::RequestId;
-use crate::record::MemberAddress;
 
 /// Shards of the in-flight map: forwarded calls register and unregister on
 /// every request, so one lock would be contended by every worker thread.

@@ -1,7 +1,17 @@
 //! HTTP: forwarding to pods, the coordinator's axum handlers, and the pod's
 //! cancel endpoint and middleware.
+//!
+//! Layout: `coordinator` (the [`Coordinator`] and what it holds), `config`,
+//! `routes/` (one file per route: its method and handler), `call` (the
+//! forwarding step the routes share and its one retry after a refused
+//! connection, the member for the retry being the registry's choice),
+//! `forward` + `pool` (the HTTP client to pods), `request_body` /
+//! `response_body` (retryable and capped request bodies, the response body
+//! that cancels on early drop), `extract` (path id extractors), `errors`
+//! (the JSON answers), `pod` (the pod side).
 
-mod body;
+mod call;
+mod config;
 mod coordinator;
 mod errors;
 pub mod extract;
@@ -11,8 +21,12 @@ mod hook;
 mod in_flight;
 pub mod pod;
 mod pool;
+mod request_body;
+mod response_body;
+mod routes;
 
-pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorConfigBuilder};
+pub use config::{CoordinatorConfig, CoordinatorConfigBuilder};
+pub use coordinator::Coordinator;
 pub use errors::ApiError;
 pub use forward::{ForwardConfig, ForwardError, Forwarder};
 pub use hook::{CallResult, ResultHook};

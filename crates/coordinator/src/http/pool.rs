@@ -22,7 +22,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::body::OnceBody;
+use super::request_body::OnceBody;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -1,11 +1,13 @@
 //! Settings of a [`Member`](super::Member).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::address::MemberAddress;
 use crate::error::{Error, Result};
 use crate::ids::MemberId;
 use crate::keys::DEFAULT_PREFIX;
-use crate::record::MemberAddress;
+use crate::strategy::{DynStrategy, LeastLoaded};
 
 /// Per-destination concurrency cap and fan-out trigger.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,7 +16,8 @@ pub struct SaturationConfig {
     /// more wait in a FIFO queue.
     pub max_concurrent: usize,
     /// When the queue of a destination stays non-empty this long (default
-    /// 1 s), the pod fans the destination out to the least-loaded live peer.
+    /// 1 s), the pod fans the destination out to a live peer picked by
+    /// [`MemberConfig::fan_out_strategy`] (the least-loaded by default).
     pub queue_threshold: Duration,
 }
 
@@ -45,6 +48,11 @@ pub struct MemberConfig {
     pub lock_ttl: Duration,
     /// Concurrency cap and fan-out.
     pub saturation: SaturationConfig,
+    /// Picks the peer a saturated destination fans out to, among the live
+    /// peers not yet in its set ([`PickPurpose::FanOut`](crate::strategy::PickPurpose::FanOut)).
+    /// Default [`LeastLoaded`] (ties broken round-robin). The pod's own: the
+    /// coordinators' strategies live in their processes.
+    pub fan_out_strategy: DynStrategy,
 }
 
 impl MemberConfig {
@@ -58,6 +66,7 @@ impl MemberConfig {
             heartbeat_interval: Duration::from_secs(10),
             lock_ttl: Duration::from_secs(30),
             saturation: SaturationConfig::default(),
+            fan_out_strategy: Arc::new(LeastLoaded::new()),
         }
     }
 

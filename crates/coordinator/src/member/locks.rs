@@ -86,7 +86,7 @@ impl Member {
             .run(&i.client, i.keys.lock(lock_id), args)
             .await?;
         if written != 1 {
-            return Err(Error::LockTaken(lock_id.clone()));
+            return Err(Error::LockTaken(lock_id.as_str().to_owned()));
         }
         i.locks
             .lock()

@@ -15,12 +15,14 @@ pub use config::{MemberConfig, SaturationConfig};
 pub use heartbeat::HeartbeatTask;
 pub use saturation::DestinationPermit;
 
+use crate::address::MemberAddress;
+use crate::address_policy::AddressPolicy;
 use crate::cancel::CancelRegistry;
 use crate::error::Result;
 use crate::ids::{DestinationId, LockId, MemberId};
 use crate::keys::{KeySpace, fields};
-use crate::record::{MemberAddress, MemberRecord};
-use crate::valkey::{self, Scripts};
+use crate::record::MemberRecord;
+use crate::valkey::{Scripts, replies};
 use locks::HeldLock;
 use saturation::Limiter;
 
@@ -233,7 +235,7 @@ impl Member {
             .live_members
             .run(&i.client, i.keys.members(), vec![i.keys.member_prefix()])
             .await?;
-        let (_, mut live) = valkey::parse_live_members(raw, &crate::AddressPolicy::default())?;
+        let (_, mut live) = replies::parse_live_members(raw, &AddressPolicy::default())?;
         live.retain(|m| m.id != i.config.id);
         Ok(live)
     }

@@ -12,6 +12,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::{Member, SaturationConfig};
 use crate::error::{Error, Result};
 use crate::ids::{DestinationId, MemberId};
+use crate::registry::fan_out_peer;
 
 /// Idle destination states are swept when this many are tracked.
 const IDLE_SWEEP_AT: usize = 1024;
@@ -184,20 +185,27 @@ impl Member {
         });
     }
 
-    /// Adds the least-loaded live peer that is not yet in `dest`'s pod set
-    /// (and was never added by this pod before) to the set. Returns the peer,
-    /// or `None` when no candidate is left. Each peer is added at most once
-    /// per destination by this pod.
+    /// Adds a live peer that is not yet in `dest`'s pod set (and was never
+    /// added by this pod before) to the set, picked by
+    /// [`MemberConfig::fan_out_strategy`](crate::MemberConfig::fan_out_strategy)
+    /// (the least-loaded by default; the choice is made in `registry/`, with
+    /// every other routing decision). Returns the peer, or `None` when no
+    /// candidate is left. Each peer is added at most once per destination by
+    /// this pod.
     pub async fn fan_out(&self, dest: &DestinationId) -> Result<Option<MemberId>> {
         let peers = self.list_peer_load().await?;
         let current = self.destination_members(dest).await?;
         let candidate = {
             let fanned = self.inner.fanned.lock().unwrap_or_else(|p| p.into_inner());
-            peers
-                .into_iter()
-                .filter(|p| !current.iter().any(|c| c == p.id.as_str()))
-                .filter(|p| !fanned.contains(&(dest.clone(), p.id.clone())))
-                .min_by_key(|p| p.load)
+            fan_out_peer(
+                self.inner.config.fan_out_strategy.as_ref(),
+                dest,
+                peers,
+                |p| {
+                    current.iter().any(|c| c == p.id.as_str())
+                        || fanned.contains(&(dest.clone(), p.id.clone()))
+                },
+            )
         };
         let Some(peer) = candidate else {
             return Ok(None);

@@ -1,6 +1,15 @@
-//! The coordinator side: resolving destinations and locks to live members.
+//! Routing: every decision about which member serves a destination.
+//!
+//! The coordinator side resolves destinations and locks to live members
+//! (`resolve`: cache, singleflight, first touch, failover; `pick`: every
+//! run of the strategy, re-resolving after a refused connection included);
+//! `fan_out` is the pod side's choice of a peer for a saturated
+//! destination. Nothing outside this module and [`crate::strategy`] runs a
+//! strategy: the HTTP layer asks the [`Registry`] and forwards.
 
+mod fan_out;
 mod metrics;
+mod pick;
 mod resolve;
 mod singleflight;
 
@@ -11,14 +20,17 @@ use fred::prelude::*;
 pub use metrics::RegistryMetrics;
 pub use resolve::{Resolution, ResolveOptions, Route, RouteSource};
 
+pub(crate) use fan_out::fan_out_peer;
+pub(crate) use pick::Reroute;
+
 use crate::address_policy::AddressPolicy;
 use crate::cache::{CacheConfig, DestinationCache};
 use crate::error::Result;
 use crate::ids::{DestinationId, LockId, MemberId};
 use crate::keys::{DEFAULT_PREFIX, KeySpace};
 use crate::record::{LockRecord, MemberRecord};
-use crate::strategy::{self, DynStrategy, PickContext, PickPurpose};
-use crate::valkey::{self, Scripts};
+use crate::strategy::DynStrategy;
+use crate::valkey::{Scripts, replies};
 use metrics::Counters;
 
 /// Settings of a [`Registry`].
@@ -119,22 +131,12 @@ impl Registry {
             .run(&i.client, i.keys.members(), vec![i.keys.member_prefix()])
             .await?;
         self.round_trips(rt);
-        let (pruned, live) = valkey::parse_live_members(raw, &i.policy)?;
+        let (pruned, live) = replies::parse_live_members(raw, &i.policy)?;
         if pruned > 0 {
             tracing::debug!(pruned, "pruned dead ids from the members set");
             Counters::add(&i.counters.pruned, pruned as u64);
         }
         Ok(live)
-    }
-
-    /// Picks a live member with the strategy, without binding anything.
-    pub async fn pick_member(&self, dest: Option<&DestinationId>) -> Result<Option<MemberRecord>> {
-        let live = self.list_live_members().await?;
-        let ctx = PickContext {
-            destination: dest,
-            purpose: PickPurpose::FirstTouch,
-        };
-        Ok(strategy::pick(self.inner.strategy.as_ref(), &live, &ctx).cloned())
     }
 
     /// Adds `member` to the pod set of `dest` (`SADD`) and drops the cached set.
@@ -181,26 +183,6 @@ impl Registry {
             .run(&i.client, i.keys.lock(lock), vec![i.keys.member_prefix()])
             .await?;
         self.round_trips(rt);
-        resolve::parse_lock(lock, raw, &i.policy)
-    }
-}
-
-impl Registry {
-    /// Runs the strategy over `candidates` for `dest` (a single candidate
-    /// is taken as is).
-    pub(crate) fn pick_in(
-        &self,
-        dest: Option<&DestinationId>,
-        candidates: &[MemberRecord],
-        purpose: PickPurpose,
-    ) -> Option<MemberRecord> {
-        if candidates.len() == 1 {
-            return candidates.first().cloned();
-        }
-        let ctx = PickContext {
-            destination: dest,
-            purpose,
-        };
-        strategy::pick(self.inner.strategy.as_ref(), candidates, &ctx).cloned()
+        replies::parse_lock(lock, raw, &i.policy)
     }
 }

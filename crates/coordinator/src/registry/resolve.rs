@@ -1,21 +1,19 @@
 //! Destination resolution: the design's failure-handover flow, plus the
 //! cached hot path.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use fred::prelude::*;
 
 use super::{Counters, Registry};
-use crate::address_policy::AddressPolicy;
 use crate::cache::PodSet;
-use crate::error::{Error, Result};
-use crate::ids::{DestinationId, LockId, MemberId};
+use crate::error::Result;
+use crate::ids::DestinationId;
 use crate::keys::fields;
-use crate::record::{LockRecord, MemberRecord};
-use crate::strategy::{self, PickContext, PickPurpose};
+use crate::record::MemberRecord;
+use crate::strategy::PickPurpose;
 use crate::telemetry;
-use crate::valkey;
+use crate::valkey::replies;
 
 /// What to do when a destination has no usable pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -92,36 +90,6 @@ impl Resolution {
 }
 
 impl Registry {
-    fn pick_from(
-        &self,
-        dest: &DestinationId,
-        set: PodSet,
-        purpose: PickPurpose,
-        source: RouteSource,
-    ) -> Resolution {
-        // a destination bound to one pod goes to it: the strategy runs only
-        // to allocate (first touch, failover) or to spread a fan-out
-        if purpose == PickPurpose::Request && set.len() == 1 {
-            return Resolution::Routed(Route {
-                member: set[0].clone(),
-                set,
-                source,
-            });
-        }
-        let ctx = PickContext {
-            destination: Some(dest),
-            purpose,
-        };
-        match strategy::pick(self.inner.strategy.as_ref(), &set, &ctx) {
-            Some(m) => Resolution::Routed(Route {
-                member: m.clone(),
-                set: set.clone(),
-                source,
-            }),
-            None => Resolution::NoLiveMember,
-        }
-    }
-
     /// Routes one call for `dest`: from the local cache when warm, otherwise
     /// through [`Registry::resolve_destination`]. A destination bound to one
     /// pod goes to it without running the strategy; for a fanned-out
@@ -233,7 +201,7 @@ impl Registry {
             )
             .await?;
         self.round_trips(rt);
-        let reply = valkey::parse_resolve(raw, &i.policy)?;
+        let reply = replies::parse_resolve(raw, &i.policy)?;
 
         if !reply.live.is_empty() {
             if !reply.dead.is_empty() {
@@ -301,97 +269,7 @@ impl Registry {
     }
 }
 
-/// Parses the reply of the lock script: `[]` or
-/// `[owner address or '', owner load, field, value, ...]`.
-pub(super) fn parse_lock(
-    lock: &LockId,
-    raw: Vec<String>,
-    policy: &AddressPolicy,
-) -> Result<Option<LockRecord>> {
-    if raw.is_empty() {
-        return Ok(None);
-    }
-    if raw.len() < 2 || !raw.len().is_multiple_of(2) {
-        return Err(Error::Protocol("malformed lock reply".into()));
-    }
-    let mut metadata: BTreeMap<String, String> = raw[2..]
-        .chunks_exact(2)
-        .map(|c| (c[0].clone(), c[1].clone()))
-        .collect();
-    let Some(owner) = metadata
-        .remove(fields::POD_ID)
-        .and_then(|p| MemberId::new(p).ok())
-    else {
-        tracing::warn!(lock = %lock, "lock record without a valid podId");
-        return Ok(None);
-    };
-    let destination = metadata
-        .remove(fields::DESTINATION_ID)
-        .and_then(|d| DestinationId::new(d).ok());
-    let owner_record = if raw[0].is_empty() {
-        None
-    } else {
-        MemberRecord::from_raw(owner.as_str(), &raw[0], &raw[1], policy)
-    };
-    Ok(Some(LockRecord {
-        lock_id: lock.clone(),
-        owner,
-        destination,
-        owner_record,
-        metadata,
-    }))
-}
-
 /// Locks `m`, poisoned or not (the value is a plain label).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| (*x).to_owned()).collect()
-    }
-
-    #[test]
-    fn lock_replies_parse() {
-        let lock = LockId::new("l1").unwrap();
-        let p = AddressPolicy::default();
-        assert!(parse_lock(&lock, vec![], &p).unwrap().is_none());
-
-        let live = parse_lock(
-            &lock,
-            s(&[
-                "http://h:1",
-                "3",
-                "podId",
-                "p",
-                "destinationId",
-                "d",
-                "kind",
-                "tx",
-            ]),
-            &p,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(live.owner.as_str(), "p");
-        assert_eq!(live.destination.unwrap().as_str(), "d");
-        assert_eq!(live.owner_record.unwrap().load, 3);
-        assert_eq!(live.metadata.get("kind").map(String::as_str), Some("tx"));
-
-        let dead = parse_lock(&lock, s(&["", "0", "podId", "p"]), &p)
-            .unwrap()
-            .unwrap();
-        assert!(dead.owner_record.is_none());
-
-        assert!(
-            parse_lock(&lock, s(&["", "0", "kind", "tx"]), &p)
-                .unwrap()
-                .is_none()
-        );
-        assert!(parse_lock(&lock, s(&["", "0", "podId"]), &p).is_err());
-    }
 }

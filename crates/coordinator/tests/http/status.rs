@@ -73,6 +73,9 @@ async fn every_coordinator_answer_has_its_status_and_json_code() {
         ("/destinations/a%2Fb", "PUT"),
         ("/locks/a%00b", "GET"),
         ("/cancel/a:b", "POST"),
+        // not UTF-8 once percent-decoded: the same JSON answer, counted
+        ("/destinations/%FF", "PUT"),
+        ("/locks/%C3/x", "GET"),
     ] {
         let row = call(&http, method, &url(path)).await;
         assert_eq!(

@@ -1,0 +1,147 @@
+//! The Lua scripts that make reads single round trips, run with `EVALSHA`.
+
+use fred::prelude::*;
+use fred::types::{MultipleKeys, MultipleValues};
+
+use crate::error::Result;
+
+/// A Lua script run with `EVALSHA`, falling back to `EVAL` once on `NOSCRIPT`.
+pub(crate) struct Script {
+    lua: &'static str,
+    sha: String,
+}
+
+impl Script {
+    fn new(lua: &'static str) -> Self {
+        Self {
+            lua,
+            sha: fred::util::sha1_hash(lua),
+        }
+    }
+
+    /// Runs the script; the returned count is the round trips it took.
+    pub(crate) async fn run<R, K, V>(&self, client: &Client, keys: K, args: V) -> Result<(R, u64)>
+    where
+        R: FromValue,
+        K: Into<MultipleKeys> + Send,
+        V: TryInto<MultipleValues> + Send,
+        V::Error: Into<fred::error::Error> + Send,
+    {
+        let keys: MultipleKeys = keys.into();
+        let args: MultipleValues = args.try_into().map_err(Into::into)?;
+        match client
+            .evalsha::<R, _, _, _>(self.sha.as_str(), keys.clone(), args.clone())
+            .await
+        {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                Ok((client.eval(self.lua, keys, args).await?, 2))
+            }
+            other => Ok((other?, 1)),
+        }
+    }
+}
+
+/// Reads a destination set and the records of its members in one step.
+/// Dead members are removed from the set when at least one member is live.
+/// KEYS: destination set. ARGV: member key prefix, prune flag ("1"/"0").
+/// Reply: `[total, ndead, dead..., (id, address, load)...]`.
+const RESOLVE: &str = r#"
+local ids = redis.call('SMEMBERS', KEYS[1])
+local live = {}
+local dead = {}
+for _, id in ipairs(ids) do
+  local v = redis.call('HMGET', ARGV[1] .. id, 'address', 'load')
+  if v[1] then
+    live[#live + 1] = id
+    live[#live + 1] = v[1]
+    live[#live + 1] = v[2] or '0'
+  else
+    dead[#dead + 1] = id
+  end
+end
+if ARGV[2] == '1' and #live > 0 and #dead > 0 then
+  redis.call('SREM', KEYS[1], unpack(dead))
+end
+local out = { tostring(#ids), tostring(#dead) }
+for _, id in ipairs(dead) do out[#out + 1] = id end
+for _, x in ipairs(live) do out[#out + 1] = x end
+return out
+"#;
+
+/// Lists live members and removes the ids of dead ones from the members set.
+/// KEYS: members set. ARGV: member key prefix.
+/// Reply: `[npruned, (id, address, load)...]`.
+const LIVE_MEMBERS: &str = r#"
+local ids = redis.call('SMEMBERS', KEYS[1])
+local out = { '0' }
+local dead = {}
+for _, id in ipairs(ids) do
+  local v = redis.call('HMGET', ARGV[1] .. id, 'address', 'load')
+  if v[1] then
+    out[#out + 1] = id
+    out[#out + 1] = v[1]
+    out[#out + 1] = v[2] or '0'
+  else
+    dead[#dead + 1] = id
+  end
+end
+if #dead > 0 then
+  redis.call('SREM', KEYS[1], unpack(dead))
+end
+out[1] = tostring(#dead)
+return out
+"#;
+
+/// Reads a lock record and its owner's member record.
+/// KEYS: lock key. ARGV: member key prefix.
+/// Reply: `[]` if no lock, else `[address or '', load, field, value, ...]`.
+const LOCK: &str = r#"
+local l = redis.call('HGETALL', KEYS[1])
+if #l == 0 then return {} end
+local pod = nil
+for i = 1, #l, 2 do
+  if l[i] == 'podId' then pod = l[i + 1] end
+end
+local addr, load = '', '0'
+if pod then
+  local v = redis.call('HMGET', ARGV[1] .. pod, 'address', 'load')
+  addr = v[1] or ''
+  load = v[2] or '0'
+end
+local out = { addr, load }
+for _, x in ipairs(l) do out[#out + 1] = x end
+return out
+"#;
+
+/// Writes a lock record unless another member owns that lock id.
+/// KEYS: lock key. ARGV: owner id, TTL in ms, then field, value, ...
+/// Reply: 1 written, 0 owned by another member.
+const REGISTER_LOCK: &str = r#"
+local owner = redis.call('HGET', KEYS[1], 'podId')
+if owner and owner ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+local fv = {}
+for i = 3, #ARGV do fv[#fv + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fv))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"#;
+
+/// The scripts, hashed once.
+pub(crate) struct Scripts {
+    pub(crate) resolve: Script,
+    pub(crate) live_members: Script,
+    pub(crate) lock: Script,
+    pub(crate) register_lock: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Self {
+            resolve: Script::new(RESOLVE),
+            live_members: Script::new(LIVE_MEMBERS),
+            lock: Script::new(LOCK),
+            register_lock: Script::new(REGISTER_LOCK),
+        }
+    }
+}
