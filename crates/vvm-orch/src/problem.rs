@@ -87,6 +87,15 @@ impl ProblemSlot {
         // cron-style job, not something to page anyone about.
         if matches!(problem, VvmProblem::ServicesFinished) {
             tracing::info!(problem = %problem, "VVM services finished");
+        } else if matches!(
+            problem,
+            VvmProblem::LeadershipLost {
+                reason: EndReason::Superseded,
+                ..
+            }
+        ) {
+            // An operator's hand-over: the planned end of this leadership.
+            tracing::info!(problem = %problem, "VVM handed over");
         } else {
             tracing::error!(problem = %problem, "VVM problem");
         }
