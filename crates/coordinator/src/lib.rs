@@ -146,7 +146,8 @@ pub use member::{
 };
 pub use record::{LockRecord, MemberRecord};
 pub use registry::{
-    Registry, RegistryConfig, RegistryMetrics, Resolution, ResolveOptions, Route, RouteSource,
+    FleetLoad, Registry, RegistryConfig, RegistryMetrics, Resolution, ResolveOptions, Route,
+    RouteSource,
 };
 pub use valkey::{ValkeyOptions, connect, connect_with};
 

@@ -8,6 +8,9 @@
 //! | `coordinator_forward_seconds` | histogram | `outcome` | time until a pod's response headers (or the failure): `ok`, `connect_error`, `timeout`, `error` |
 //! | `coordinator_valkey_errors_total` | counter | `component`, `kind` | store errors: `component` `coordinator` (a call failed on them) or `member` (a heartbeat failed); `kind` `valkey` (unreachable or an error reply) or `protocol` (an unexpected reply) or `other` |
 //! | `coordinator_valkey_round_trips_total` | counter | | Valkey round trips made by registries (also in [`crate::RegistryMetrics`]) |
+//! | `coordinator_fleet_members` | gauge | | live members at the last [`crate::Registry::fleet_load`] |
+//! | `coordinator_fleet_load_total` | gauge | | the sum of their reported loads |
+//! | `coordinator_fleet_load_max` | gauge | | the largest reported load |
 
 use std::time::Duration;
 
@@ -25,6 +28,19 @@ pub mod names {
     pub const VALKEY_ERRORS_TOTAL: &str = "coordinator_valkey_errors_total";
     /// Counter: Valkey round trips.
     pub const VALKEY_ROUND_TRIPS_TOTAL: &str = "coordinator_valkey_round_trips_total";
+    /// Gauge: live members.
+    pub const FLEET_MEMBERS: &str = "coordinator_fleet_members";
+    /// Gauge: the sum of the live members' loads.
+    pub const FLEET_LOAD_TOTAL: &str = "coordinator_fleet_load_total";
+    /// Gauge: the largest live member's load.
+    pub const FLEET_LOAD_MAX: &str = "coordinator_fleet_load_max";
+}
+
+/// The fleet's load was read.
+pub(crate) fn fleet(fleet: &crate::FleetLoad) {
+    metrics::gauge!(names::FLEET_MEMBERS).set(fleet.members as f64);
+    metrics::gauge!(names::FLEET_LOAD_TOTAL).set(fleet.total as f64);
+    metrics::gauge!(names::FLEET_LOAD_MAX).set(fleet.max as f64);
 }
 
 /// A call of `route` was answered with `status`.

@@ -433,3 +433,42 @@ async fn fan_out_asks_the_pods_configured_strategy() {
     e.add_to_destination(&d2).await.unwrap();
     assert_eq!(e.fan_out(&d2).await.unwrap(), Some(mid("pod-a")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn fleet_load_sums_the_live_members_reported_loads() {
+    use coordinator::Member;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    let p = prefix();
+    let reg = registry(&p, Some(Default::default()), Arc::new(RoundRobin::new())).await;
+    let empty = reg.fleet_load().await.unwrap();
+    assert_eq!((empty.members, empty.total), (0, 0));
+    assert!(empty.needs_more_pods(10.0));
+
+    let loads = [7, 30, 5].map(|l| Arc::new(AtomicI64::new(l)));
+    let mut members = Vec::new();
+    for (i, load) in loads.iter().enumerate() {
+        let load = load.clone();
+        let m = Member::with_load_source(
+            valkey().await,
+            member_config(&p, &format!("pod-{i}"), 1 + i as u16),
+            Arc::new(move || load.load(Ordering::SeqCst)),
+        )
+        .unwrap();
+        m.register().await.unwrap();
+        members.push(m);
+    }
+    let fleet = reg.fleet_load().await.unwrap();
+    assert_eq!((fleet.members, fleet.total, fleet.max), (3, 42, 30));
+    assert!(fleet.needs_more_pods(10.0) && !fleet.needs_more_pods(14.0));
+    assert_eq!(fleet.pods_for(10.0), 5);
+
+    // A member that deregisters no longer counts; a new load is seen at the
+    // next heartbeat.
+    members.pop().unwrap().deregister().await.unwrap();
+    loads[0].store(1, Ordering::SeqCst);
+    members[0].heartbeat().await.unwrap();
+    let fleet = reg.fleet_load().await.unwrap();
+    assert_eq!((fleet.members, fleet.total, fleet.max), (2, 31, 30));
+}

@@ -8,6 +8,7 @@
 //! strategy: the HTTP layer asks the [`Registry`] and forwards.
 
 mod fan_out;
+mod fleet;
 mod metrics;
 mod pick;
 mod resolve;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 
 use fred::prelude::*;
 
+pub use fleet::FleetLoad;
 pub use metrics::RegistryMetrics;
 pub use resolve::{Resolution, ResolveOptions, Route, RouteSource};
 
