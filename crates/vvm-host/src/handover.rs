@@ -16,7 +16,7 @@ use std::{
 };
 
 use ttl_storage::DynTtlStorage;
-use vvm_orch::handover::{self, Answer, Request};
+use vvm_orch::handover::{Answer, Request, Requester};
 
 use crate::cli::StoreArgs;
 
@@ -118,8 +118,9 @@ async fn run(args: &HandoverArgs) -> anyhow::Result<u8> {
         no_candidate(args, &leader);
         return Ok(NO_CANDIDATE);
     }
+    let requester = Requester::new(storage.clone(), &config, args.index)?;
     let request = Request::new(args.to.as_deref());
-    if !handover::post(&storage, &config, args.index, &request).await? {
+    if !requester.post(&request).await? {
         eprintln!(
             "vvm-host handover: another hand-over request for {key} is pending; try again in a moment"
         );
@@ -127,11 +128,11 @@ async fn run(args: &HandoverArgs) -> anyhow::Result<u8> {
     }
     let deadline = Instant::now() + args.timeout;
     let answer = loop {
-        if let Some(answer) = handover::answer(&storage, &config, args.index, &request).await? {
+        if let Some(answer) = requester.answer(&request).await? {
             break answer;
         }
         if Instant::now() >= deadline {
-            let withdrawn = handover::withdraw(&storage, &config, args.index, &request).await;
+            let withdrawn = requester.withdraw(&request).await;
             eprintln!(
                 "vvm-host handover: {leader} did not answer within {}{}",
                 humantime::format_duration(args.timeout),

@@ -195,7 +195,7 @@ fn the_man_pages_are_current() {
 /// as `docker compose` does; leadership is still released after it.
 #[test]
 fn a_second_signal_ends_the_grace_period() {
-    let mut child = run(&[
+    let (mut child, out, log) = spawn_piped(&mut run(&[
         "--storage",
         "mem",
         "--grace-period",
@@ -204,13 +204,7 @@ fn a_second_signal_ends_the_grace_period() {
         "sh",
         "-c",
         "trap 'echo got-term' TERM; echo ready; while :; do sleep 0.1; done",
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let (out, _) = lines(child.stdout.take().unwrap());
-    let (_, log) = lines(child.stderr.take().unwrap());
+    ]));
     wait_for_line(&out, "ready");
     signal(&child, Signal::SIGTERM);
     wait_for_line(&out, "got-term");

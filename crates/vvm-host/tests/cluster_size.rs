@@ -6,10 +6,7 @@
 
 mod common;
 
-use std::{
-    process::{Child, Stdio},
-    sync::mpsc,
-};
+use std::{process::Child, sync::mpsc};
 
 use common::*;
 use nix::sys::signal::Signal;
@@ -23,7 +20,7 @@ struct Node {
 fn node(store: &std::path::Path, size: &str, name: &str) -> Node {
     let url = format!("redb://{}", store.join("leases.redb").display());
     let script = format!("echo leading {name}; exec sleep 1000");
-    let mut child = vvm_host(&[
+    let (child, out, log) = spawn_piped(&mut vvm_host(&[
         "--storage",
         &url,
         "--cluster-size",
@@ -34,13 +31,7 @@ fn node(store: &std::path::Path, size: &str, name: &str) -> Node {
         "sh",
         "-c",
         &script,
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let (out, _) = lines(child.stdout.take().unwrap());
-    let (_, log) = lines(child.stderr.take().unwrap());
+    ]));
     Node { child, out, log }
 }
 

@@ -12,7 +12,7 @@ mod common;
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Stdio},
+    process::Child,
     sync::mpsc,
     thread::JoinHandle,
     time::{Duration, SystemTime},
@@ -43,14 +43,7 @@ impl Host {
         let mut args = vec!["--storage", &url, "--leadership-duration", &lease];
         args.extend(extra);
         args.extend(["--", "bash", "-c", script]);
-        let mut child = vvm_host(&args)
-            .env("VVM_HOST_FAULT_FILE", &fault)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (out, _) = lines(child.stdout.take().unwrap());
-        let (_, log) = lines(child.stderr.take().unwrap());
+        let (child, out, log) = spawn_piped(vvm_host(&args).env("VVM_HOST_FAULT_FILE", &fault));
         Host {
             child,
             out,

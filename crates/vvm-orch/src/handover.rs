@@ -129,69 +129,89 @@ fn request_ttl() -> Ttl {
     Ttl::from_secs(REQUEST_TTL.as_secs()).unwrap_or(Ttl::NEVER)
 }
 
-/// Posts `request` for key `index` and rings the bell. `Ok(false)`: another
-/// request is pending (or unanswered answers linger): try again later.
-///
-/// # Errors
-///
-/// The store's error.
-pub async fn post(
-    storage: &DynTtlStorage,
-    config: &VvmConfig,
-    index: u32,
-    request: &Request,
-) -> Result<bool, StorageError> {
-    let key = request_key(config, index).map_err(|e| StorageError::permanent(e.to_string()))?;
-    if !storage
-        .insert_if_not_exists(&key, request.as_bytes(), request_ttl())
-        .await?
-    {
-        return Ok(false);
-    }
-    let bell = bell_key(config, index).map_err(|e| StorageError::permanent(e.to_string()))?;
-    if let Some(ring) = storage.get(&bell).await? {
-        storage.compare_and_delete(&bell, &ring).await?;
-    }
-    Ok(true)
+/// The requester's side (an operator's `vvm-host handover`): posts a
+/// request for one key, reads the answer, withdraws it on giving up.
+#[derive(Clone)]
+pub struct Requester {
+    storage: DynTtlStorage,
+    request: Key,
+    bell: Key,
 }
 
-/// The answer to `request`, once there is one (`None`: not yet); an answer
-/// read is cleared.
-///
-/// # Errors
-///
-/// The store's error.
-pub async fn answer(
-    storage: &DynTtlStorage,
-    config: &VvmConfig,
-    index: u32,
-    request: &Request,
-) -> Result<Option<Answer>, StorageError> {
-    let key = request_key(config, index).map_err(|e| StorageError::permanent(e.to_string()))?;
-    let Some(raw) = storage.get(&key).await? else {
-        return Ok(None);
-    };
-    let Some(answer) = Answer::parse(&raw, &request.id) else {
-        return Ok(None);
-    };
-    // Read: clear it, so the next request need not wait for its expiry.
-    storage.compare_and_delete(&key, &raw).await?;
-    Ok(Some(answer))
+impl std::fmt::Debug for Requester {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Requester")
+            .field("request", &self.request)
+            .finish_non_exhaustive()
+    }
 }
 
-/// Takes back an unanswered `request` (a requester that gives up).
-///
-/// # Errors
-///
-/// The store's error.
-pub async fn withdraw(
-    storage: &DynTtlStorage,
-    config: &VvmConfig,
-    index: u32,
-    request: &Request,
-) -> Result<bool, StorageError> {
-    let key = request_key(config, index).map_err(|e| StorageError::permanent(e.to_string()))?;
-    storage.compare_and_delete(&key, request.as_bytes()).await
+impl Requester {
+    /// The requester for key `index` of `config`'s keys.
+    ///
+    /// # Errors
+    ///
+    /// The request or bell key is not a valid key (a prefix too long).
+    pub fn new(
+        storage: DynTtlStorage,
+        config: &VvmConfig,
+        index: u32,
+    ) -> Result<Self, ValidationError> {
+        Ok(Requester {
+            storage,
+            request: request_key(config, index)?,
+            bell: bell_key(config, index)?,
+        })
+    }
+
+    /// Posts `request` and rings the bell. `Ok(false)`: another request is
+    /// pending (or its answer is unread): try again later.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    pub async fn post(&self, request: &Request) -> Result<bool, StorageError> {
+        if !self
+            .storage
+            .insert_if_not_exists(&self.request, request.as_bytes(), request_ttl())
+            .await?
+        {
+            return Ok(false);
+        }
+        if let Some(ring) = self.storage.get(&self.bell).await? {
+            self.storage.compare_and_delete(&self.bell, &ring).await?;
+        }
+        Ok(true)
+    }
+
+    /// The answer to `request`, once there is one (`None`: not yet); an
+    /// answer read is cleared, so the next request need not wait for its
+    /// expiry.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    pub async fn answer(&self, request: &Request) -> Result<Option<Answer>, StorageError> {
+        let Some(raw) = self.storage.get(&self.request).await? else {
+            return Ok(None);
+        };
+        let Some(answer) = Answer::parse(&raw, &request.id) else {
+            return Ok(None);
+        };
+        self.storage.compare_and_delete(&self.request, &raw).await?;
+        Ok(Some(answer))
+    }
+
+    /// Takes back an unanswered `request` (a requester that gives up).
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    pub async fn withdraw(&self, request: &Request) -> Result<bool, StorageError> {
+        self.storage
+            .compare_and_delete(&self.request, request.as_bytes())
+            .await
+    }
 }
 
 /// The leader's side: keeps the bell up and waits for a request.

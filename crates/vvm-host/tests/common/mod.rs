@@ -119,6 +119,21 @@ pub fn lines(
     (rx, handle)
 }
 
+/// Spawns `command` with its stdout and stderr piped: `(child, stdout line
+/// by line, all of stderr once it closes)`.
+pub fn spawn_piped(
+    command: &mut Command,
+) -> (Child, mpsc::Receiver<String>, thread::JoinHandle<String>) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (out, _) = lines(child.stdout.take().unwrap());
+    let (_, err) = lines(child.stderr.take().unwrap());
+    (child, out, err)
+}
+
 pub fn wait_for_line(rx: &mpsc::Receiver<String>, what: &str) -> String {
     let deadline = Instant::now() + LIMIT;
     loop {
