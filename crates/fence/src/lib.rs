@@ -3,8 +3,9 @@
 //! A fencing token protects a resource only if the resource checks it.
 //! This crate is the **contract** of that check, the same for every
 //! database a driver talks to: the [`Fence`] trait, its outcome types, and
-//! the behaviour [`suite!`] each implementation runs against its real
-//! engine. The implementations live beside their drivers
+//! the behaviour suite (`fence::suite!`, feature `suite`) each
+//! implementation runs against its real engine. The implementations live
+//! beside their drivers
 //! (`storage_x::fence`), and programs open one from a storage URL with
 //! `storage_url::open_fence`.
 //!
