@@ -16,6 +16,7 @@ use std::{
 };
 
 use elections::{ArmEvent, ArmReason, Killer, ProcessKiller};
+use fence::AppendOutcome;
 use storage_url::StorageUrl;
 use tokio::{sync::Mutex, time::Instant};
 use ttl_storage::{Key, TtlStorage};
@@ -23,7 +24,7 @@ use vvm_orch::{ServiceContext, Vvm, VvmConfig, service_fn};
 
 use crate::{
     event::{Event, WriteOutcome, emit, now_ms},
-    guarded::{Guarded, Verdict},
+    guarded::Guarded,
 };
 
 /// Time between two writes of a leader.
@@ -227,8 +228,8 @@ async fn guarded_writer(ctx: &ServiceContext, guarded: &mut Guarded, config: &Co
             biased;
             _ = ctx.shutdown_requested(), if !reported && !config.zombie => continue,
             verdict = tokio::time::timeout(config.lease, guarded.write(token, &config.name)) => match verdict {
-                Ok(Ok(Verdict::Accepted(seq))) => WriteOutcome::Accepted { seq },
-                Ok(Ok(Verdict::Rejected(seen))) => WriteOutcome::Rejected { seen },
+                Ok(Ok(AppendOutcome::Appended { seq })) => WriteOutcome::Accepted { seq },
+                Ok(Ok(AppendOutcome::Rejected { highest })) => WriteOutcome::Rejected { seen: highest },
                 Ok(Err(err)) => {
                     tracing::warn!(%err, "guarded write failed");
                     WriteOutcome::Failed

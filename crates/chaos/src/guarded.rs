@@ -8,14 +8,15 @@
 //!
 //! | engine | helper | atomic check |
 //! |---|---|---|
-//! | Cassandra / ScyllaDB | [`fence::CassandraFence::append`] | lightweight transaction |
-//! | DynamoDB | [`fence::DynamoFence::append`] | conditional `UpdateItem` |
-//! | Valkey / Redis | [`storage_valkey::fence::ValkeyFence::append`] | one Lua script |
-//! | PostgreSQL | [`storage_postgres::fence::PostgresFence::append`] | `INSERT … ON CONFLICT … WHERE` in a transaction |
-//! | etcd | [`storage_etcd::fence::EtcdFence::append`] | one transaction |
+//! | Cassandra / ScyllaDB | `storage_scylla::fence::CassandraFence` | lightweight transaction |
+//! | DynamoDB | `storage_dynamo::fence::DynamoFence` | conditional `UpdateItem` |
+//! | Valkey / Redis | `storage_valkey::fence::ValkeyFence` | one Lua script |
+//! | PostgreSQL | `storage_postgres::fence::PostgresFence` | `INSERT … ON CONFLICT … WHERE` in a transaction |
+//! | etcd | `storage_etcd::fence::EtcdFence` | one transaction |
 //!
-//! The backend is picked by [`storage_url::Engine`]; each entry's value is
-//! `"<token> <writer>"`.
+//! The fence is opened by [`storage_url::open_fence`] (this crate names no
+//! driver) and used through [`fence::Fence::append`] and
+//! [`fence::Fence::log`]; each entry's value is `"<token> <writer>"`.
 //!
 //! **Negative control** (`fenced = false`): the writer then hands the
 //! helper the highest token ([`UNFENCED_TOKEN`]) instead of its own, so
@@ -23,13 +24,8 @@
 //! would; the log still orders them and the entry still names the
 //! writer's real token, which the checker uses.
 
-use std::sync::Arc;
-
-use fence::{AppendVerdict, CassandraFence, DynamoFence};
-use storage_etcd::{EtcdStorage, fence::EtcdFence};
-use storage_postgres::{PostgresStorage, fence::PostgresFence};
-use storage_url::{Engine, StorageUrl};
-use storage_valkey::{ValkeyStorage, fence::ValkeyFence};
+use fence::{AppendOutcome, DynFence, OpenOptions};
+use storage_url::{OpenError, StorageUrl};
 
 /// The table (Cassandra, DynamoDB, PostgreSQL) of the guarded resources.
 const TABLE: &str = "chaos_fences";
@@ -43,53 +39,19 @@ pub enum GuardedError {
     /// The URL is not one the storage registry accepts.
     #[error(transparent)]
     Url(#[from] storage_url::UrlError),
-    /// The URL names an engine without a fencing helper here.
+    /// The URL names an engine without a fence.
     #[error("no guarded resource on {0}: use a cassandra, dynamodb, valkey, postgres or etcd URL")]
     Engine(String),
-    /// The driver rejected the URL's configuration.
-    #[error("bad {engine} URL: {source}")]
-    Config {
-        /// The engine.
-        engine: &'static str,
-        /// The driver's error.
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// A fencing helper of the `fence` crate failed.
+    /// The fence could not be opened.
     #[error(transparent)]
-    Fence(#[from] fence::FenceError),
-    /// A driver's fencing helper (or its connection) failed.
+    Open(OpenError),
+    /// The fence failed.
     #[error(transparent)]
     Storage(#[from] ttl_storage::StorageError),
-    /// The database did not answer or refused a statement.
-    #[error("{what}: {source}")]
-    Db {
-        /// What was being done.
-        what: &'static str,
-        /// The driver error.
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
     /// A log entry that is not `"<token> <writer>"`, or whose token is
     /// not the one the helper checked.
     #[error("unexpected log entry: {0}")]
     Answer(String),
-}
-
-fn config<E: std::error::Error + Send + Sync + 'static>(
-    engine: &'static str,
-) -> impl Fn(E) -> GuardedError {
-    move |err| GuardedError::Config {
-        engine,
-        source: Box::new(err),
-    }
-}
-
-/// What the resource said to one write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Accepted with this sequence number.
-    Accepted(u64),
-    /// Refused: the resource has seen this higher token.
-    Rejected(u64),
 }
 
 /// One accepted write, as read back from the log.
@@ -106,175 +68,21 @@ pub struct LogEntry {
 /// A connection to one guarded resource.
 #[derive(Debug)]
 pub struct Guarded {
-    backend: Backend,
+    fence: DynFence,
     id: String,
     fenced: bool,
 }
 
-/// One helper per engine (with the storage whose connection it shares).
-#[derive(Debug)]
-enum Backend {
-    Cassandra(Box<CassandraFence>),
-    Dynamo(DynamoFence),
-    Valkey {
-        fence: Box<ValkeyFence>,
-        /// Owns the connection the fence shares.
-        _storage: Box<ValkeyStorage>,
-    },
-    Postgres(PostgresFence, Box<PostgresStorage>),
-    Etcd(Box<EtcdFence>),
-}
-
-impl Backend {
-    /// Connects the helper of `url`'s engine; creates its tables if
-    /// `create` (once per run: concurrent schema changes are unsafe on
-    /// Cassandra).
-    async fn connect(url: &str, create: bool) -> Result<Self, GuardedError> {
-        let parsed: StorageUrl = url.parse()?;
-        match parsed.engine() {
-            Engine::Cassandra => {
-                let config =
-                    storage_scylla::ScyllaConfig::from_url(url).map_err(config("cassandra"))?;
-                let session = scylla::client::session_builder::SessionBuilder::new()
-                    .known_nodes(config.contact_points())
-                    .connection_timeout(config.connect_timeout())
-                    .build()
-                    .await
-                    .map_err(|err| GuardedError::Db {
-                        what: "connecting to Cassandra",
-                        source: Box::new(err),
-                    })?;
-                if create {
-                    CassandraFence::create_table(&session, config.keyspace(), TABLE).await?;
-                }
-                let fence =
-                    CassandraFence::new(Arc::new(session), config.keyspace(), TABLE).await?;
-                Ok(Backend::Cassandra(Box::new(fence)))
-            }
-            Engine::DynamoDb => {
-                let config =
-                    storage_dynamo::DynamoConfig::from_url(url).map_err(config("dynamodb"))?;
-                let storage = storage_dynamo::DynamoStorage::connect(config)
-                    .await
-                    .map_err(|err| GuardedError::Db {
-                        what: "connecting to DynamoDB",
-                        source: Box::new(err),
-                    })?;
-                let client = storage.client().clone();
-                if create {
-                    DynamoFence::create_table(&client, TABLE).await?;
-                }
-                Ok(Backend::Dynamo(DynamoFence::new(client, TABLE)?))
-            }
-            Engine::Valkey => {
-                let storage = ValkeyStorage::from_url(url).await?;
-                Ok(Backend::Valkey {
-                    fence: Box::new(ValkeyFence::new(&storage)),
-                    _storage: Box::new(storage),
-                })
-            }
-            Engine::Postgres => {
-                let storage = PostgresStorage::from_url(url).await?;
-                // Idempotent, serialized by an advisory lock.
-                let fence = PostgresFence::create(&storage, TABLE).await?;
-                Ok(Backend::Postgres(fence, Box::new(storage)))
-            }
-            Engine::Etcd => {
-                let storage = EtcdStorage::from_url(url).await?;
-                Ok(Backend::Etcd(Box::new(EtcdFence::new(&storage))))
-            }
-            _ => Err(GuardedError::Engine(parsed.to_string())),
-        }
-    }
-
-    /// One fenced append of `value` with `token`.
-    async fn append(&self, id: &str, token: u64, value: &[u8]) -> Result<Verdict, GuardedError> {
-        use storage_etcd::fence::AppendOutcome as Etcd;
-        use storage_postgres::fence::AppendOutcome as Pg;
-        use storage_valkey::fence::AppendOutcome as Vk;
-        Ok(match self {
-            Backend::Cassandra(fence) => from_fence(fence.append(id, token, value).await?),
-            Backend::Dynamo(fence) => from_fence(fence.append(id, token, value).await?),
-            Backend::Valkey { fence, .. } => match fence.append(id, token, value).await? {
-                Vk::Appended { seq } => Verdict::Accepted(seq),
-                Vk::Rejected { highest } => Verdict::Rejected(highest),
-            },
-            Backend::Postgres(fence, storage) => {
-                let mut client = storage.pool().get().await.map_err(|err| GuardedError::Db {
-                    what: "connecting to PostgreSQL",
-                    source: Box::new(err),
-                })?;
-                let db = |what| {
-                    move |err: tokio_postgres::Error| GuardedError::Db {
-                        what,
-                        source: Box::new(err),
-                    }
-                };
-                let tx = client.transaction().await.map_err(db("BEGIN"))?;
-                match fence.append(&tx, id, token, value).await? {
-                    Pg::Appended { seq } => {
-                        tx.commit().await.map_err(db("COMMIT"))?;
-                        Verdict::Accepted(seq)
-                    }
-                    Pg::Rejected { highest } => Verdict::Rejected(highest),
-                }
-            }
-            Backend::Etcd(fence) => match fence.append(id, token, value).await? {
-                Etcd::Appended { seq } => Verdict::Accepted(seq),
-                Etcd::Rejected { highest } => Verdict::Rejected(highest),
-            },
+/// Opens the fence of `url`'s engine; creates its tables if `create`
+/// (once per run: concurrent schema changes are unsafe on Cassandra).
+async fn connect(url: &str, create: bool) -> Result<DynFence, GuardedError> {
+    let parsed: StorageUrl = url.parse()?;
+    storage_url::open_fence(&parsed, &OpenOptions::new(TABLE, create))
+        .await
+        .map_err(|err| match err {
+            OpenError::NoFence { url } => GuardedError::Engine(url),
+            other => GuardedError::Open(other),
         })
-    }
-
-    /// The log of `id` as `(seq, token the helper checked, value)`, in
-    /// accept order.
-    async fn log(&self, id: &str) -> Result<Vec<(u64, u64, Vec<u8>)>, GuardedError> {
-        Ok(match self {
-            Backend::Cassandra(fence) => fence
-                .log(id)
-                .await?
-                .into_iter()
-                .map(|e| (e.seq, e.token, e.value))
-                .collect(),
-            Backend::Dynamo(fence) => fence
-                .log(id)
-                .await?
-                .into_iter()
-                .map(|e| (e.seq, e.token, e.value))
-                .collect(),
-            Backend::Valkey { fence, .. } => fence
-                .log(id)
-                .await?
-                .into_iter()
-                .map(|e| (e.seq, e.token, e.value))
-                .collect(),
-            Backend::Postgres(fence, storage) => {
-                let client = storage.pool().get().await.map_err(|err| GuardedError::Db {
-                    what: "connecting to PostgreSQL",
-                    source: Box::new(err),
-                })?;
-                fence
-                    .log(&client, id)
-                    .await?
-                    .into_iter()
-                    .map(|e| (e.seq, e.token, e.value))
-                    .collect()
-            }
-            Backend::Etcd(fence) => fence
-                .log(id)
-                .await?
-                .into_iter()
-                .map(|e| (e.seq, e.token, e.value))
-                .collect(),
-        })
-    }
-}
-
-fn from_fence(verdict: AppendVerdict) -> Verdict {
-    match verdict {
-        AppendVerdict::Appended { seq } => Verdict::Accepted(seq),
-        AppendVerdict::Rejected { highest_seen } => Verdict::Rejected(highest_seen),
-    }
 }
 
 /// Creates the resource's tables if needed (the resource `id` itself
@@ -284,7 +92,7 @@ fn from_fence(verdict: AppendVerdict) -> Verdict {
 ///
 /// A bad URL or a database error.
 pub async fn setup(url: &str, _id: &str) -> Result<(), GuardedError> {
-    Backend::connect(url, true).await.map(drop)
+    connect(url, true).await.map(drop)
 }
 
 /// Reads the log of resource `id`, in accept order.
@@ -294,12 +102,12 @@ pub async fn setup(url: &str, _id: &str) -> Result<(), GuardedError> {
 /// A bad URL, a database error, or an entry that is not `"<token>
 /// <writer>"` or whose token disagrees with the one the helper checked.
 pub async fn read_log(url: &str, id: &str) -> Result<Vec<LogEntry>, GuardedError> {
-    let backend = Backend::connect(url, false).await?;
-    backend
+    let fence = connect(url, false).await?;
+    fence
         .log(id)
         .await?
         .into_iter()
-        .map(|(seq, checked, value)| entry(seq, checked, &value))
+        .map(|e| entry(e.seq, e.token, &e.value))
         .collect()
 }
 
@@ -332,7 +140,7 @@ impl Guarded {
     /// A bad URL or a database error.
     pub async fn connect(url: &str, id: &str, fenced: bool) -> Result<Self, GuardedError> {
         Ok(Guarded {
-            backend: Backend::connect(url, false).await?,
+            fence: connect(url, false).await?,
             id: id.to_string(),
             fenced,
         })
@@ -346,12 +154,13 @@ impl Guarded {
     /// # Errors
     ///
     /// A database error: the outcome is then unknown.
-    pub async fn write(&mut self, token: u64, writer: &str) -> Result<Verdict, GuardedError> {
+    pub async fn write(&mut self, token: u64, writer: &str) -> Result<AppendOutcome, GuardedError> {
         let checked = if self.fenced { token } else { UNFENCED_TOKEN };
         let value = format!("{token} {writer}");
-        self.backend
+        Ok(self
+            .fence
             .append(&self.id, checked, value.as_bytes())
-            .await
+            .await?)
     }
 }
 

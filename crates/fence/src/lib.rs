@@ -1,158 +1,154 @@
 //! # fence
 //!
-//! A fencing token protects a resource only if the resource checks it. This
-//! crate is that check, for the databases the drivers already talk to: a
-//! **fenced write** is applied only if its token is at least the highest
-//! token the resource has seen, and the comparison and the write are one
-//! atomic operation of the database (never a read followed by a write).
+//! A fencing token protects a resource only if the resource checks it.
+//! This crate is the **contract** of that check, the same for every
+//! database a driver talks to: the [`Fence`] trait, its outcome types, and
+//! the behaviour suite (`fence::suite!`, feature `suite`) each
+//! implementation runs against its real engine. The implementations live
+//! beside their drivers
+//! (`storage_x::fence`), and programs open one from a storage URL with
+//! `storage_url::open_fence`.
 //!
 //! Every leader gets a token that grows with each new leadership
-//! ([`elections::Leadership::fencing_token`], or `VVM_HOST_FENCING_TOKEN`
-//! under `vvm-host`). A deposed leader that wakes from a pause and writes
-//! with its old token is refused, whatever the timing.
+//! (`elections::Leadership::fencing_token`, or `VVM_HOST_FENCING_TOKEN`
+//! under `vvm-host`). A **guarded write** carries it and is applied only if
+//! the token is at least the highest token the resource has seen, the
+//! comparison and the write being one atomic step of the database (never a
+//! read followed by a write). A deposed leader that wakes from a pause and
+//! writes with its old token is refused, whatever the timing.
 //!
-//! | engine | type | atomic check | feature |
-//! |---|---|---|---|
-//! | Cassandra / ScyllaDB | [`CassandraFence`] | lightweight transaction `UPDATE … IF fence <= ?` (Paxos, SERIAL) | `cassandra` |
-//! | DynamoDB | [`DynamoFence`] | `UpdateItem` with `ConditionExpression: attribute_not_exists(fence) OR fence <= :t` | `dynamodb` |
-//! | PostgreSQL, Valkey / Redis, etcd | the `fence` module of `storage-postgres`, `storage-valkey`, `storage-etcd` | `INSERT … ON CONFLICT … WHERE token <= $2` / a Lua script / a transaction comparing the stored token | — |
+//! Each resource (a name) has a *fenced register* — the highest token seen
+//! and the value written with it ([`Fence::write`], [`Fence::read`]) — and
+//! a *fenced log* sharing the same highest token: [`Fence::append`] checks
+//! and raises the token and numbers the entry in accept order, and
+//! [`Fence::log`] reads the entries back in that order. No stale leader's
+//! entry can follow a newer leader's.
 //!
-//! Each type stores a *fenced register* per resource id: the highest token
-//! seen and the last value written with it. To guard your own rows, copy the
-//! condition into your own statement: the column `fence` next to your data,
-//! set to the token by every write, and the write's condition
-//! [`CassandraFence::CONDITION`] / [`DynamoFence::CONDITION`].
+//! | driver | type | atomic check |
+//! |---|---|---|
+//! | Cassandra / ScyllaDB | `storage_scylla::fence::CassandraFence` | lightweight transaction `UPDATE … IF fence <= ?` (Paxos, SERIAL) |
+//! | DynamoDB | `storage_dynamo::fence::DynamoFence` | `UpdateItem` with `ConditionExpression: attribute_not_exists(fence) OR fence <= :t` |
+//! | Valkey / Redis | `storage_valkey::fence::ValkeyFence` | one Lua script |
+//! | PostgreSQL | `storage_postgres::fence::PostgresFence` | `INSERT … ON CONFLICT … WHERE token <= $2`, in a transaction |
+//! | etcd | `storage_etcd::fence::EtcdFence` | one transaction comparing the stored token |
 //!
-//! ## Fenced logs
+//! ```
+//! use fence::{AppendOutcome, Fence, FenceOutcome, MemFence};
 //!
-//! `append` applies the same check to an append-only log of a resource
-//! (a journal of what successive leaders did, where no stale leader's
-//! entry can follow a newer one's): the register's fence is checked and
-//! raised, and its append counter incremented, in the same atomic step, which
-//! returns the entry's sequence number (accept order, from 1); the entry
-//! is then put into the log table (`<table>_log`) under that number.
-//! [`CassandraFence::log`] / [`DynamoFence::log`] read it back in order.
-//! If the process dies between the two steps the log has a gap at that
-//! number, never a wrong or misplaced entry.
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ttl_storage::StorageError> {
+//! // Any driver's fence; `MemFence` keeps its registers in this process.
+//! let fence: &dyn Fence = &MemFence::default();
+//! assert_eq!(fence.write("report", 7, b"done").await?, FenceOutcome::Accepted);
+//! // A deposed leader (token 6) is refused and learns the newer token.
+//! assert_eq!(
+//!     fence.write("report", 6, b"stale").await?,
+//!     FenceOutcome::Rejected { highest: 7 }
+//! );
+//! assert!(matches!(fence.append("report", 7, b"sent").await?, AppendOutcome::Appended { .. }));
+//! assert_eq!(fence.read("report").await?.map(|r| r.value), Some(b"done".to_vec()));
+//! # Ok(()) }
+//! ```
 //!
-//! [`elections::Leadership::fencing_token`]: https://docs.rs/elections
+//! ## Errors
+//!
+//! Every method returns [`ttl_storage::StorageError`], classified as the
+//! drivers classify their own operations: after an error of kind
+//! [`ErrorKind::OutcomeUnknown`](ttl_storage::ErrorKind::OutcomeUnknown) a
+//! write or append may have been applied (read the register or the log,
+//! or repeat the write with the same token: an equal token is accepted);
+//! [`Transient`](ttl_storage::ErrorKind::Transient) and
+//! [`Permanent`](ttl_storage::ErrorKind::Permanent) errors changed nothing.
+//! A token the engine cannot store (above `i64::MAX` for the engines that
+//! store a signed 64-bit integer) is a permanent error, never truncated.
 
-#[cfg(feature = "cassandra")]
-mod cassandra;
-#[cfg(feature = "dynamodb")]
-mod dynamodb;
-mod error;
+mod mem;
+mod names;
+mod options;
+mod outcome;
+#[cfg(feature = "suite")]
+pub mod suite;
 
-#[cfg(feature = "cassandra")]
-pub use cassandra::CassandraFence;
-#[cfg(feature = "dynamodb")]
-pub use dynamodb::DynamoFence;
-pub use error::FenceError;
+use std::{fmt, sync::Arc};
 
-/// What the resource said to one fenced write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Applied: the token was at least the highest seen (it is now the highest).
-    Accepted,
-    /// Refused: the resource has seen this higher token.
-    Rejected {
-        /// The highest token the resource has seen.
-        highest_seen: u64,
-    },
+use async_trait::async_trait;
+use ttl_storage::StorageError;
+
+pub use mem::MemFence;
+pub use names::{check_name, signed_token};
+pub use options::OpenOptions;
+pub use outcome::{AppendOutcome, FenceOutcome, Fenced, LogEntry, Numbering};
+
+/// Fenced registers and logs of one database: the one contract every
+/// driver's fence implements.
+///
+/// Object safe (through `async_trait`, as [`ttl_storage::TtlStorage`]):
+/// programs hold a [`DynFence`] and never name a driver.
+#[async_trait]
+pub trait Fence: Send + Sync + fmt::Debug {
+    /// Guarded write: writes `value` as `resource`'s register value if
+    /// `token` is at least the highest token the resource has seen (equal
+    /// tokens are accepted), and records `token`; or changes nothing and
+    /// returns the higher token. One atomic step of the database.
+    async fn write(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<FenceOutcome, StorageError>;
+
+    /// The register of `resource` (the highest token seen and the value the
+    /// last accepted write carried), or `None` if nothing was ever written
+    /// or appended. The value is empty when only appends raised the token.
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError>;
+
+    /// Fenced append: appends `value` to `resource`'s log if `token` is at
+    /// least the highest token the resource has seen (the same token as
+    /// [`write`](Self::write)'s), records `token` and returns the entry's
+    /// sequence number (see [`numbering`](Self::numbering)); or appends
+    /// nothing and returns the higher token.
+    async fn append(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<AppendOutcome, StorageError>;
+
+    /// `resource`'s log, in accept order (empty if never appended to).
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError>;
+
+    /// How this fence numbers the entries of a log.
+    fn numbering(&self) -> Numbering;
 }
 
-impl Verdict {
-    /// True if the write was applied.
-    pub fn is_accepted(self) -> bool {
-        self == Verdict::Accepted
+/// A shared fence of any driver, as `storage_url::open_fence` returns it.
+pub type DynFence = Arc<dyn Fence>;
+
+#[async_trait]
+impl<F: Fence + ?Sized> Fence for Arc<F> {
+    async fn write(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<FenceOutcome, StorageError> {
+        (**self).write(resource, token, value).await
     }
-}
-
-/// What the resource said to one fenced append.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AppendVerdict {
-    /// Appended: the token was at least the highest seen.
-    Appended {
-        /// The entry's sequence number: its position in accept order, from 1.
-        seq: u64,
-    },
-    /// Refused: the resource has seen this higher token.
-    Rejected {
-        /// The highest token the resource has seen.
-        highest_seen: u64,
-    },
-}
-
-/// One entry of a resource's fenced log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogEntry {
-    /// Position in accept order, from 1.
-    pub seq: u64,
-    /// The fencing token the append carried.
-    pub token: u64,
-    /// The appended value.
-    pub value: Vec<u8>,
-}
-
-/// The register of one resource: the highest token seen and the value
-/// written with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fenced {
-    /// The highest token the resource has accepted.
-    pub token: u64,
-    /// The value written by the write that carried it.
-    pub value: Vec<u8>,
-}
-
-/// Checks a table or resource name: ASCII letters, digits and `_` (and
-/// for DynamoDB `-` and `.`), 1 to 48 characters (a table name at most
-/// 44, so that its log table `<table>_log` fits).
-#[cfg_attr(
-    not(any(feature = "cassandra", feature = "dynamodb")),
-    allow(dead_code)
-)]
-fn check_name(name: &str, extra: &[char]) -> Result<(), FenceError> {
-    let ok = !name.is_empty()
-        && name.len() <= 48
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || extra.contains(&c));
-    if ok {
-        Ok(())
-    } else {
-        Err(FenceError::InvalidName(name.to_owned()))
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
+        (**self).read(resource).await
     }
-}
-
-/// A token as the signed 64-bit integer databases store.
-#[cfg_attr(
-    not(any(feature = "cassandra", feature = "dynamodb")),
-    allow(dead_code)
-)]
-fn signed(token: u64) -> Result<i64, FenceError> {
-    i64::try_from(token).map_err(|_| FenceError::TokenTooLarge(token))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_checked() {
-        assert!(check_name("fences_1", &[]).is_ok());
-        assert!(check_name("a;b", &[]).is_err());
-        assert!(check_name("", &[]).is_err());
-        assert!(check_name(&"x".repeat(49), &[]).is_err());
-        assert!(check_name("app.fences-1", &['-', '.']).is_ok());
-        assert!(check_name("app.fences", &[]).is_err());
+    async fn append(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<AppendOutcome, StorageError> {
+        (**self).append(resource, token, value).await
     }
-
-    #[test]
-    fn tokens_fit_a_bigint_or_are_refused() {
-        assert_eq!(signed(7).ok(), Some(7));
-        assert!(matches!(
-            signed(u64::MAX),
-            Err(FenceError::TokenTooLarge(_))
-        ));
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+        (**self).log(resource).await
+    }
+    fn numbering(&self) -> Numbering {
+        (**self).numbering()
     }
 }

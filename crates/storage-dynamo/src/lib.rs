@@ -122,6 +122,7 @@
 mod classify;
 mod config;
 mod error;
+pub mod fence;
 mod item;
 mod observed;
 mod storage;

@@ -57,6 +57,25 @@ elections_testsuite::testsuite!(
     ignore = "needs DynamoDB: run `cargo xtask test-drivers`"
 );
 
+/// The fence in the table `fence_test` (and `fence_test_log`), created if
+/// missing, on the storage's client.
+async fn make_fence() -> fence::DynFence {
+    use storage_dynamo::fence::DynamoFence;
+    let storage = DynamoStorage::connect(config("fence_test_storage", true))
+        .await
+        .expect("connect to DynamoDB");
+    let client = storage.client().clone();
+    DynamoFence::create_table(&client, "fence_test")
+        .await
+        .expect("create the fence tables");
+    Arc::new(DynamoFence::new(client, "fence_test").expect("a valid table name"))
+}
+
+fence::suite!(
+    make_fence,
+    ignore = "needs DynamoDB: run `cargo xtask test-drivers`"
+);
+
 fn fresh_key(prefix: &str) -> Key {
     Key::new(format!("{prefix}/{:016x}", rand::random::<u64>())).unwrap()
 }

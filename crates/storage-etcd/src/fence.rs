@@ -25,6 +25,12 @@
 //! order (increasing, not contiguous). [`EtcdFence::log`] reads the log
 //! back in that order.
 //!
+//! [`EtcdFence`] implements the workspace's one fencing contract,
+//! [`fence::Fence`] (guarded write of a register, fenced append, reads),
+//! checked by the shared `fence::suite!` on the real engine; [`open`]
+//! opens it from a URL (as `storage_url::open_fence` does). The outcome
+//! types are the shared ones, re-exported here.
+//!
 //! ```no_run
 //! use storage_etcd::{EtcdStorage, fence::{EtcdFence, FenceOutcome}};
 //!
@@ -40,10 +46,15 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
     TxnResponse,
 };
+pub use fence::{AppendOutcome, FenceOutcome, LogEntry};
+use fence::{DynFence, Fence, Fenced, Numbering, OpenOptions};
 use ttl_storage::{StorageError, check_value};
 
 use crate::{
@@ -51,49 +62,15 @@ use crate::{
     error::{Op, classify, storage_error},
 };
 
-/// What a fenced write did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FenceOutcome {
-    /// The token was at least the highest seen: the value was written and
-    /// the token recorded.
-    Accepted,
-    /// A higher token was seen: nothing was written.
-    Rejected {
-        /// The highest token the resource has seen.
-        highest: u64,
-    },
-}
-
-/// What a fenced append did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AppendOutcome {
-    /// The token was at least the highest seen: the entry was appended
-    /// and the token recorded.
-    Appended {
-        /// The entry's sequence number: the etcd revision of the append,
-        /// increasing in accept order (not contiguous).
-        seq: u64,
-    },
-    /// A higher token was seen: nothing was appended.
-    Rejected {
-        /// The highest token the resource has seen.
-        highest: u64,
-    },
-}
-
-/// One entry of a resource's log, as [`EtcdFence::log`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogEntry {
-    /// The revision that appended it (accept order).
-    pub seq: u64,
-    /// The fencing token the append carried.
-    pub token: u64,
-    /// The appended value.
-    pub value: Vec<u8>,
-}
-
 /// Fenced writes to keys of one etcd cluster, sharing an
-/// [`EtcdStorage`]'s connection. Fences live at `<prefix>fence/<resource>`.
+/// [`EtcdStorage`]'s connection. Fences live at `<prefix>fence/<resource>`,
+/// the register's value (of [`Fence::write`]) at
+/// `<prefix>fence-value/<resource>`, the log under
+/// `<prefix>fence-log/<resource>/`.
+///
+/// Its [`Fence`] implementation numbers log entries
+/// [`Numbering::Increasing`]: an entry's number is the etcd revision of its
+/// append.
 #[derive(Clone)]
 pub struct EtcdFence {
     client: Client,
@@ -125,6 +102,11 @@ impl EtcdFence {
     /// The key that holds `resource`'s highest token.
     pub fn fence_key(&self, resource: &str) -> String {
         format!("{}fence/{resource}", self.prefix)
+    }
+
+    /// The key that holds the value of `resource`'s register.
+    pub fn value_key(&self, resource: &str) -> String {
+        format!("{}fence-value/{resource}", self.prefix)
     }
 
     /// The key prefix under which `resource`'s log entries live.
@@ -312,4 +294,82 @@ fn rejected(response: &TxnResponse) -> Result<Option<u64>, StorageError> {
     highest.map(Some).ok_or_else(|| {
         StorageError::permanent("fence: the fence key does not hold a decimal token")
     })
+}
+
+/// The value of the first key a `get` of a transaction found.
+fn got(response: Option<&TxnOpResponse>) -> Option<Vec<u8>> {
+    match response {
+        Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.value().to_vec()),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl Fence for EtcdFence {
+    async fn write(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<FenceOutcome, StorageError> {
+        self.set(resource, token, &self.value_key(resource), value)
+            .await
+    }
+
+    /// One linearizable transaction reading the fence and the value.
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
+        let (fence, value) = (self.fence_key(resource), self.value_key(resource));
+        let txn = Txn::new().and_then([TxnOp::get(fence, None), TxnOp::get(value, None)]);
+        let response = crate::unsent::retry(|| {
+            let mut client = self.client.clone();
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+        .map_err(|err| storage_error(classify(&err, Op::Read), "reading a fenced register", err))?;
+        let answers = response.op_responses();
+        let Some(token) = got(answers.first()) else {
+            return Ok(None);
+        };
+        let token = std::str::from_utf8(&token)
+            .ok()
+            .and_then(|t| t.parse::<u64>().ok())
+            .ok_or_else(|| {
+                StorageError::permanent("fence: the fence key does not hold a decimal token")
+            })?;
+        Ok(Some(Fenced {
+            token,
+            value: got(answers.get(1)).unwrap_or_default(),
+        }))
+    }
+
+    async fn append(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<AppendOutcome, StorageError> {
+        EtcdFence::append(self, resource, token, value).await
+    }
+
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+        EtcdFence::log(self, resource).await
+    }
+
+    fn numbering(&self) -> Numbering {
+        Numbering::Increasing
+    }
+}
+
+/// Opens the fence of the etcd URL `url` on a connection of its own.
+/// Fences live under the URL's key prefix; `options` (tables) do not
+/// apply.
+///
+/// # Errors
+///
+/// A bad URL (permanent), or the connection's error.
+pub async fn open(url: &str, options: &OpenOptions) -> Result<DynFence, StorageError> {
+    let _ = options;
+    let storage = EtcdStorage::from_url(url).await?;
+    Ok(Arc::new(EtcdFence::new(&storage)))
 }

@@ -51,6 +51,17 @@ elections_testsuite::testsuite!(
     ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"
 );
 
+async fn make_fence() -> fence::DynFence {
+    Arc::new(storage_etcd::fence::EtcdFence::new(
+        &connect_url(&base_url()).await,
+    ))
+}
+
+fence::suite!(
+    make_fence,
+    ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"
+);
+
 fn key(name: &str) -> Key {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -244,12 +255,14 @@ async fn lost_answers_and_lost_connections() {
     assert!(direct.compare_and_delete(&k, b"b").await.unwrap());
 }
 
-/// The fence refuses tokens lower than the highest seen (exactly, beyond
-/// 2^53 too), accepts equal and higher ones, and a refused write changes
-/// nothing; racing writers leave the highest token's value.
+/// `EtcdFence::set` guards a key of the caller's (not the register of
+/// `fence::Fence::write`): it refuses tokens lower than the highest seen
+/// (exactly, beyond 2^53 and up to `u64::MAX`), a refused write leaves the
+/// key unchanged, and racing writers leave the highest token's value. The
+/// shared `fence_suite` covers the rest of the contract.
 #[tokio::test]
 #[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
-async fn fence_refuses_lower_tokens() {
+async fn fence_set_guards_the_callers_key() {
     use storage_etcd::fence::{EtcdFence, FenceOutcome};
     let s = connect_url(&base_url()).await;
     let fence = EtcdFence::new(&s);
@@ -324,58 +337,4 @@ async fn fence_refuses_lower_tokens() {
         write.await.unwrap().unwrap();
     }
     assert_eq!(read(race).await.as_deref(), Some(&b"16"[..]));
-}
-
-/// A fenced append is refused below the highest token (the fence `set`
-/// shares), numbered in accept order otherwise, and the log reads back
-/// exactly this resource's entries (not those of `<resource>/more`).
-#[tokio::test]
-#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
-async fn fenced_log_appends_in_token_order() {
-    use storage_etcd::fence::{AppendOutcome, EtcdFence, FenceOutcome};
-    let s = connect_url(&base_url()).await;
-    let fence = EtcdFence::new(&s);
-    let resource = key("fenced-log").to_string();
-    let seq = |outcome: AppendOutcome| match outcome {
-        AppendOutcome::Appended { seq } => seq,
-        other => panic!("refused: {other:?}"),
-    };
-    let first = seq(fence.append(&resource, 3, b"three").await.unwrap());
-    let second = seq(fence.append(&resource, 3, b"again").await.unwrap());
-    assert!(second > first);
-    assert_eq!(
-        fence.append(&resource, 2, b"stale").await.unwrap(),
-        AppendOutcome::Rejected { highest: 3 }
-    );
-    // A longer resource name with this one as prefix has its own log.
-    seq(fence
-        .append(&format!("{resource}/more"), 1, b"other")
-        .await
-        .unwrap());
-    let data = format!("suite-fenced-log/{resource}");
-    assert_eq!(
-        fence.set(&resource, 7, &data, b"x").await.unwrap(),
-        FenceOutcome::Accepted
-    );
-    assert_eq!(
-        fence.append(&resource, 6, b"stale").await.unwrap(),
-        AppendOutcome::Rejected { highest: 7 }
-    );
-    let third = seq(fence.append(&resource, 8, b"eight").await.unwrap());
-    let log: Vec<_> = fence
-        .log(&resource)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.seq, e.token, e.value))
-        .collect();
-    assert_eq!(
-        log,
-        vec![
-            (first, 3, b"three".to_vec()),
-            (second, 3, b"again".to_vec()),
-            (third, 8, b"eight".to_vec()),
-        ]
-    );
-    assert!(fence.log("never-written").await.unwrap().is_empty());
 }

@@ -15,6 +15,12 @@
 //! so the entry is in the log exactly when the transaction commits, in
 //! the order the fence admitted it. [`PostgresFence::log`] reads it back.
 //!
+//! [`PostgresFence`] implements the workspace's one fencing contract,
+//! [`fence::Fence`] (guarded write of a register, fenced append, reads),
+//! checked by the shared `fence::suite!` on the real engine; [`open`]
+//! opens it from a URL (as `storage_url::open_fence` does). The outcome
+//! types are the shared ones, re-exported here.
+//!
 //! ```no_run
 //! use storage_postgres::{PostgresStorage, fence::PostgresFence};
 //!
@@ -30,48 +36,35 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use deadpool_postgres::Pool;
+pub use fence::{AppendOutcome, FenceOutcome, LogEntry};
+use fence::{DynFence, Fence, Fenced, Numbering, OpenOptions};
 use ttl_storage::{ErrorKind, StorageError};
-
-/// What a fenced append did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AppendOutcome {
-    /// The token was at least the highest recorded: the entry is in the
-    /// log once the transaction commits.
-    Appended {
-        /// The entry's position in the log, from 1, in accept order.
-        seq: u64,
-    },
-    /// A higher token was recorded: nothing was written; roll back.
-    Rejected {
-        /// The highest token recorded for the resource.
-        highest: u64,
-    },
-}
-
-/// One entry of a resource's log, as [`PostgresFence::log`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogEntry {
-    /// Position in accept order, from 1.
-    pub seq: u64,
-    /// The fencing token the append carried.
-    pub token: u64,
-    /// The appended value.
-    pub value: Vec<u8>,
-}
 
 use crate::{
     PostgresStorage,
-    error::{Op, classify, storage_error},
+    error::{Op, classify, classify_pool, storage_error},
 };
 
-/// Fence rows of one table `(resource text PRIMARY KEY, token bigint)`,
-/// and the fenced logs in `<table>_log`
+/// Fence rows of one table `(resource text PRIMARY KEY, token bigint,
+/// value bytea)`, and the fenced logs in `<table>_log`
 /// `(resource text, seq bigint, token bigint, value bytea, PRIMARY KEY (resource, seq))`.
+///
+/// Its [`Fence`] implementation runs on the storage's connection pool:
+/// a guarded write is one `INSERT … ON CONFLICT … DO UPDATE … WHERE
+/// token <= $2` (the row's `value` is the register's), an append is a
+/// transaction of [`append`](Self::append) (numbered
+/// [`Numbering::Contiguous`], in commit order).
 #[derive(Debug, Clone)]
 pub struct PostgresFence {
+    pool: Pool,
     table: String,
     log_table: String,
     check_sql: String,
+    write_sql: String,
 }
 
 impl PostgresFence {
@@ -114,6 +107,13 @@ impl PostgresFence {
         ))
         .await
         .map_err(failed)?;
+        // The register's value (of `Fence::write`); tables made before it
+        // existed get it here.
+        tx.batch_execute(&format!(
+            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS value bytea"
+        ))
+        .await
+        .map_err(failed)?;
         let log_table = format!("{table}_log");
         tx.batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {log_table} (resource text NOT NULL, seq bigint NOT NULL, \
@@ -127,10 +127,17 @@ impl PostgresFence {
              ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token \
              WHERE f.token <= EXCLUDED.token RETURNING token"
         );
+        let write_sql = format!(
+            "INSERT INTO {table} AS f (resource, token, value) VALUES ($1, $2, $3) \
+             ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value \
+             WHERE f.token <= EXCLUDED.token RETURNING token"
+        );
         Ok(PostgresFence {
+            pool: storage.pool().clone(),
             table,
             log_table,
             check_sql,
+            write_sql,
         })
     }
 
@@ -262,4 +269,111 @@ impl PostgresFence {
             .and_then(|row| row.try_get::<_, i64>(0).ok())
             .and_then(|t| u64::try_from(t).ok()))
     }
+}
+
+/// A pooled connection for the [`Fence`] implementation.
+async fn pooled(pool: &Pool) -> Result<deadpool_postgres::Object, StorageError> {
+    pool.get()
+        .await
+        .map_err(|err| storage_error(classify_pool(&err), "fence: connecting", err))
+}
+
+#[async_trait]
+impl Fence for PostgresFence {
+    async fn write(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<FenceOutcome, StorageError> {
+        let signed = fence::signed_token(token)?;
+        ttl_storage::check_value(value)?;
+        let client = pooled(&self.pool).await?;
+        let row = client
+            .query_opt(&self.write_sql, &[&resource, &signed, &value])
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Write), "fenced write", err))?;
+        if row.is_some() {
+            return Ok(FenceOutcome::Accepted);
+        }
+        let highest = self.highest(&client, resource).await?.ok_or_else(|| {
+            StorageError::permanent("fenced write: refused, but the fence row is gone")
+        })?;
+        Ok(FenceOutcome::Rejected { highest })
+    }
+
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
+        let client = pooled(&self.pool).await?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT token, value FROM {} WHERE resource = $1",
+                    self.table
+                ),
+                &[&resource],
+            )
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Read), "fence read", err))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let token = row
+            .try_get::<_, i64>(0)
+            .ok()
+            .and_then(|t| u64::try_from(t).ok())
+            .ok_or_else(|| StorageError::permanent("fence read: a malformed token"))?;
+        let value = row
+            .try_get::<_, Option<Vec<u8>>>(1)
+            .map_err(|err| {
+                storage_error(ErrorKind::Permanent, "fence read: a malformed value", err)
+            })?
+            .unwrap_or_default();
+        Ok(Some(Fenced { token, value }))
+    }
+
+    /// One transaction: [`PostgresFence::append`], then `COMMIT` (a lost
+    /// answer to it is an unknown outcome).
+    async fn append(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<AppendOutcome, StorageError> {
+        let mut client = pooled(&self.pool).await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Read), "fenced append: BEGIN", err))?;
+        let outcome = PostgresFence::append(self, &tx, resource, token, value).await?;
+        if let AppendOutcome::Appended { .. } = outcome {
+            tx.commit().await.map_err(|err| {
+                storage_error(classify(&err, Op::Write), "fenced append: COMMIT", err)
+            })?;
+        }
+        Ok(outcome)
+    }
+
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+        let client = pooled(&self.pool).await?;
+        PostgresFence::log(self, &client, resource).await
+    }
+
+    fn numbering(&self) -> Numbering {
+        Numbering::Contiguous
+    }
+}
+
+/// Opens the fence of the PostgreSQL URL `url` on a pool of its own, in
+/// the table `options.table` (in the URL's schema, if any). The tables
+/// are created if missing whatever `options.create` says: creation is
+/// idempotent and serialized by an advisory lock.
+///
+/// # Errors
+///
+/// A bad URL or table name (permanent), or the connection's error.
+pub async fn open(url: &str, options: &OpenOptions) -> Result<DynFence, StorageError> {
+    let storage = PostgresStorage::from_url(url).await?;
+    Ok(Arc::new(
+        PostgresFence::create(&storage, &options.table).await?,
+    ))
 }

@@ -81,6 +81,25 @@ async fn connect_url(url: &str) -> PostgresStorage {
     }
 }
 
+async fn make_fence() -> fence::DynFence {
+    // A pool of two (the racing cases still race): SCRAM logins are
+    // CPU-heavy in debug builds, and a burst of them slows the cases that
+    // start beside these (`lost_answers_and_lost_connections` connects
+    // with a 1 s timeout).
+    let base = base_url();
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let s = connect_url(&format!("{base}{separator}pool_size=2")).await;
+    match storage_postgres::fence::PostgresFence::create(&s, "suite_fences").await {
+        Ok(fence) => Arc::new(fence),
+        Err(err) => panic!("creating the fence tables: {err:?}"),
+    }
+}
+
+fence::suite!(
+    make_fence,
+    ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"
+);
+
 async fn make_storage() -> DynTtlStorage {
     // Every server of a multi-host URL (postgres-ha): the shared suite goes
     // through the driver's choice of the writable one.
@@ -443,12 +462,13 @@ async fn fence_refuses_lower_tokens() {
     assert_eq!(fence.highest(&setup, &resource).await.unwrap(), Some(9));
 }
 
-/// A fenced append is refused below the highest token (the fence `check`
-/// shares), numbered in commit order otherwise; a rolled-back append
-/// leaves no entry, and the log reads back exactly the committed ones.
+/// `PostgresFence::append` inside the caller's transaction: an append
+/// rolled back leaves neither its entry nor its token, and the next
+/// committed append takes its number. The shared `fence_suite` covers
+/// the rest of the contract (through committed transactions).
 #[tokio::test]
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
-async fn fenced_log_appends_in_token_order() {
+async fn fenced_append_rolled_back_leaves_nothing() {
     use storage_postgres::fence::{AppendOutcome, LogEntry, PostgresFence};
     let s = connect_url(&base_url()).await;
     let fence = PostgresFence::create(&s, "suite_fences").await.unwrap();
@@ -469,22 +489,14 @@ async fn fenced_log_appends_in_token_order() {
         append(3, b"three", true).await,
         AppendOutcome::Appended { seq: 1 }
     );
-    assert_eq!(
-        append(3, b"again", true).await,
-        AppendOutcome::Appended { seq: 2 }
-    );
-    assert_eq!(
-        append(2, b"stale", true).await,
-        AppendOutcome::Rejected { highest: 3 }
-    );
     // Rolled back: neither the entry nor the token stays.
     assert_eq!(
         append(9, b"rolled back", false).await,
-        AppendOutcome::Appended { seq: 3 }
+        AppendOutcome::Appended { seq: 2 }
     );
     assert_eq!(
         append(5, b"five", true).await,
-        AppendOutcome::Appended { seq: 3 }
+        AppendOutcome::Appended { seq: 2 }
     );
     assert_eq!(
         append(4, b"stale", true).await,
@@ -498,11 +510,7 @@ async fn fenced_log_appends_in_token_order() {
     };
     assert_eq!(
         fence.log(&client, &resource).await.unwrap(),
-        vec![
-            entry(1, 3, b"three"),
-            entry(2, 3, b"again"),
-            entry(3, 5, b"five")
-        ]
+        vec![entry(1, 3, b"three"), entry(2, 5, b"five")]
     );
 }
 

@@ -179,6 +179,7 @@ mod classify;
 mod config;
 mod consistency;
 mod error;
+pub mod fence;
 mod schema;
 mod storage;
 mod suspects;

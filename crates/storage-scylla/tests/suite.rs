@@ -38,6 +38,34 @@ elections_testsuite::testsuite!(
     ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"
 );
 
+/// The fence of the URL's keyspace, in the table `fence_test`: created
+/// once per test process (concurrent schema changes are unsafe on a
+/// Cassandra cluster), after the storage created the keyspace.
+async fn make_fence() -> fence::DynFence {
+    static CREATED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    let uri = uri();
+    CREATED
+        .get_or_init(|| async {
+            if let Err(err) = ScyllaStorage::from_url(&uri).await {
+                panic!("connecting to {uri}: {err:?}");
+            }
+            let options = fence::OpenOptions::new("fence_test", true);
+            if let Err(err) = storage_scylla::fence::open(&uri, &options).await {
+                panic!("creating the fence table on {uri}: {err:?}");
+            }
+        })
+        .await;
+    match storage_scylla::fence::open(&uri, &fence::OpenOptions::new("fence_test", false)).await {
+        Ok(fence) => fence,
+        Err(err) => panic!("opening the fence on {uri}: {err:?}"),
+    }
+}
+
+fence::suite!(
+    make_fence,
+    ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"
+);
+
 /// Driver-specific cases.
 mod scylla_driver {
     use super::*;

@@ -65,4 +65,11 @@ pub enum OpenError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The URL's engine has no fence ([`crate::open_fence`]): `mem` and
+    /// `redb` protect nothing outside their host.
+    #[error("no fence on {url}: use a cassandra, dynamodb, valkey, postgres or etcd URL")]
+    NoFence {
+        /// The URL, password redacted.
+        url: String,
+    },
 }

@@ -38,6 +38,7 @@
 //! ```
 
 mod error;
+mod fence;
 mod parse;
 mod redact;
 mod schemes;
@@ -47,6 +48,7 @@ use std::{fmt, sync::Arc};
 use ttl_storage::{DynTtlStorage, Instrumented};
 
 pub use error::{OpenError, UrlError};
+pub use fence::open_fence;
 
 /// A parsed, validated storage URL. Two URLs are equal when they select
 /// the same storage (`redb:///a%20b` and `redb:///a b` are).

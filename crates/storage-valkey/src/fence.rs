@@ -16,6 +16,12 @@
 //! what the successive leaders did, in which no stale leader's entry can
 //! follow a newer leader's.
 //!
+//! [`ValkeyFence`] implements the workspace's one fencing contract,
+//! [`fence::Fence`] (guarded write of a register, fenced append, reads),
+//! checked by the shared `fence::suite!` on the real engine; [`open`]
+//! opens it from a URL (as `storage_url::open_fence` does). The outcome
+//! types are the shared ones, re-exported here.
+//!
 //! ```no_run
 //! use storage_valkey::{ValkeyStorage, fence::{FenceOutcome, ValkeyFence}};
 //!
@@ -31,6 +37,11 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
+pub use fence::{AppendOutcome, FenceOutcome, LogEntry};
+use fence::{DynFence, Fence, Fenced, Numbering, OpenOptions};
 use fred::{
     bytes::Bytes,
     prelude::{Client, ClientLike},
@@ -76,62 +87,37 @@ local seq = redis.call('RPUSH', KEYS[2], token .. ' ' .. ARGV[2])
 return {1, seq}
 "#;
 
+/// KEYS[1]: the fence; KEYS[2]: the register's value. Reply: {token,
+/// value}, each `false` (nil) if missing.
+const READ_REGISTER: &str = r#"
+return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}
+"#;
+
 /// KEYS[1]: the log. Reply: every element, oldest first.
 const READ_LOG: &str = r#"
 return redis.call('LRANGE', KEYS[1], 0, -1)
 "#;
 
-/// What a fenced append did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AppendOutcome {
-    /// The token was at least the highest seen: the entry was appended
-    /// and the token recorded.
-    Appended {
-        /// The entry's position in the log, from 1, in accept order.
-        seq: u64,
-    },
-    /// A higher token was seen: nothing was appended.
-    Rejected {
-        /// The highest token the resource has seen.
-        highest: u64,
-    },
-}
-
-/// One entry of a resource's log, as [`ValkeyFence::log`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogEntry {
-    /// Position in accept order, from 1.
-    pub seq: u64,
-    /// The fencing token the append carried.
-    pub token: u64,
-    /// The appended value.
-    pub value: Vec<u8>,
-}
-
-/// What a fenced write did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FenceOutcome {
-    /// The token was at least the highest seen: the value was written and
-    /// the token recorded.
-    Accepted,
-    /// A higher token was seen: nothing was written.
-    Rejected {
-        /// The highest token the resource has seen.
-        highest: u64,
-    },
-}
-
 /// Fenced writes to keys of one Valkey / Redis server, sharing a
-/// [`ValkeyStorage`]'s connection. Fences live at `<prefix>fence:<resource>`.
+/// [`ValkeyStorage`]'s connection. Fences live at `<prefix>fence:<resource>`,
+/// the register's value (of [`Fence::write`]) at
+/// `<prefix>fence-value:<resource>`, the log at `<prefix>fence-log:<resource>`.
+///
+/// Its [`Fence`] implementation numbers log entries
+/// [`Numbering::Contiguous`] (the list's length).
 #[derive(Debug, Clone)]
 pub struct ValkeyFence {
     client: Client,
+    /// The storage whose connection this fence uses, when the fence owns it
+    /// (see [`open`]).
+    _owner: Option<Arc<ValkeyStorage>>,
     prefix: String,
     /// The storage's opt-in replica acknowledgement, applied to accepted writes.
     wait: Option<crate::WaitReplicas>,
     script: Script,
     append: Script,
     read_log: Script,
+    read_register: Script,
 }
 
 impl ValkeyFence {
@@ -141,12 +127,29 @@ impl ValkeyFence {
     pub fn new(storage: &ValkeyStorage) -> Self {
         ValkeyFence {
             client: storage.client().clone(),
+            _owner: None,
             prefix: storage.config().prefix().to_string(),
             wait: storage.config().wait_replicas(),
             script: Script::new(GUARDED_SET),
             append: Script::new(GUARDED_APPEND),
             read_log: Script::new(READ_LOG),
+            read_register: Script::new(READ_REGISTER),
         }
+    }
+
+    /// Fenced writes over `storage`'s connection, keeping `storage` (and so
+    /// the connection) alive as long as the fence.
+    pub fn owning(storage: ValkeyStorage) -> Self {
+        let storage = Arc::new(storage);
+        ValkeyFence {
+            _owner: Some(storage.clone()),
+            ..ValkeyFence::new(&storage)
+        }
+    }
+
+    /// The key that holds the value of `resource`'s register.
+    pub fn value_key(&self, resource: &str) -> String {
+        format!("{}fence-value:{resource}", self.prefix)
     }
 
     /// The key that holds `resource`'s highest token.
@@ -325,4 +328,79 @@ fn parse_reply(reply: Value) -> Result<FenceOutcome, StorageError> {
         Value::Integer(0) => Ok(FenceOutcome::Rejected { highest: token }),
         _ => Err(unexpected(&reply)),
     }
+}
+
+/// Reads a reply element that may be nil.
+fn optional_bytes(value: &Value) -> Option<Vec<u8>> {
+    value
+        .as_bytes()
+        .map(<[u8]>::to_vec)
+        .or_else(|| value.as_string().map(String::into_bytes))
+}
+
+#[async_trait]
+impl Fence for ValkeyFence {
+    async fn write(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<FenceOutcome, StorageError> {
+        self.set(resource, token, &self.value_key(resource), value)
+            .await
+    }
+
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
+        const WHAT: &str = "reading a fenced register";
+        let keys = vec![self.fence_key(resource), self.value_key(resource)];
+        let reply = self
+            .read_register
+            .run_keys(&self.client, keys, Vec::new())
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Read), WHAT, err))?;
+        let Value::Array(items) = &reply else {
+            return Err(StorageError::permanent(format!(
+                "{WHAT}: unexpected reply {reply:?}"
+            )));
+        };
+        let Some(token) = items.first().filter(|t| !t.is_null()) else {
+            return Ok(None);
+        };
+        let token = token
+            .as_string()
+            .and_then(|t| t.parse::<u64>().ok())
+            .ok_or_else(|| not_decimal(token))?;
+        let value = items.get(1).and_then(optional_bytes).unwrap_or_default();
+        Ok(Some(Fenced { token, value }))
+    }
+
+    async fn append(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &[u8],
+    ) -> Result<AppendOutcome, StorageError> {
+        ValkeyFence::append(self, resource, token, value).await
+    }
+
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+        ValkeyFence::log(self, resource).await
+    }
+
+    fn numbering(&self) -> Numbering {
+        Numbering::Contiguous
+    }
+}
+
+/// Opens the fence of the Valkey / Redis URL `url` on a connection of its
+/// own. Fences live under the URL's key prefix; `options` (tables) do not
+/// apply.
+///
+/// # Errors
+///
+/// A bad URL (permanent), or the connection's error.
+pub async fn open(url: &str, options: &OpenOptions) -> Result<DynFence, StorageError> {
+    let _ = options;
+    let storage = ValkeyStorage::from_url(url).await?;
+    Ok(Arc::new(ValkeyFence::owning(storage)))
 }

@@ -171,11 +171,8 @@ pub(crate) fn all() -> Vec<Engine> {
             endpoint_aliases: &[],
             passthrough_vars: &[],
             start: cassandra::start,
-            suites: &[
-                ("storage-scylla", "suite"),
-                ("fence", "cassandra"),
-                ("vvm-host", "failover"),
-            ],
+            // The storage-scylla suite includes the fence suite.
+            suites: &[("storage-scylla", "suite"), ("vvm-host", "failover")],
             default: true,
             degraded: None,
         },
@@ -203,7 +200,8 @@ pub(crate) fn all() -> Vec<Engine> {
             endpoint_aliases: &[],
             passthrough_vars: &["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
             start: dynamodb::start,
-            suites: &[("storage-dynamo", "suite"), ("fence", "dynamodb")],
+            // The storage-dynamo suite includes the fence suite.
+            suites: &[("storage-dynamo", "suite")],
             default: true,
             degraded: None,
         },

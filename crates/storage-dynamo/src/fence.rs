@@ -1,16 +1,62 @@
-//! Fenced writes on DynamoDB: one conditional `UpdateItem` each.
+//! The [`fence::Fence`] of DynamoDB: each guarded write or append is one
+//! conditional `UpdateItem`.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use aws_sdk_dynamodb::{
     Client,
     error::SdkError,
-    operation::{create_table::CreateTableError, update_item::UpdateItemError},
+    operation::{create_table::CreateTableError, query::QueryError, update_item::UpdateItemError},
     types::{
         AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
         ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus,
     },
 };
+use fence::{
+    AppendOutcome, DynFence, Fence, FenceOutcome, Fenced, LogEntry, Numbering, OpenOptions,
+    check_name, signed_token,
+};
+use ttl_storage::{ErrorKind, StorageError};
 
-use crate::{AppendVerdict, FenceError, Fenced, LogEntry, Verdict, check_name, error::db, signed};
+use crate::{
+    ConnectError, DynamoConfig, DynamoStorage,
+    classify::{Failure, Op, OperationError, classify},
+};
+
+impl OperationError for UpdateItemError {
+    fn is_condition_failed(&self) -> bool {
+        self.is_conditional_check_failed_exception()
+    }
+}
+
+impl OperationError for QueryError {}
+
+/// A failed request of kind `op` (a failed condition is handled before).
+fn db<E: OperationError>(what: &'static str, op: Op) -> impl Fn(SdkError<E>) -> StorageError {
+    move |err| {
+        let kind = match classify(&err, op) {
+            Failure::Error(kind) => kind,
+            // Not expected here: whatever it is, it may have applied.
+            Failure::ConditionFailed => ErrorKind::OutcomeUnknown,
+        };
+        StorageError::with_source(kind, what, err)
+    }
+}
+
+/// A request that could not be built: nothing was sent.
+fn building(err: aws_sdk_dynamodb::error::BuildError) -> StorageError {
+    StorageError::with_source(ErrorKind::Permanent, "building a DynamoDB request", err)
+}
+
+/// An answer without the expected attributes.
+fn answer(kind: ErrorKind, detail: String) -> StorageError {
+    StorageError::with_source(
+        kind,
+        "unexpected answer from DynamoDB",
+        std::io::Error::other(detail),
+    )
+}
 
 /// A DynamoDB table of fenced registers: items
 /// `{resource: S (partition key), fence: N, value: B, seq: N}`, and their
@@ -19,17 +65,20 @@ use crate::{AppendVerdict, FenceError, Fenced, LogEntry, Verdict, check_name, er
 ///
 /// A write is one `UpdateItem` with
 /// `ConditionExpression: attribute_not_exists(fence) OR fence <= :t`: the
-/// check and the write are one atomic step of DynamoDB. An
-/// [`append`](Self::append) is the same `UpdateItem`, also incrementing
-/// `seq` and returning it, then a `PutItem` of the entry into the log.
+/// check and the write are one atomic step of DynamoDB. An append is the
+/// same `UpdateItem`, also incrementing `seq` and returning it
+/// ([`Numbering::Contiguous`]), then a `PutItem` of the entry into the log
+/// (if that fails, the log has a gap at that number). Reads are strongly
+/// consistent.
 ///
 /// ```no_run
-/// # async fn demo(client: aws_sdk_dynamodb::Client, token: u64) -> Result<(), fence::FenceError> {
-/// use fence::{DynamoFence, Verdict};
+/// # async fn demo(client: aws_sdk_dynamodb::Client, token: u64) -> Result<(), ttl_storage::StorageError> {
+/// use fence::{Fence, FenceOutcome};
+/// use storage_dynamo::fence::DynamoFence;
 /// DynamoFence::create_table(&client, "fences").await?; // once
 /// let fence = DynamoFence::new(client, "fences")?;
-/// if let Verdict::Rejected { highest_seen } = fence.write("nightly-report", token, b"done").await? {
-///     // A newer leader (token `highest_seen`) exists: stop working.
+/// if let FenceOutcome::Rejected { highest } = fence.write("nightly-report", token, b"done").await? {
+///     // A newer leader (token `highest`) exists: stop working.
 /// }
 /// # Ok(()) }
 /// ```
@@ -50,8 +99,8 @@ impl DynamoFence {
     ///
     /// # Errors
     ///
-    /// An invalid name, or DynamoDB's error.
-    pub async fn create_table(client: &Client, table: &str) -> Result<(), FenceError> {
+    /// An invalid name (permanent), or DynamoDB's error.
+    pub async fn create_table(client: &Client, table: &str) -> Result<(), StorageError> {
         check_name(table, &['-', '.'])?;
         check_name(&format!("{table}_log"), &['-', '.'])?;
         create(client, table, None).await?;
@@ -62,8 +111,8 @@ impl DynamoFence {
     ///
     /// # Errors
     ///
-    /// An invalid table name.
-    pub fn new(client: Client, table: &str) -> Result<Self, FenceError> {
+    /// An invalid table name (permanent).
+    pub fn new(client: Client, table: &str) -> Result<Self, StorageError> {
         check_name(table, &['-', '.'])?;
         check_name(&format!("{table}_log"), &['-', '.'])?;
         Ok(DynamoFence {
@@ -71,20 +120,17 @@ impl DynamoFence {
             table: table.to_owned(),
         })
     }
+}
 
-    /// Writes `value` to `resource` with fencing `token`: applied only if
-    /// `token` is at least the highest token the resource has seen.
-    ///
-    /// # Errors
-    ///
-    /// DynamoDB's error: the outcome is then unknown (see [`FenceError`]).
-    pub async fn write(
+#[async_trait]
+impl Fence for DynamoFence {
+    async fn write(
         &self,
         resource: &str,
         token: u64,
         value: &[u8],
-    ) -> Result<Verdict, FenceError> {
-        signed(token)?;
+    ) -> Result<FenceOutcome, StorageError> {
+        signed_token(token)?;
         let result = self
             .client
             .update_item()
@@ -99,39 +145,30 @@ impl DynamoFence {
             .send()
             .await;
         match result {
-            Ok(_) => Ok(Verdict::Accepted),
+            Ok(_) => Ok(FenceOutcome::Accepted),
             Err(SdkError::ServiceError(err)) => match err.err() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
                     let seen = match failed.item() {
                         Some(item) => fence_of(item)?,
                         None => self.read(resource).await?.map_or(0, |f| f.token),
                     };
-                    Ok(Verdict::Rejected { highest_seen: seen })
+                    Ok(FenceOutcome::Rejected { highest: seen })
                 }
-                _ => Err(db("fenced update")(SdkError::ServiceError(err))),
+                _ => Err(db("fenced update", Op::ConditionalWrite)(
+                    SdkError::ServiceError(err),
+                )),
             },
-            Err(err) => Err(db("fenced update")(err)),
+            Err(err) => Err(db("fenced update", Op::ConditionalWrite)(err)),
         }
     }
 
-    /// Appends `value` to `resource`'s log with fencing `token`: accepted
-    /// only if `token` is at least the highest token the resource has seen
-    /// (the register's fence, shared with [`write`](Self::write)). One
-    /// conditional `UpdateItem` raises the fence and increments `seq`,
-    /// returning it; then the entry is put into the log at that `seq`.
-    ///
-    /// # Errors
-    ///
-    /// DynamoDB's error: the outcome is then unknown (see [`FenceError`]).
-    /// If the update applied but the put failed, the log has a gap at
-    /// that sequence number.
-    pub async fn append(
+    async fn append(
         &self,
         resource: &str,
         token: u64,
         value: &[u8],
-    ) -> Result<AppendVerdict, FenceError> {
-        signed(token)?;
+    ) -> Result<AppendOutcome, StorageError> {
+        signed_token(token)?;
         let result = self
             .client
             .update_item()
@@ -148,9 +185,12 @@ impl DynamoFence {
             .await;
         let seq = match result {
             Ok(out) => {
-                let attributes = out
-                    .attributes()
-                    .ok_or_else(|| FenceError::Answer("no UPDATED_NEW attributes".into()))?;
+                let attributes = out.attributes().ok_or_else(|| {
+                    answer(
+                        ErrorKind::OutcomeUnknown,
+                        "no UPDATED_NEW attributes".into(),
+                    )
+                })?;
                 number_of(attributes, "seq")?
             }
             Err(SdkError::ServiceError(err)) => match err.err() {
@@ -159,11 +199,15 @@ impl DynamoFence {
                         Some(item) => fence_of(item)?,
                         None => self.read(resource).await?.map_or(0, |f| f.token),
                     };
-                    return Ok(AppendVerdict::Rejected { highest_seen: seen });
+                    return Ok(AppendOutcome::Rejected { highest: seen });
                 }
-                _ => return Err(db("fenced append")(SdkError::ServiceError(err))),
+                _ => {
+                    return Err(db("fenced append", Op::ConditionalWrite)(
+                        SdkError::ServiceError(err),
+                    ));
+                }
             },
-            Err(err) => return Err(db("fenced append")(err)),
+            Err(err) => return Err(db("fenced append", Op::ConditionalWrite)(err)),
         };
         self.client
             .put_item()
@@ -174,16 +218,14 @@ impl DynamoFence {
             .item("value", AttributeValue::B(value.to_vec().into()))
             .send()
             .await
-            .map_err(db("fenced log put (the log has a gap)"))?;
-        Ok(AppendVerdict::Appended { seq })
+            .map_err(db(
+                "fenced log put (the log has a gap)",
+                Op::ConditionalWrite,
+            ))?;
+        Ok(AppendOutcome::Appended { seq })
     }
 
-    /// Reads `resource`'s log, in accept order (strongly consistent).
-    ///
-    /// # Errors
-    ///
-    /// DynamoDB's error.
-    pub async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, FenceError> {
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
         let mut entries = Vec::new();
         let mut start = None;
         loop {
@@ -198,7 +240,7 @@ impl DynamoFence {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(db("reading the log"))?;
+                .map_err(db("reading the log", Op::Read))?;
             for item in page.items() {
                 let value = match item.get("value") {
                     Some(AttributeValue::B(blob)) => blob.as_ref().to_vec(),
@@ -219,13 +261,7 @@ impl DynamoFence {
         Ok(entries)
     }
 
-    /// The register of `resource` (a strongly consistent read), or `None`
-    /// if it was never written.
-    ///
-    /// # Errors
-    ///
-    /// DynamoDB's error.
-    pub async fn read(&self, resource: &str) -> Result<Option<Fenced>, FenceError> {
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
         let out = self
             .client
             .get_item()
@@ -234,7 +270,7 @@ impl DynamoFence {
             .consistent_read(true)
             .send()
             .await
-            .map_err(db("reading the register"))?;
+            .map_err(db("reading the register", Op::Read))?;
         let Some(item) = out.item() else {
             return Ok(None);
         };
@@ -247,11 +283,15 @@ impl DynamoFence {
             value,
         }))
     }
+
+    fn numbering(&self) -> Numbering {
+        Numbering::Contiguous
+    }
 }
 
 /// Creates one table keyed by `resource` (and the numeric sort key
 /// `sort`, if any) unless it exists, and waits until it is active.
-async fn create(client: &Client, table: &str, sort: Option<&str>) -> Result<(), FenceError> {
+async fn create(client: &Client, table: &str, sort: Option<&str>) -> Result<(), StorageError> {
     let mut request = client
         .create_table()
         .table_name(table)
@@ -261,14 +301,14 @@ async fn create(client: &Client, table: &str, sort: Option<&str>) -> Result<(), 
                 .attribute_name("resource")
                 .attribute_type(ScalarAttributeType::S)
                 .build()
-                .map_err(db("building the table definition"))?,
+                .map_err(building)?,
         )
         .key_schema(
             KeySchemaElement::builder()
                 .attribute_name("resource")
                 .key_type(KeyType::Hash)
                 .build()
-                .map_err(db("building the key schema"))?,
+                .map_err(building)?,
         );
     if let Some(sort) = sort {
         request = request
@@ -277,21 +317,21 @@ async fn create(client: &Client, table: &str, sort: Option<&str>) -> Result<(), 
                     .attribute_name(sort)
                     .attribute_type(ScalarAttributeType::N)
                     .build()
-                    .map_err(db("building the table definition"))?,
+                    .map_err(building)?,
             )
             .key_schema(
                 KeySchemaElement::builder()
                     .attribute_name(sort)
                     .key_type(KeyType::Range)
                     .build()
-                    .map_err(db("building the key schema"))?,
+                    .map_err(building)?,
             );
     }
     match request.send().await {
         Ok(_) => {}
         Err(SdkError::ServiceError(err))
             if matches!(err.err(), CreateTableError::ResourceInUseException(_)) => {}
-        Err(err) => return Err(db("creating the fence table")(err)),
+        Err(err) => return Err(db("creating the fence table", Op::Read)(err)),
     }
     for _ in 0..120 {
         let described = client
@@ -299,33 +339,66 @@ async fn create(client: &Client, table: &str, sort: Option<&str>) -> Result<(), 
             .table_name(table)
             .send()
             .await
-            .map_err(db("describing the fence table"))?;
+            .map_err(db("describing the fence table", Op::Read))?;
         if described.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
             return Ok(());
         }
         tokio_sleep_500ms().await;
     }
-    Err(FenceError::Answer(format!(
-        "table {table} is not active after a minute"
+    Err(StorageError::transient(format!(
+        "fence table {table} is not active after a minute"
     )))
 }
 
-fn fence_of(item: &std::collections::HashMap<String, AttributeValue>) -> Result<u64, FenceError> {
+fn fence_of(item: &std::collections::HashMap<String, AttributeValue>) -> Result<u64, StorageError> {
     number_of(item, "fence")
 }
 
 fn number_of(
     item: &std::collections::HashMap<String, AttributeValue>,
     name: &str,
-) -> Result<u64, FenceError> {
+) -> Result<u64, StorageError> {
     match item.get(name) {
-        Some(AttributeValue::N(n)) => n
-            .parse()
-            .map_err(|_| FenceError::Answer(format!("{name} is not a number: {n:?}"))),
-        other => Err(FenceError::Answer(format!("{name} attribute: {other:?}"))),
+        Some(AttributeValue::N(n)) => n.parse().map_err(|_| {
+            answer(
+                ErrorKind::Permanent,
+                format!("{name} is not a number: {n:?}"),
+            )
+        }),
+        other => Err(answer(
+            ErrorKind::Permanent,
+            format!("{name} attribute: {other:?}"),
+        )),
     }
 }
 
 async fn tokio_sleep_500ms() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+}
+
+/// Opens the fence of the `dynamodb://` URL `url`: the storage's client
+/// (region, endpoint, credentials of the URL), in the table
+/// `options.table` (and `<table>_log`), created first if `options.create`.
+///
+/// # Errors
+///
+/// A bad URL or table name (permanent), or DynamoDB's error.
+pub async fn open(url: &str, options: &OpenOptions) -> Result<DynFence, StorageError> {
+    let config = DynamoConfig::from_url(url).map_err(|err| {
+        StorageError::with_source(ErrorKind::Permanent, "bad dynamodb:// URL", err)
+    })?;
+    let storage = DynamoStorage::connect(config)
+        .await
+        .map_err(|err| match err {
+            ConnectError::Storage(err) => err,
+            ConnectError::NotActive(_) => {
+                StorageError::with_source(ErrorKind::Transient, "fence: connecting", err)
+            }
+            other => StorageError::with_source(ErrorKind::Permanent, "fence: connecting", other),
+        })?;
+    let client = storage.client().clone();
+    if options.create {
+        DynamoFence::create_table(&client, &options.table).await?;
+    }
+    Ok(Arc::new(DynamoFence::new(client, &options.table)?))
 }
