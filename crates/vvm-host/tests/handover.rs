@@ -29,6 +29,14 @@ struct Node {
     out: mpsc::Receiver<String>,
 }
 
+/// A failed assertion must not leave a node running.
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn node(storage: &str, address: &str) -> Node {
     let mut child = Command::new(bin())
         .args(["run", "--address", address, "--log", "info"])
@@ -161,6 +169,4 @@ fn handover_to_a_named_candidate_then_to_the_longest_waiting_then_refused() {
     wait_for_line(&watched, "bravo");
     let _ = watch.kill();
     let _ = watch.wait();
-    let _ = bravo.child.kill();
-    let _ = bravo.child.wait();
 }

@@ -80,6 +80,15 @@ struct Node {
     _stderr: mpsc::Receiver<String>,
 }
 
+/// A failed assertion must not leave the node running (its command ignores
+/// SIGTERM).
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn start(storage: &str, fault_file: &Path, grace: &str) -> Node {
     std::fs::write(fault_file, "").unwrap();
     let mut child = vvm_host(&[
