@@ -1,5 +1,6 @@
 //! Settings of a [`Member`](super::Member).
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +54,9 @@ pub struct MemberConfig {
     /// Default [`LeastLoaded`] (ties broken round-robin). The pod's own: the
     /// coordinators' strategies live in their processes.
     pub fan_out_strategy: DynStrategy,
+    /// Destinations whose newest assignment epoch the ownership fence
+    /// remembers (default 65 536; least recently seen forgotten first).
+    pub fence_capacity: NonZeroUsize,
 }
 
 impl MemberConfig {
@@ -67,6 +71,7 @@ impl MemberConfig {
             lock_ttl: Duration::from_secs(30),
             saturation: SaturationConfig::default(),
             fan_out_strategy: Arc::new(LeastLoaded::new()),
+            fence_capacity: NonZeroUsize::new(65_536).unwrap_or(NonZeroUsize::MIN),
         }
     }
 
