@@ -112,8 +112,8 @@ pub async fn cancellable(
 /// Middleware (`axum::middleware::from_fn_with_state(member, fenced)`)
 /// applying the ownership fence ([`Member::check_ownership`]) to every call
 /// a coordinator routed for a destination (one carrying
-/// [`EPOCH_HEADER`](super::EPOCH_HEADER) and
-/// [`ROUTED_DESTINATION_HEADER`](super::ROUTED_DESTINATION_HEADER)).
+/// [`EPOCH_HEADER`] and
+/// [`ROUTED_DESTINATION_HEADER`]).
 ///
 /// - accepted: the handler runs;
 /// - refused (this pod's registration is not live by its own clock, or the
