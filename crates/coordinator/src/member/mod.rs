@@ -155,7 +155,9 @@ impl Member {
     /// `MULTI`. An expired record is thus re-created, and a pod that missed
     /// heartbeats comes back without a restart. Success renews the pod's
     /// lease on routed calls from the moment this call started
-    /// ([`Member::lease_deadline`]).
+    /// ([`Member::lease_deadline`]); after a lapse (the lease had run out),
+    /// only once the epochs of the destinations the pod remembers were
+    /// re-read, those it still belongs to bumped (a second round trip).
     pub async fn heartbeat(&self) -> Result<()> {
         let started = std::time::Instant::now();
         let i = &self.inner;
@@ -186,6 +188,19 @@ impl Member {
             let _: () = trx.pexpire(&key, millis(i.config.lock_ttl), None).await?;
         }
         let _: Value = trx.exec(true).await?;
+        if i.fence.lapsed(std::time::Instant::now()) {
+            // the destinations may have moved while the lease was out:
+            // route epochs from before the lapse must not be admitted
+            let known = i.fence.known();
+            let epochs = i
+                .scripts
+                .reaffirm(&i.client, &i.keys, &known, &i.config.id)
+                .await?;
+            for (dest, epoch) in known.iter().zip(epochs) {
+                i.fence.raise(dest, epoch);
+            }
+            tracing::info!(member = %i.config.id, destinations = known.len(), "lease back after a lapse: epochs re-read");
+        }
         i.fence.renewed(started);
         Ok(())
     }

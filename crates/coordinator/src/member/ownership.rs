@@ -13,6 +13,13 @@
 //! - **the call's epoch is not older than the newest it has seen** for the
 //!   destination (a bounded map, [`MemberConfig::fence_capacity`](super::MemberConfig::fence_capacity)
 //!   destinations, least recently seen forgotten first).
+//!
+//! Coming back from a lapse (the lease ran out, then a heartbeat succeeds
+//! again), the pod re-reads the epoch of every destination it remembers
+//! before it renews the lease, bumping those whose set still holds it: a
+//! route cached before the lapse then carries an older epoch and is
+//! refused, so a coordinator with a warm cache cannot reach it after another
+//! pod took over.
 
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
@@ -86,6 +93,28 @@ impl Fence {
     /// again.
     pub(super) fn revoked(&self) {
         *lock(&self.lease_start) = None;
+    }
+
+    /// Whether the pod's lease ran out (or was revoked) while it remembers
+    /// epochs: its destinations may have been reassigned meanwhile.
+    pub(super) fn lapsed(&self, now: Instant) -> bool {
+        self.deadline().is_none_or(|d| now >= d) && !lock(&self.epochs).is_empty()
+    }
+
+    /// The destinations whose epochs the pod remembers.
+    pub(super) fn known(&self) -> Vec<DestinationId> {
+        lock(&self.epochs).iter().map(|(d, _)| d.clone()).collect()
+    }
+
+    /// `epoch` becomes the newest seen for `dest` unless a newer one was.
+    pub(super) fn raise(&self, dest: &DestinationId, epoch: u64) {
+        let mut epochs = lock(&self.epochs);
+        match epochs.get_mut(dest) {
+            Some(newest) => *newest = (*newest).max(epoch),
+            None => {
+                epochs.put(dest.clone(), epoch);
+            }
+        }
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -203,5 +232,21 @@ mod tests {
         assert!(f.check(&d("b"), 1, t0).is_ok());
         assert!(f.check(&d("c"), 1, t0).is_ok());
         assert_eq!(lock(&f.epochs).len(), 2, "bounded");
+        f.raise(&d("c"), 0);
+        assert!(f.check(&d("c"), 0, t0).is_err(), "raise never lowers");
+        f.raise(&d("c"), 9);
+        assert!(f.check(&d("c"), 8, t0).is_err());
+    }
+
+    #[test]
+    fn a_lapse_is_an_expired_lease_with_epochs_to_reaffirm() {
+        let f = fence();
+        let t0 = Instant::now();
+        assert!(!f.lapsed(t0), "nothing known yet");
+        f.renewed(t0);
+        assert!(f.check(&d("a"), 1, t0).is_ok());
+        assert!(!f.lapsed(t0 + Duration::from_secs(1)));
+        assert!(f.lapsed(t0 + Duration::from_secs(8)));
+        assert_eq!(f.known(), vec![d("a")]);
     }
 }

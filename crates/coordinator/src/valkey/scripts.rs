@@ -154,6 +154,26 @@ end
 return tonumber(redis.call('GET', KEYS[2]) or '0')
 "#;
 
+/// After a pod's lease ran out: re-reads the epochs of destinations, bumping
+/// those whose set still holds the pod (so routes cached before the lapse
+/// carry an older epoch than the pod then requires).
+/// KEYS: (destination set, epoch key) pairs. ARGV: member id.
+/// Reply: one epoch per pair.
+const REAFFIRM: &str = r#"
+local out = {}
+for i = 1, #KEYS, 2 do
+  if redis.call('SISMEMBER', KEYS[i], ARGV[1]) == 1 then
+    out[#out + 1] = redis.call('INCR', KEYS[i + 1])
+  else
+    out[#out + 1] = tonumber(redis.call('GET', KEYS[i + 1]) or '0')
+  end
+end
+return out
+"#;
+
+/// Destinations per [`REAFFIRM`] run.
+const REAFFIRM_BATCH: usize = 256;
+
 /// The scripts, hashed once.
 pub(crate) struct Scripts {
     pub(crate) resolve: Script,
@@ -161,6 +181,7 @@ pub(crate) struct Scripts {
     pub(crate) lock: Script,
     pub(crate) register_lock: Script,
     pub(crate) change_set: Script,
+    reaffirm: Script,
 }
 
 impl Scripts {
@@ -187,6 +208,37 @@ impl Scripts {
         Ok((epoch, rt))
     }
 
+    /// Runs [`REAFFIRM`] for `dests` as member `me`, in batches: the epoch
+    /// of each destination, bumped where `me` is still in its set.
+    pub(crate) async fn reaffirm(
+        &self,
+        client: &Client,
+        keys: &KeySpace,
+        dests: &[DestinationId],
+        me: &MemberId,
+    ) -> Result<Vec<u64>> {
+        let mut epochs = Vec::with_capacity(dests.len());
+        for batch in dests.chunks(REAFFIRM_BATCH) {
+            let pairs: Vec<String> = batch
+                .iter()
+                .flat_map(|d| [keys.destination(d), keys.epoch(d)])
+                .collect();
+            let (got, _): (Vec<i64>, u64) = self
+                .reaffirm
+                .run(client, pairs, vec![me.as_str().to_owned()])
+                .await?;
+            if got.len() != batch.len() {
+                return Err(Error::Protocol("short reaffirm reply".into()));
+            }
+            for e in got {
+                epochs.push(
+                    u64::try_from(e).map_err(|_| Error::Protocol(format!("negative epoch {e}")))?,
+                );
+            }
+        }
+        Ok(epochs)
+    }
+
     pub(crate) fn new() -> Self {
         Self {
             resolve: Script::new(RESOLVE),
@@ -194,6 +246,7 @@ impl Scripts {
             lock: Script::new(LOCK),
             register_lock: Script::new(REGISTER_LOCK),
             change_set: Script::new(CHANGE_SET),
+            reaffirm: Script::new(REAFFIRM),
         }
     }
 }

@@ -371,6 +371,13 @@ impl TestPod {
         }
     }
 
+    /// Starts heartbeating again (after `stop_heartbeat`).
+    pub fn restart_heartbeat(&mut self) {
+        if self.heartbeat.is_none() {
+            self.heartbeat = Some(self.member.start_heartbeat());
+        }
+    }
+
     /// Closes the HTTP server (idle connections included).
     pub async fn stop_server(&mut self) {
         self.shutdown.cancel();

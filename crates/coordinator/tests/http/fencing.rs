@@ -233,3 +233,56 @@ async fn client_sent_fence_headers_never_reach_the_pod() {
     assert_eq!(http.send("GET", &url).await, (StatusCode::OK, "a".into()));
     assert_eq!(c.registry.metrics().stale_owner_refusals, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn a_pod_back_from_a_lapse_refuses_routes_cached_before_it() {
+    let p = prefix();
+    let valkey = valkey().await;
+    let mut a = TestPod::start(&p, "a", fenced()).await;
+    let b = TestPod::start(&p, "b", fenced()).await;
+    let d = dest("healed");
+    let c1 = TestCoordinator::start(&p, warm()).await;
+    let c2 = TestCoordinator::start(&p, warm()).await;
+    c1.registry
+        .add_pod_to_destination(&d, a.id())
+        .await
+        .unwrap();
+    let http = Http::new();
+    let url1 = format!("{}/destinations/healed", c1.base);
+    let url2 = format!("{}/destinations/healed", c2.base);
+    assert_eq!(http.send("GET", &url1).await, (StatusCode::OK, "a".into()));
+
+    // a is cut from Valkey long enough for its record to expire and for
+    // another coordinator to move the destination to b
+    a.stop_heartbeat().await;
+    let member_key = a.member.keys().member(a.id());
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !exists(&valkey, &member_key).await
+        })
+        .await
+    );
+    assert_eq!(http.send("GET", &url2).await, (StatusCode::OK, "b".into()));
+
+    // the partition heals: a heartbeats again and its lease is back
+    a.restart_heartbeat();
+    let member = a.member.clone();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let m = member.clone();
+            async move { m.registration_live() }
+        })
+        .await
+    );
+    // c1's cache still routes to a at the epoch from before the lapse
+    let (a_hits, b_hits) = (a.hits(), b.hits());
+    assert_eq!(http.send("GET", &url1).await, (StatusCode::OK, "b".into()));
+    assert_eq!(
+        a.hits(),
+        a_hits,
+        "the pod back from its lapse did not serve"
+    );
+    assert_eq!(b.hits(), b_hits + 1, "the owner served it, once");
+    assert_eq!(c1.registry.metrics().stale_owner_refusals, 1);
+}
