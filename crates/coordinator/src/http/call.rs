@@ -227,6 +227,13 @@ impl Coordinator {
                     Err(e) => Err(call.failed(&e)),
                 }
             }
+            Reroute::Allocation(Some(dest)) if is_stale_owner(resp.status(), resp.headers()) => {
+                // a `PUT` of a bound destination: answered as is, the
+                // caller's retry re-resolves
+                self.registry.evict(dest);
+                telemetry::stale_owner("passed");
+                Ok((resp, member))
+            }
             _ => Ok((resp, member)),
         }
     }

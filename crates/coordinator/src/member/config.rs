@@ -42,7 +42,8 @@ pub struct MemberConfig {
     pub address: MemberAddress,
     /// TTL of the member record (default 30 s).
     pub ttl: Duration,
-    /// Heartbeat period (default 10 s); must be below `ttl`.
+    /// Heartbeat period (default 10 s); must be below `0.8 × ttl`, the
+    /// ownership fence's lease ([`Member::lease_deadline`](super::Member::lease_deadline)).
     pub heartbeat_interval: Duration,
     /// TTL of lock records (default 30 s), refreshed by each heartbeat while
     /// the lock is held; must exceed `heartbeat_interval`.
@@ -95,6 +96,13 @@ impl MemberConfig {
                 self.heartbeat_interval, self.ttl
             ));
         }
+        if self.heartbeat_interval >= self.ttl.mul_f64(super::LEASE_FRACTION) {
+            // the ownership fence's lease would run out between heartbeats
+            return bad(format!(
+                "heartbeat_interval {:?} must be below 0.8 × ttl {:?} (a third of it is usual)",
+                self.heartbeat_interval, self.ttl
+            ));
+        }
         if self.lock_ttl <= self.heartbeat_interval {
             return bad(format!(
                 "lock_ttl {:?} must exceed heartbeat_interval {:?}",
@@ -137,6 +145,9 @@ mod tests {
         let mut c = cfg();
         c.heartbeat_interval = c.ttl;
         assert!(c.validate().is_err());
+        let mut c = cfg();
+        c.heartbeat_interval = c.ttl.mul_f64(0.8);
+        assert!(c.validate().is_err(), "the fence's lease would lapse");
         let mut c = cfg();
         c.lock_ttl = Duration::from_secs(5);
         assert!(c.validate().is_err());
