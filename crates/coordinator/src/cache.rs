@@ -58,6 +58,8 @@ pub(crate) type PodSet = Arc<[MemberRecord]>;
 
 struct Entry {
     members: PodSet,
+    /// The destination's assignment epoch the set was read at.
+    epoch: u64,
     expires: Instant,
 }
 
@@ -133,19 +135,20 @@ impl DestinationCache {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn get(&self, dest: &DestinationId) -> Option<PodSet> {
+    /// The cached set of `dest` and its epoch.
+    pub(crate) fn get(&self, dest: &DestinationId) -> Option<(PodSet, u64)> {
         self.get_at(dest, Instant::now())
     }
 
     /// A hit takes the shard's lock shared (readers never wait for each
     /// other); the entry's recency is refreshed only when the exclusive lock
     /// is free at once, so a hot destination costs no lock contention.
-    pub(crate) fn get_at(&self, dest: &DestinationId, now: Instant) -> Option<PodSet> {
+    pub(crate) fn get_at(&self, dest: &DestinationId, now: Instant) -> Option<(PodSet, u64)> {
         let (shards, _) = self.inner.as_ref()?;
         let fresh = {
             let cache = self.read(shards, dest);
             match cache.peek(dest) {
-                Some(e) if e.expires > now => Some(e.members.clone()),
+                Some(e) if e.expires > now => Some((e.members.clone(), e.epoch)),
                 Some(_) => None,
                 None => return None,
             }
@@ -167,14 +170,16 @@ impl DestinationCache {
         }
     }
 
-    pub(crate) fn insert(&self, dest: DestinationId, members: PodSet) {
-        self.insert_at(dest, members, Instant::now());
+    /// Caches `members` of `dest`, read at `epoch`.
+    pub(crate) fn insert(&self, dest: DestinationId, members: PodSet, epoch: u64) {
+        self.insert_at(dest, members, epoch, Instant::now());
     }
 
-    pub(crate) fn insert_at(&self, dest: DestinationId, members: PodSet, now: Instant) {
+    pub(crate) fn insert_at(&self, dest: DestinationId, members: PodSet, epoch: u64, now: Instant) {
         if let Some((shards, ttl)) = &self.inner {
             let entry = Entry {
                 members,
+                epoch,
                 expires: now + *ttl,
             };
             self.write(shards, &dest).put(dest, entry);
@@ -225,9 +230,10 @@ mod tests {
     #[test]
     fn hit_returns_the_whole_set() {
         let c = cache(5000, 10);
-        c.insert(dest("d"), set(&["a", "b"]));
-        let got = c.get(&dest("d")).unwrap();
+        c.insert(dest("d"), set(&["a", "b"]), 3);
+        let (got, epoch) = c.get(&dest("d")).unwrap();
         assert_eq!(got.len(), 2);
+        assert_eq!(epoch, 3, "the epoch is kept with the set");
         assert!(c.get(&dest("other")).is_none());
     }
 
@@ -235,7 +241,7 @@ mod tests {
     fn entries_expire_after_the_ttl() {
         let c = cache(100, 10);
         let t0 = Instant::now();
-        c.insert_at(dest("d"), set(&["a"]), t0);
+        c.insert_at(dest("d"), set(&["a"]), 3, t0);
         assert!(
             c.get_at(&dest("d"), t0 + Duration::from_millis(99))
                 .is_some()
@@ -250,10 +256,10 @@ mod tests {
     #[test]
     fn least_recently_used_is_evicted_at_capacity() {
         let c = cache(5000, 2);
-        c.insert(dest("a"), set(&["x"]));
-        c.insert(dest("b"), set(&["x"]));
+        c.insert(dest("a"), set(&["x"]), 3);
+        c.insert(dest("b"), set(&["x"]), 3);
         assert!(c.get(&dest("a")).is_some()); // a is now most recent
-        c.insert(dest("c"), set(&["x"]));
+        c.insert(dest("c"), set(&["x"]), 3);
         assert!(c.get(&dest("b")).is_none());
         assert!(c.get(&dest("a")).is_some());
         assert!(c.get(&dest("c")).is_some());
@@ -262,12 +268,12 @@ mod tests {
     #[test]
     fn evict_and_disabled() {
         let c = cache(5000, 2);
-        c.insert(dest("a"), set(&["x"]));
+        c.insert(dest("a"), set(&["x"]), 3);
         c.evict(&dest("a"));
         assert!(c.get(&dest("a")).is_none());
 
         let off = DestinationCache::new(None).unwrap();
-        off.insert(dest("a"), set(&["x"]));
+        off.insert(dest("a"), set(&["x"]), 3);
         assert!(off.get(&dest("a")).is_none());
     }
 
@@ -275,7 +281,7 @@ mod tests {
     fn large_caches_are_sharded_and_keep_their_capacity() {
         let c = cache(5000, 4096);
         for i in 0..1000 {
-            c.insert(dest(&format!("d{i}")), set(&["x"]));
+            c.insert(dest(&format!("d{i}")), set(&["x"]), 3);
         }
         assert_eq!(c.len(), 1000);
         assert!((0..1000).all(|i| c.get(&dest(&format!("d{i}"))).is_some()));

@@ -7,6 +7,16 @@
 //! | `P:member:<id>` | hash `address`, `load` | member TTL, refreshed by heartbeat |
 //! | `P:destination:<id>` | set of member ids | none |
 //! | `P:lock:<lockId>` | hash `podId`, `destinationId`, metadata... | lock TTL, refreshed while held |
+//! | `P:epoch:<id>` | integer: the destination's assignment epoch (Rust only) | none |
+//!
+//! `P:epoch:<id>` is added by this crate for ownership fencing (the Node
+//! library neither reads nor writes it): every change of the set
+//! `P:destination:<id>` made by this crate (first touch, failover, bind,
+//! fan-out, a member adding or removing itself, a pruned dead member,
+//! deregistration) `INCR`s it in the same script or `MULTI`, so it only
+//! grows. It outlives a deleted pod set, so a destination bound again gets a
+//! newer epoch than any call routed before. A set changed by a Node
+//! coordinator leaves the epoch as it was.
 
 use crate::error::{Error, Result};
 use crate::ids::{DestinationId, LockId, MemberId};
@@ -77,6 +87,11 @@ impl KeySpace {
         format!("{}:destination:{id}", self.prefix)
     }
 
+    /// `P:epoch:<id>`: the assignment epoch of destination `id`.
+    pub fn epoch(&self, id: &DestinationId) -> String {
+        format!("{}:epoch:{id}", self.prefix)
+    }
+
     /// `P:lock:<lockId>`.
     pub fn lock(&self, id: &LockId) -> String {
         format!("{}:lock:{id}", self.prefix)
@@ -108,6 +123,7 @@ mod tests {
             "coordinator:destination:t1"
         );
         assert_eq!(k.lock(&LockId::new("abc")?), "coordinator:lock:abc");
+        assert_eq!(k.epoch(&DestinationId::new("t1")?), "coordinator:epoch:t1");
         Ok(())
     }
 

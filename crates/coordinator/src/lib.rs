@@ -142,7 +142,8 @@ pub use cancel::{CancelRegistry, Cancelled, InFlight};
 pub use error::{Error, Result};
 pub use ids::{DestinationId, LockId, MemberId, RequestId};
 pub use member::{
-    DestinationPermit, HeartbeatTask, LoadSource, Member, MemberConfig, SaturationConfig,
+    DestinationPermit, HeartbeatTask, LEASE_FRACTION, LoadSource, Member, MemberConfig,
+    OwnershipRefusal, SaturationConfig,
 };
 pub use record::{LockRecord, MemberRecord};
 pub use registry::{

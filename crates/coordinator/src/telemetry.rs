@@ -8,6 +8,7 @@
 //! | `coordinator_forward_seconds` | histogram | `outcome` | time until a pod's response headers (or the failure): `ok`, `connect_error`, `timeout`, `error` |
 //! | `coordinator_valkey_errors_total` | counter | `component`, `kind` | store errors: `component` `coordinator` (a call failed on them) or `member` (a heartbeat failed); `kind` `valkey` (unreachable or an error reply) or `protocol` (an unexpected reply) or `other` |
 //! | `coordinator_valkey_round_trips_total` | counter | | Valkey round trips made by registries (also in [`crate::RegistryMetrics`]) |
+//! | `coordinator_stale_owner_total` | counter | `result` | forwarded destination calls a pod refused as a stale owner (421 `stale_owner`, ownership fencing): `rerouted` (the cache entry was dropped, the destination re-resolved and the call forwarded again) or `passed` (refused again, or not resendable: the refusal went to the caller) |
 //! | `coordinator_fleet_members` | gauge | | live members at the last [`crate::Registry::fleet_load`] |
 //! | `coordinator_fleet_load_total` | gauge | | the sum of their reported loads |
 //! | `coordinator_fleet_load_max` | gauge | | the largest reported load |
@@ -28,6 +29,8 @@ pub mod names {
     pub const VALKEY_ERRORS_TOTAL: &str = "coordinator_valkey_errors_total";
     /// Counter: Valkey round trips.
     pub const VALKEY_ROUND_TRIPS_TOTAL: &str = "coordinator_valkey_round_trips_total";
+    /// Counter: calls refused by a pod as a stale owner.
+    pub const STALE_OWNER_TOTAL: &str = "coordinator_stale_owner_total";
     /// Gauge: live members.
     pub const FLEET_MEMBERS: &str = "coordinator_fleet_members";
     /// Gauge: the sum of the live members' loads.
@@ -74,6 +77,11 @@ pub(crate) fn store_error(component: &'static str, err: &Error) {
     };
     metrics::counter!(names::VALKEY_ERRORS_TOTAL, "component" => component, "kind" => kind)
         .increment(1);
+}
+
+/// A pod refused a call as a stale owner; `result` is `rerouted` or `passed`.
+pub(crate) fn stale_owner(result: &'static str) {
+    metrics::counter!(names::STALE_OWNER_TOTAL, "result" => result).increment(1);
 }
 
 /// `n` Valkey round trips were made.

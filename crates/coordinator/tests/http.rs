@@ -10,6 +10,8 @@ mod client;
 mod common;
 #[path = "http/edge.rs"]
 mod edge;
+#[path = "http/fencing.rs"]
+mod fencing;
 #[path = "http/https_member.rs"]
 mod https_member;
 #[path = "http/register.rs"]

@@ -5,6 +5,8 @@
 #[path = "registry/coalesce.rs"]
 mod coalesce;
 mod common;
+#[path = "registry/epoch.rs"]
+mod epoch;
 #[path = "registry/tls.rs"]
 mod tls;
 

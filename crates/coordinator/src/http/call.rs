@@ -14,17 +14,18 @@ use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
 use http::request::Parts;
 
-use super::REQUEST_ID_HEADER;
 use super::coordinator::Coordinator;
 use super::errors::{ApiError, has_dot_segment};
 use super::forward::ForwardError;
 use super::hook::CallResult;
+use super::pod::STALE_OWNER;
 use super::request_body::{CappedBody, RetryableBody};
 use super::response_body::GuardedBody;
+use super::{REQUEST_ID_HEADER, STALE_OWNER_HEADER, STALE_OWNER_STATUS};
 use crate::error::Error;
-use crate::ids::RequestId;
+use crate::ids::{DestinationId, RequestId};
 use crate::record::MemberRecord;
-use crate::registry::Reroute;
+use crate::registry::{Reroute, Resolution};
 use crate::telemetry;
 
 /// One incoming call, split so it can be retried once before its body is sent.
@@ -114,11 +115,14 @@ impl Coordinator {
         Call::new(req, request_id, self.config.max_request_body())
     }
 
-    /// Forwards `member` the call; the response body carries the cancel guard.
+    /// Forwards `member` the call, stamped with `fence` (the destination and
+    /// its epoch) when given; the response body carries the cancel guard,
+    /// except for a fence refusal (the pod did not run the call).
     pub(super) async fn forward(
         &self,
         call: &Call,
         member: &MemberRecord,
+        fence: Option<(&DestinationId, u64)>,
     ) -> Result<Response, ForwardError> {
         let guard = self
             .forwarder
@@ -126,11 +130,12 @@ impl Coordinator {
         let started = Instant::now();
         let sent = self
             .forwarder
-            .send_parts(
+            .send_fenced(
                 &member.address,
                 &call.parts,
                 call.body.attempt(),
                 &call.request_id,
+                fence,
             )
             .await;
         let outcome = match &sent {
@@ -156,6 +161,10 @@ impl Coordinator {
             }
         }
         match sent {
+            Ok(resp) if is_stale_owner(resp.status(), resp.headers()) => {
+                guard.disarm();
+                Ok(resp.map(Body::new))
+            }
             Ok(resp) => {
                 let (parts, body) = resp.into_parts();
                 let mut resp =
@@ -174,27 +183,85 @@ impl Coordinator {
         }
     }
 
-    /// Forwards to `member`; if the connection fails before the body was
-    /// sent, asks the registry for another member of the call's route `by`
-    /// ([`Registry::reroute`](crate::Registry)) and tries once more. The
-    /// answer names the member that served the call.
+    /// Forwards to `member` (stamped with the destination's `epoch` when the
+    /// call is routed by a destination); if the connection fails before the
+    /// body was sent, asks the registry for another member of the call's
+    /// route `by` ([`Registry::reroute`](crate::Registry)) and tries once
+    /// more. A destination call the pod refuses as a stale owner (the
+    /// ownership fence) is re-resolved once and forwarded again; a second
+    /// refusal goes to the caller. The answer names the member that served
+    /// the call.
     pub(super) async fn forward_with_retry(
         &self,
         call: &Call,
         member: MemberRecord,
+        epoch: Option<u64>,
         by: Reroute<'_>,
     ) -> Result<(Response, MemberRecord), Response> {
-        match self.forward(call, &member).await {
+        let (resp, member) = self.forward_or_reroute(call, member, epoch, by).await?;
+        match by {
+            Reroute::Destination(dest, opts) if is_stale_owner(resp.status(), resp.headers()) => {
+                if !call.body.can_resend() {
+                    // the cache entry is gone: the caller's retry re-resolves
+                    self.registry.evict(dest);
+                    telemetry::stale_owner("passed");
+                    return Ok((resp, member));
+                }
+                tracing::info!(destination = %dest, member = %member.id, ?epoch, "stale owner refused the call, resolving once more");
+                telemetry::stale_owner("rerouted");
+                let route = match Box::pin(self.registry.reresolve(dest, opts)).await {
+                    Ok(Resolution::Routed(route)) => route,
+                    Ok(Resolution::Unbound) => return Err(ApiError::UnknownDestination.into()),
+                    Ok(Resolution::NoLiveMember) => return Err(ApiError::NoLiveMember.into()),
+                    Err(e) => return Err(store_error(e)),
+                };
+                let fence = Some((dest, route.epoch));
+                match self.forward(call, &route.member, fence).await {
+                    Ok(resp) => {
+                        if is_stale_owner(resp.status(), resp.headers()) {
+                            self.registry.evict(dest);
+                            telemetry::stale_owner("passed");
+                        }
+                        Ok((resp, route.member))
+                    }
+                    Err(e) => Err(call.failed(&e)),
+                }
+            }
+            Reroute::Allocation(Some(dest)) if is_stale_owner(resp.status(), resp.headers()) => {
+                // a `PUT` of a bound destination: answered as is, the
+                // caller's retry re-resolves
+                self.registry.evict(dest);
+                telemetry::stale_owner("passed");
+                Ok((resp, member))
+            }
+            _ => Ok((resp, member)),
+        }
+    }
+
+    /// The forward and its one retry after a refused connection.
+    async fn forward_or_reroute(
+        &self,
+        call: &Call,
+        member: MemberRecord,
+        epoch: Option<u64>,
+        by: Reroute<'_>,
+    ) -> Result<(Response, MemberRecord), Response> {
+        let dest = match by {
+            Reroute::Destination(dest, _) | Reroute::Allocation(Some(dest)) => Some(dest),
+            Reroute::Allocation(None) => None,
+        };
+        let fence = dest.zip(epoch);
+        match self.forward(call, &member, fence).await {
             Ok(resp) => Ok((resp, member)),
             Err(err @ ForwardError::Connect { .. }) if call.body.is_untouched() => {
                 tracing::info!(route = ?by, member = %member.id, %err, "connect failed, choosing a member once more");
                 // boxed: the lookup's state is allocated only on a retry
-                let retry = match Box::pin(self.registry.reroute(by, &member.id)).await {
+                let (retry, epoch) = match Box::pin(self.registry.reroute(by, &member.id)).await {
                     Ok(Some(m)) => m,
                     Ok(None) => return Err(call.failed(&err)),
                     Err(e) => return Err(store_error(e)),
                 };
-                match self.forward(call, &retry).await {
+                match self.forward(call, &retry, dest.zip(epoch)).await {
                     Ok(resp) => Ok((resp, retry)),
                     Err(e) => Err(call.failed(&e)),
                 }
@@ -202,6 +269,15 @@ impl Coordinator {
             Err(err) => Err(call.failed(&err)),
         }
     }
+}
+
+/// Whether a pod's answer is an ownership-fence refusal (421 with
+/// `x-coordinator-refused: stale_owner`), not a 421 of the pod's own.
+pub(super) fn is_stale_owner(status: http::StatusCode, headers: &http::HeaderMap) -> bool {
+    status.as_u16() == STALE_OWNER_STATUS
+        && headers
+            .get(STALE_OWNER_HEADER)
+            .is_some_and(|v| v.as_bytes() == STALE_OWNER.as_bytes())
 }
 
 /// Counts the answer to a call of `route` (`coordinator_requests_total`).

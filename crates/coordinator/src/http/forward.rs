@@ -11,15 +11,15 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::REQUEST_ID_HEADER;
 use super::headers::strip_hop_by_hop;
 use super::in_flight::InFlightCalls;
 use super::pod::cancel_path;
 use super::pool::{Http1Pool, PodBody, PoolError};
 use super::request_body::OnceBody;
+use super::{EPOCH_HEADER, REQUEST_ID_HEADER, ROUTED_DESTINATION_HEADER};
 use crate::address::MemberAddress;
 use crate::error::{Error, Result};
-use crate::ids::RequestId;
+use crate::ids::{DestinationId, RequestId};
 
 /// Timeouts and pooling of the forwarding client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -241,6 +241,21 @@ impl Forwarder {
         body: OnceBody,
         request_id: &RequestId,
     ) -> Result<Response<PodBody>, ForwardError> {
+        self.send_fenced(address, parts, body, request_id, None)
+            .await
+    }
+
+    /// [`Forwarder::send_parts`], stamped with `fence` (the destination and
+    /// its epoch) when given. The fence headers a client sent are removed
+    /// either way: only the coordinator sets them.
+    pub(crate) async fn send_fenced(
+        &self,
+        address: &MemberAddress,
+        parts: &request::Parts,
+        body: OnceBody,
+        request_id: &RequestId,
+        fence: Option<(&DestinationId, u64)>,
+    ) -> Result<Response<PodBody>, ForwardError> {
         let pooled = self.pooled(address);
         let uri = match (pooled, parts.uri.path_and_query()) {
             // origin-form, as HTTP/1.1 sends it; `Host` names the pod
@@ -262,6 +277,14 @@ impl Forwarder {
         let id = HeaderValue::from_str(request_id.as_str())
             .map_err(|e| ForwardError::Request(e.to_string()))?;
         headers.insert(REQUEST_ID_HEADER, id);
+        headers.remove(EPOCH_HEADER);
+        headers.remove(ROUTED_DESTINATION_HEADER);
+        if let Some((dest, epoch)) = fence {
+            let dest = HeaderValue::from_str(dest.as_str())
+                .map_err(|e| ForwardError::Request(e.to_string()))?;
+            headers.insert(ROUTED_DESTINATION_HEADER, dest);
+            headers.insert(EPOCH_HEADER, HeaderValue::from(epoch));
+        }
         let mut req = Request::new(body);
         *req.method_mut() = parts.method.clone();
         *req.uri_mut() = uri;

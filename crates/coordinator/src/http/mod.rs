@@ -42,3 +42,22 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// value is validated as a [`DestinationId`](crate::DestinationId) before
 /// anything is registered.
 pub const DESTINATION_ID_HEADER: &str = "x-destination-id";
+
+/// The request header carrying the destination's assignment epoch on every
+/// call the coordinator forwards for a destination (ownership fencing; see
+/// [`pod::fenced`]). A copy sent by the client is removed first.
+pub const EPOCH_HEADER: &str = "x-coordinator-epoch";
+
+/// The request header naming the destination a forwarded call was routed
+/// for, sent with [`EPOCH_HEADER`]. A copy sent by the client is removed
+/// first.
+pub const ROUTED_DESTINATION_HEADER: &str = "x-coordinator-destination";
+
+/// The status of a call a pod refused as a stale owner: 421 Misdirected
+/// Request, JSON `{"error":"stale_owner","reason":...}`, with
+/// [`STALE_OWNER_HEADER`].
+pub const STALE_OWNER_STATUS: u16 = 421;
+
+/// The response header (`stale_owner`) by which the coordinator tells a
+/// fence refusal from a pod's own 421.
+pub const STALE_OWNER_HEADER: &str = "x-coordinator-refused";

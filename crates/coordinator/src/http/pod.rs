@@ -1,5 +1,17 @@
-//! Pod-side HTTP glue: the cancel endpoint and a middleware that makes
-//! handlers cancellable by request id.
+//! Pod-side HTTP glue: the cancel endpoint, a middleware that makes
+//! handlers cancellable by request id, and the ownership fence
+//! ([`fenced`]), one line to adopt:
+//!
+//! ```no_run
+//! # async fn app(member: coordinator::Member) {
+//! use axum::{Router, middleware, routing::get};
+//! use coordinator::http::pod;
+//!
+//! let app: Router = Router::new()
+//!     .route("/destinations/{destination}/query", get(|| async { "rows" }))
+//!     .layer(middleware::from_fn_with_state(member.clone(), pod::fenced));
+//! # }
+//! ```
 //!
 //! ```no_run
 //! use axum::{Router, middleware, routing::post};
@@ -20,9 +32,17 @@ use axum::routing::post;
 use http::StatusCode;
 use tokio_util::sync::CancellationToken;
 
-use super::REQUEST_ID_HEADER;
+use super::{
+    EPOCH_HEADER, REQUEST_ID_HEADER, ROUTED_DESTINATION_HEADER, STALE_OWNER_HEADER,
+    STALE_OWNER_STATUS,
+};
 use crate::cancel::CancelRegistry;
-use crate::ids::RequestId;
+use crate::ids::{DestinationId, RequestId};
+use crate::member::{Member, OwnershipRefusal};
+
+/// The value of [`STALE_OWNER_HEADER`] and of `error` in the JSON body of
+/// a fence refusal.
+pub const STALE_OWNER: &str = "stale_owner";
 
 /// The route of the cancel endpoint on pods.
 pub const CANCEL_ROUTE: &str = "/_coordinator/cancel/{request_id}";
@@ -87,4 +107,65 @@ pub async fn cancellable(
         }
         resp = next.run(req) => resp,
     }
+}
+
+/// Middleware (`axum::middleware::from_fn_with_state(member, fenced)`)
+/// applying the ownership fence ([`Member::check_ownership`]) to every call
+/// a coordinator routed for a destination (one carrying
+/// [`EPOCH_HEADER`] and
+/// [`ROUTED_DESTINATION_HEADER`]).
+///
+/// - accepted: the handler runs;
+/// - refused (this pod's registration is not live by its own clock, or the
+///   epoch is older than one seen): 421 Misdirected Request, header
+///   `x-coordinator-refused: stale_owner`, JSON
+///   `{"error":"stale_owner","reason":"lease_expired"|"stale_epoch"}`; the
+///   handler does not run. The coordinator re-resolves and forwards once
+///   more;
+/// - a malformed epoch or destination header, or one without the other:
+///   400, the handler does not run;
+/// - no fence headers at all (a call not routed by a coordinator: a health
+///   check, an operator's direct call): the handler runs, unchecked. Expose
+///   the pod's port to coordinators only if every call must be fenced.
+pub async fn fenced(State(member): State<Member>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let fence = match (
+        headers.get(EPOCH_HEADER),
+        headers.get(ROUTED_DESTINATION_HEADER),
+    ) {
+        (None, None) => return next.run(req).await,
+        (Some(epoch), Some(dest)) => epoch
+            .to_str()
+            .ok()
+            .and_then(|e| e.parse::<u64>().ok())
+            .zip(dest.to_str().ok().and_then(|d| DestinationId::new(d).ok())),
+        _ => None,
+    };
+    let Some((epoch, dest)) = fence else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "malformed coordinator fence headers",
+        )
+            .into_response();
+    };
+    match member.check_ownership(&dest, epoch) {
+        Ok(()) => next.run(req).await,
+        Err(refusal) => {
+            tracing::info!(destination = %dest, epoch, %refusal, "refused a routed call: stale owner");
+            stale_owner_response(refusal)
+        }
+    }
+}
+
+/// The answer to a call refused by the ownership fence.
+pub fn stale_owner_response(refusal: OwnershipRefusal) -> Response {
+    let status =
+        StatusCode::from_u16(STALE_OWNER_STATUS).unwrap_or(StatusCode::MISDIRECTED_REQUEST);
+    let body = serde_json::json!({ "error": STALE_OWNER, "reason": refusal.reason() });
+    let mut resp = (status, axum::Json(body)).into_response();
+    resp.headers_mut().insert(
+        STALE_OWNER_HEADER,
+        http::HeaderValue::from_static(STALE_OWNER),
+    );
+    resp
 }

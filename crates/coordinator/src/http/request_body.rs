@@ -38,6 +38,12 @@ impl RetryableBody {
         }
     }
 
+    /// Whether another attempt can send the whole body: none has started
+    /// sending it yet, or it is empty.
+    pub(crate) fn can_resend(&self) -> bool {
+        self.end || self.is_untouched()
+    }
+
     /// Whether no attempt has started sending the body yet.
     pub(crate) fn is_untouched(&self) -> bool {
         self.slot

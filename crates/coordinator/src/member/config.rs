@@ -1,5 +1,6 @@
 //! Settings of a [`Member`](super::Member).
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +42,8 @@ pub struct MemberConfig {
     pub address: MemberAddress,
     /// TTL of the member record (default 30 s).
     pub ttl: Duration,
-    /// Heartbeat period (default 10 s); must be below `ttl`.
+    /// Heartbeat period (default 10 s); must be below `0.8 × ttl`, the
+    /// ownership fence's lease ([`Member::lease_deadline`](super::Member::lease_deadline)).
     pub heartbeat_interval: Duration,
     /// TTL of lock records (default 30 s), refreshed by each heartbeat while
     /// the lock is held; must exceed `heartbeat_interval`.
@@ -53,6 +55,9 @@ pub struct MemberConfig {
     /// Default [`LeastLoaded`] (ties broken round-robin). The pod's own: the
     /// coordinators' strategies live in their processes.
     pub fan_out_strategy: DynStrategy,
+    /// Destinations whose newest assignment epoch the ownership fence
+    /// remembers (default 65 536; least recently seen forgotten first).
+    pub fence_capacity: NonZeroUsize,
 }
 
 impl MemberConfig {
@@ -67,6 +72,7 @@ impl MemberConfig {
             lock_ttl: Duration::from_secs(30),
             saturation: SaturationConfig::default(),
             fan_out_strategy: Arc::new(LeastLoaded::new()),
+            fence_capacity: NonZeroUsize::new(65_536).unwrap_or(NonZeroUsize::MIN),
         }
     }
 
@@ -87,6 +93,13 @@ impl MemberConfig {
         {
             return bad(format!(
                 "heartbeat_interval {:?} must be at least 10 ms and below ttl {:?}",
+                self.heartbeat_interval, self.ttl
+            ));
+        }
+        if self.heartbeat_interval >= self.ttl.mul_f64(super::LEASE_FRACTION) {
+            // the ownership fence's lease would run out between heartbeats
+            return bad(format!(
+                "heartbeat_interval {:?} must be below 0.8 × ttl {:?} (a third of it is usual)",
                 self.heartbeat_interval, self.ttl
             ));
         }
@@ -132,6 +145,9 @@ mod tests {
         let mut c = cfg();
         c.heartbeat_interval = c.ttl;
         assert!(c.validate().is_err());
+        let mut c = cfg();
+        c.heartbeat_interval = c.ttl.mul_f64(0.8);
+        assert!(c.validate().is_err(), "the fence's lease would lapse");
         let mut c = cfg();
         c.lock_ttl = Duration::from_secs(5);
         assert!(c.validate().is_err());

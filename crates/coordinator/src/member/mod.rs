@@ -4,6 +4,7 @@
 mod config;
 mod heartbeat;
 mod locks;
+mod ownership;
 mod saturation;
 
 use std::collections::{HashMap, HashSet};
@@ -13,6 +14,7 @@ use fred::prelude::*;
 
 pub use config::{MemberConfig, SaturationConfig};
 pub use heartbeat::HeartbeatTask;
+pub use ownership::{LEASE_FRACTION, OwnershipRefusal};
 pub use saturation::DestinationPermit;
 
 use crate::address::MemberAddress;
@@ -59,6 +61,7 @@ struct Inner {
     fanned: Mutex<HashSet<(DestinationId, MemberId)>>,
     cancels: CancelRegistry,
     scripts: Scripts,
+    fence: ownership::Fence,
 }
 
 impl std::fmt::Debug for Member {
@@ -97,6 +100,7 @@ impl Member {
                 client,
                 keys: KeySpace::new(config.prefix.clone())?,
                 limiter: Limiter::new(config.saturation),
+                fence: ownership::Fence::new(config.ttl, config.fence_capacity),
                 config,
                 load,
                 locks: Mutex::default(),
@@ -149,8 +153,13 @@ impl Member {
     /// Writes `address` and `load`, resets the record's TTL, adds the id to
     /// `P:members` and rewrites every held lock with a fresh TTL, all in one
     /// `MULTI`. An expired record is thus re-created, and a pod that missed
-    /// heartbeats comes back without a restart.
+    /// heartbeats comes back without a restart. Success renews the pod's
+    /// lease on routed calls from the moment this call started
+    /// ([`Member::lease_deadline`]); after a lapse (the lease had run out),
+    /// only once the epochs of the destinations the pod remembers were
+    /// re-read, those it still belongs to bumped (a second round trip).
     pub async fn heartbeat(&self) -> Result<()> {
+        let started = std::time::Instant::now();
         let i = &self.inner;
         let _gate = i.write_gate.lock().await;
         let locks: Vec<(LockId, HeldLock)> = i
@@ -179,6 +188,20 @@ impl Member {
             let _: () = trx.pexpire(&key, millis(i.config.lock_ttl), None).await?;
         }
         let _: Value = trx.exec(true).await?;
+        if i.fence.lapsed(std::time::Instant::now()) {
+            // the destinations may have moved while the lease was out:
+            // route epochs from before the lapse must not be admitted
+            let known = i.fence.known();
+            let epochs = i
+                .scripts
+                .reaffirm(&i.client, &i.keys, &known, &i.config.id)
+                .await?;
+            for (dest, epoch) in known.iter().zip(epochs) {
+                i.fence.raise(dest, epoch);
+            }
+            tracing::info!(member = %i.config.id, destinations = known.len(), "lease back after a lapse: epochs re-read");
+        }
+        i.fence.renewed(started);
         Ok(())
     }
 
@@ -189,6 +212,7 @@ impl Member {
     pub async fn deregister(&self) -> Result<()> {
         let i = &self.inner;
         let _gate = i.write_gate.lock().await;
+        i.fence.revoked();
         let locks: Vec<LockId> = i
             .locks
             .lock()
@@ -206,24 +230,27 @@ impl Member {
         Ok(())
     }
 
-    /// Adds this pod to the pod set of `dest`.
-    pub async fn add_to_destination(&self, dest: &DestinationId) -> Result<()> {
+    /// Adds this pod to the pod set of `dest`. The destination's epoch
+    /// grows if the set changed; the answer is the epoch after the call.
+    pub async fn add_to_destination(&self, dest: &DestinationId) -> Result<u64> {
         let i = &self.inner;
-        let _: i64 = i
-            .client
-            .sadd(i.keys.destination(dest), i.config.id.as_str())
+        let (epoch, _) = i
+            .scripts
+            .change_set(&i.client, &i.keys, dest, Some(&i.config.id), &[])
             .await?;
-        Ok(())
+        Ok(epoch)
     }
 
-    /// Removes this pod from the pod set of `dest`.
-    pub async fn remove_from_destination(&self, dest: &DestinationId) -> Result<()> {
+    /// Removes this pod from the pod set of `dest`. The destination's epoch
+    /// grows if the set changed; the answer is the epoch after the call.
+    pub async fn remove_from_destination(&self, dest: &DestinationId) -> Result<u64> {
         let i = &self.inner;
-        let _: i64 = i
-            .client
-            .srem(i.keys.destination(dest), i.config.id.as_str())
+        let gone = [i.config.id.as_str().to_owned()];
+        let (epoch, _) = i
+            .scripts
+            .change_set(&i.client, &i.keys, dest, None, &gone)
             .await?;
-        Ok(())
+        Ok(epoch)
     }
 
     /// The live peers (every live member but this one) with their load,

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fred::prelude::*;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Member, SaturationConfig};
@@ -211,9 +210,8 @@ impl Member {
             return Ok(None);
         };
         let i = &self.inner;
-        let _: i64 = i
-            .client
-            .sadd(i.keys.destination(dest), peer.id.as_str())
+        i.scripts
+            .change_set(&i.client, &i.keys, dest, Some(&peer.id), &[])
             .await?;
         i.fanned
             .lock()

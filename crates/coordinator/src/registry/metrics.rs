@@ -19,6 +19,9 @@ pub struct RegistryMetrics {
     pub reassignments: u64,
     /// Dead member ids removed from destination sets or `P:members`.
     pub pruned: u64,
+    /// Calls a pod refused as a stale owner (ownership fencing), each
+    /// followed by one re-resolve.
+    pub stale_owner_refusals: u64,
 }
 
 #[derive(Debug, Default)]
@@ -29,6 +32,7 @@ pub(crate) struct Counters {
     pub(crate) claims: AtomicU64,
     pub(crate) reassignments: AtomicU64,
     pub(crate) pruned: AtomicU64,
+    pub(crate) stale_owner_refusals: AtomicU64,
 }
 
 impl Counters {
@@ -45,6 +49,7 @@ impl Counters {
             claims: get(&self.claims),
             reassignments: get(&self.reassignments),
             pruned: get(&self.pruned),
+            stale_owner_refusals: get(&self.stale_owner_refusals),
         }
     }
 }

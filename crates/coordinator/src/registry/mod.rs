@@ -141,20 +141,17 @@ impl Registry {
         Ok(live)
     }
 
-    /// Adds `member` to the pod set of `dest` (`SADD`) and drops the cached set.
+    /// Adds `member` to the pod set of `dest` (`SADD`) and drops the cached
+    /// set. The destination's epoch grows if the set changed; the answer is
+    /// the epoch after the call. One round trip.
     pub async fn add_pod_to_destination(
         &self,
         dest: &DestinationId,
         member: &MemberId,
-    ) -> Result<()> {
-        let i = &self.inner;
-        let _: i64 = i
-            .client
-            .sadd(i.keys.destination(dest), member.as_str())
-            .await?;
-        self.round_trips(1);
-        i.cache.evict(dest);
-        Ok(())
+    ) -> Result<u64> {
+        let epoch = self.change_set(dest, Some(member), &[]).await?;
+        self.inner.cache.evict(dest);
+        Ok(epoch)
     }
 
     /// Whether `dest` has a non-empty pod set (live or not).
@@ -165,10 +162,15 @@ impl Registry {
         Ok(n > 0)
     }
 
-    /// Deletes the pod set of `dest` and drops the cached set.
+    /// Deletes the pod set of `dest` and drops the cached set. The epoch
+    /// (`P:epoch:<id>`) is bumped and kept, so a later binding is newer than
+    /// any call routed before.
     pub async fn deregister_destination(&self, dest: &DestinationId) -> Result<()> {
         let i = &self.inner;
-        let _: i64 = i.client.del(i.keys.destination(dest)).await?;
+        let trx = i.client.multi();
+        let _: () = trx.del(i.keys.destination(dest)).await?;
+        let _: () = trx.incr(i.keys.epoch(dest)).await?;
+        let _: Value = trx.exec(true).await?;
         self.round_trips(1);
         i.cache.evict(dest);
         Ok(())

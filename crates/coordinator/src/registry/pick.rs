@@ -16,7 +16,7 @@
 //! The HTTP layer asks ([`Registry::route`], [`Registry::bind_target`],
 //! [`Registry::pick_member`], [`Registry::reroute`]) and forwards.
 
-use super::{Registry, Resolution, ResolveOptions, Route, RouteSource};
+use super::{Counters, Registry, Resolution, ResolveOptions, Route, RouteSource};
 use crate::cache::PodSet;
 use crate::error::Result;
 use crate::ids::{DestinationId, MemberId};
@@ -44,6 +44,8 @@ pub(crate) struct BindTarget {
     pub(crate) member: MemberRecord,
     /// Whether it already serves the destination (nothing to bind).
     pub(crate) bound: bool,
+    /// The destination's epoch when it is bound.
+    pub(crate) epoch: Option<u64>,
 }
 
 impl Registry {
@@ -53,6 +55,7 @@ impl Registry {
         &self,
         dest: &DestinationId,
         set: PodSet,
+        epoch: u64,
         purpose: PickPurpose,
         source: RouteSource,
     ) -> Resolution {
@@ -63,6 +66,7 @@ impl Registry {
                 member: set[0].clone(),
                 set,
                 source,
+                epoch,
             });
         }
         let ctx = PickContext {
@@ -74,6 +78,7 @@ impl Registry {
                 member: m.clone(),
                 set: set.clone(),
                 source,
+                epoch,
             }),
             None => Resolution::NoLiveMember,
         }
@@ -102,6 +107,7 @@ impl Registry {
             Resolution::Routed(r) => Some(BindTarget {
                 member: r.member,
                 bound: true,
+                epoch: Some(r.epoch),
             }),
             Resolution::Unbound | Resolution::NoLiveMember => self
                 .pick_member(Some(dest))
@@ -109,6 +115,7 @@ impl Registry {
                 .map(|member| BindTarget {
                     member,
                     bound: false,
+                    epoch: None,
                 }),
         };
         Ok(target)
@@ -118,18 +125,20 @@ impl Registry {
     /// connection. `None` when there is none (the caller answers with the
     /// connect error). A destination's cached set is dropped first, so the
     /// answer reflects Valkey; `failed` may come back when it is the only
-    /// live member of the destination's set.
+    /// live member of the destination's set. With the member comes the
+    /// destination's epoch, for a destination route.
     pub(crate) async fn reroute(
         &self,
         by: Reroute<'_>,
         failed: &MemberId,
-    ) -> Result<Option<MemberRecord>> {
+    ) -> Result<Option<(MemberRecord, Option<u64>)>> {
         match by {
             Reroute::Destination(dest, opts) => {
                 self.evict(dest);
                 let Resolution::Routed(route) = self.resolve_destination(dest, opts).await? else {
                     return Ok(None);
                 };
+                let epoch = Some(route.epoch);
                 let others: Vec<MemberRecord> = route
                     .set
                     .iter()
@@ -137,9 +146,11 @@ impl Registry {
                     .cloned()
                     .collect();
                 if route.member.id != *failed || others.is_empty() {
-                    return Ok(Some(route.member));
+                    return Ok(Some((route.member, epoch)));
                 }
-                Ok(self.pick_in(Some(dest), &others, PickPurpose::Request))
+                Ok(self
+                    .pick_in(Some(dest), &others, PickPurpose::Request)
+                    .map(|m| (m, epoch)))
             }
             Reroute::Allocation(dest) => {
                 if let Some(dest) = dest {
@@ -151,9 +162,24 @@ impl Registry {
                     .into_iter()
                     .filter(|m| m.id != *failed)
                     .collect();
-                Ok(self.pick_in(dest, &live, PickPurpose::FirstTouch))
+                Ok(self
+                    .pick_in(dest, &live, PickPurpose::FirstTouch)
+                    .map(|m| (m, None)))
             }
         }
+    }
+
+    /// The route for a call whose pod refused it as a stale owner (the
+    /// ownership fence): the cached set is dropped and `dest` resolved again
+    /// from Valkey, once.
+    pub(crate) async fn reresolve(
+        &self,
+        dest: &DestinationId,
+        opts: ResolveOptions,
+    ) -> Result<Resolution> {
+        self.evict(dest);
+        Counters::add(&self.inner.counters.stale_owner_refusals, 1);
+        self.resolve_destination(dest, opts).await
     }
 
     /// Runs the strategy over `candidates` for `dest` (a single candidate

@@ -8,7 +8,7 @@ use fred::prelude::*;
 use super::{Counters, Registry};
 use crate::cache::PodSet;
 use crate::error::Result;
-use crate::ids::DestinationId;
+use crate::ids::{DestinationId, MemberId};
 use crate::keys::fields;
 use crate::record::MemberRecord;
 use crate::strategy::PickPurpose;
@@ -59,6 +59,10 @@ pub struct Route {
     pub set: Arc<[MemberRecord]>,
     /// How the route was found.
     pub source: RouteSource,
+    /// The destination's assignment epoch (`P:epoch:<id>`) the set was read
+    /// at: it grows with every change of the set. Forwarded calls carry it
+    /// (ownership fencing, [`crate::http::pod`]).
+    pub epoch: u64,
 }
 
 impl Route {
@@ -97,7 +101,7 @@ impl Registry {
     /// ([`PickPurpose::Request`]), so it keeps spreading.
     pub async fn route(&self, dest: &DestinationId, opts: ResolveOptions) -> Result<Resolution> {
         let i = &self.inner;
-        if let Some(set) = i.cache.get(dest) {
+        if let Some((set, epoch)) = i.cache.get(dest) {
             let set = if i.strategy.uses_load() && set.len() > 1 {
                 match Box::pin(self.refresh_loads(&set)).await? {
                     Some(fresh) => fresh,
@@ -113,7 +117,7 @@ impl Registry {
             };
             Counters::add(&i.counters.cache_hits, 1);
             telemetry::route_lookup("hit");
-            return Ok(self.pick_from(dest, set, PickPurpose::Request, RouteSource::Cache));
+            return Ok(self.pick_from(dest, set, epoch, PickPurpose::Request, RouteSource::Cache));
         }
         Counters::add(&i.counters.cache_misses, 1);
         // boxed: the Valkey lookup's large state is allocated only on a miss,
@@ -140,10 +144,16 @@ impl Registry {
             .flights
             .run(&key, || async {
                 let i = &self.inner;
-                if let Some(set) = i.cache.get(dest)
+                if let Some((set, epoch)) = i.cache.get(dest)
                     && !(i.strategy.uses_load() && set.len() > 1)
                 {
-                    return Ok(self.pick_from(dest, set, PickPurpose::Request, RouteSource::Cache));
+                    return Ok(self.pick_from(
+                        dest,
+                        set,
+                        epoch,
+                        PickPurpose::Request,
+                        RouteSource::Cache,
+                    ));
                 }
                 *lock(&outcome) = "miss";
                 self.resolve_destination(dest, opts).await
@@ -196,7 +206,7 @@ impl Registry {
             .resolve
             .run(
                 &i.client,
-                i.keys.destination(dest),
+                vec![i.keys.destination(dest), i.keys.epoch(dest)],
                 vec![i.keys.member_prefix(), "1".to_owned()],
             )
             .await?;
@@ -209,8 +219,14 @@ impl Registry {
                 Counters::add(&i.counters.pruned, reply.dead.len() as u64);
             }
             let set: PodSet = reply.live.into();
-            i.cache.insert(dest.clone(), set.clone());
-            return Ok(self.pick_from(dest, set, PickPurpose::Request, RouteSource::Bound));
+            i.cache.insert(dest.clone(), set.clone(), reply.epoch);
+            return Ok(self.pick_from(
+                dest,
+                set,
+                reply.epoch,
+                PickPurpose::Request,
+                RouteSource::Bound,
+            ));
         }
 
         if reply.total == 0 {
@@ -229,43 +245,56 @@ impl Registry {
     async fn claim(&self, dest: &DestinationId) -> Result<Resolution> {
         let i = &self.inner;
         let live: PodSet = self.list_live_members().await?.into();
-        let res = self.pick_from(dest, live, PickPurpose::FirstTouch, RouteSource::Claimed);
+        let res = self.pick_from(dest, live, 0, PickPurpose::FirstTouch, RouteSource::Claimed);
         let Resolution::Routed(mut route) = res else {
             return Ok(res);
         };
-        let _: i64 = i
-            .client
-            .sadd(i.keys.destination(dest), route.member.id.as_str())
-            .await?;
-        self.round_trips(1);
+        route.epoch = self.change_set(dest, Some(&route.member.id), &[]).await?;
         Counters::add(&i.counters.claims, 1);
-        tracing::info!(destination = %dest, member = %route.member.id, "first-touch claim");
+        tracing::info!(destination = %dest, member = %route.member.id, epoch = route.epoch, "first-touch claim");
         route.set = Arc::from(vec![route.member.clone()]);
-        i.cache.insert(dest.clone(), route.set.clone());
+        i.cache.insert(dest.clone(), route.set.clone(), route.epoch);
         Ok(Resolution::Routed(route))
     }
 
     async fn reassign(&self, dest: &DestinationId, dead: &[String]) -> Result<Resolution> {
         let i = &self.inner;
         let live: PodSet = self.list_live_members().await?.into();
-        let res = self.pick_from(dest, live, PickPurpose::Failover, RouteSource::Reassigned);
+        let res = self.pick_from(
+            dest,
+            live,
+            0,
+            PickPurpose::Failover,
+            RouteSource::Reassigned,
+        );
         let Resolution::Routed(mut route) = res else {
             return Ok(res);
         };
-        let key = i.keys.destination(dest);
-        let trx = i.client.multi();
-        if !dead.is_empty() {
-            let _: () = trx.srem(&key, dead.to_vec()).await?;
-        }
-        let _: () = trx.sadd(&key, route.member.id.as_str()).await?;
-        let _: Value = trx.exec(true).await?;
-        self.round_trips(1);
+        route.epoch = self.change_set(dest, Some(&route.member.id), dead).await?;
         Counters::add(&i.counters.reassignments, 1);
         Counters::add(&i.counters.pruned, dead.len() as u64);
-        tracing::info!(destination = %dest, member = %route.member.id, ?dead, "reassigned orphaned destination");
+        tracing::info!(destination = %dest, member = %route.member.id, ?dead, epoch = route.epoch, "reassigned orphaned destination");
         route.set = Arc::from(vec![route.member.clone()]);
-        i.cache.insert(dest.clone(), route.set.clone());
+        i.cache.insert(dest.clone(), route.set.clone(), route.epoch);
         Ok(Resolution::Routed(route))
+    }
+
+    /// Adds `add` to and removes `remove` from the pod set of `dest` in one
+    /// script, bumping the destination's epoch when the set changed. Returns
+    /// the epoch after the change. One round trip.
+    pub(super) async fn change_set(
+        &self,
+        dest: &DestinationId,
+        add: Option<&MemberId>,
+        remove: &[String],
+    ) -> Result<u64> {
+        let i = &self.inner;
+        let (epoch, rt) = i
+            .scripts
+            .change_set(&i.client, &i.keys, dest, add, remove)
+            .await?;
+        self.round_trips(rt);
+        Ok(epoch)
     }
 }
 

@@ -13,6 +13,8 @@ use crate::record::{LockRecord, MemberRecord};
 pub(crate) struct ResolveReply {
     /// Size of the set before pruning.
     pub(crate) total: usize,
+    /// The destination's epoch after the script (pruning bumps it).
+    pub(crate) epoch: u64,
     /// Members whose record is gone.
     pub(crate) dead: Vec<String>,
     /// Members whose record is present and valid, sorted by id.
@@ -41,13 +43,22 @@ pub(crate) fn parse_triples(raw: &[String], policy: &AddressPolicy) -> Result<Ve
 pub(crate) fn parse_resolve(raw: Vec<String>, policy: &AddressPolicy) -> Result<ResolveReply> {
     let total = count(raw.first())?;
     let ndead = count(raw.get(1))?;
-    let dead_end = 2 + ndead;
+    let epoch = raw
+        .get(2)
+        .and_then(|e| e.parse::<u64>().ok())
+        .ok_or_else(|| Error::Protocol("malformed epoch in resolve reply".into()))?;
+    let dead_end = 3 + ndead;
     let dead = raw
-        .get(2..dead_end)
+        .get(3..dead_end)
         .ok_or_else(|| Error::Protocol("short resolve reply".into()))?
         .to_vec();
     let live = parse_triples(&raw[dead_end..], policy)?;
-    Ok(ResolveReply { total, dead, live })
+    Ok(ResolveReply {
+        total,
+        epoch,
+        dead,
+        live,
+    })
 }
 
 pub(crate) fn parse_live_members(
@@ -113,6 +124,7 @@ mod tests {
             s(&[
                 "3",
                 "1",
+                "9",
                 "dead",
                 "b",
                 "http://127.0.0.1:2",
@@ -125,6 +137,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.total, 3);
+        assert_eq!(r.epoch, 9);
         assert_eq!(r.dead, ["dead"]);
         let ids: Vec<_> = r.live.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["a", "b"], "sorted by id");

@@ -3,7 +3,9 @@
 use fred::prelude::*;
 use fred::types::{MultipleKeys, MultipleValues};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::ids::{DestinationId, MemberId};
+use crate::keys::KeySpace;
 
 /// A Lua script run with `EVALSHA`, falling back to `EVAL` once on `NOSCRIPT`.
 pub(crate) struct Script {
@@ -41,10 +43,11 @@ impl Script {
     }
 }
 
-/// Reads a destination set and the records of its members in one step.
-/// Dead members are removed from the set when at least one member is live.
-/// KEYS: destination set. ARGV: member key prefix, prune flag ("1"/"0").
-/// Reply: `[total, ndead, dead..., (id, address, load)...]`.
+/// Reads a destination set, its epoch and the records of its members in one
+/// step. Dead members are removed from the set when at least one member is
+/// live (which bumps the epoch).
+/// KEYS: destination set, epoch key. ARGV: member key prefix, prune flag ("1"/"0").
+/// Reply: `[total, ndead, epoch, dead..., (id, address, load)...]`.
 const RESOLVE: &str = r#"
 local ids = redis.call('SMEMBERS', KEYS[1])
 local live = {}
@@ -61,8 +64,10 @@ for _, id in ipairs(ids) do
 end
 if ARGV[2] == '1' and #live > 0 and #dead > 0 then
   redis.call('SREM', KEYS[1], unpack(dead))
+  redis.call('INCR', KEYS[2])
 end
-local out = { tostring(#ids), tostring(#dead) }
+local epoch = redis.call('GET', KEYS[2]) or '0'
+local out = { tostring(#ids), tostring(#dead), epoch }
 for _, id in ipairs(dead) do out[#out + 1] = id end
 for _, x in ipairs(live) do out[#out + 1] = x end
 return out
@@ -127,21 +132,121 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 "#;
 
+/// Changes a destination's pod set and bumps its epoch when the set changed,
+/// atomically: first touch, failover, bind, fan-out, a member joining or
+/// leaving.
+/// KEYS: destination set, epoch key. ARGV: member to add ('' for none),
+/// then member ids to remove.
+/// Reply: the epoch after the change (unchanged when the set was).
+const CHANGE_SET: &str = r#"
+local changed = 0
+if #ARGV > 1 then
+  local gone = {}
+  for i = 2, #ARGV do gone[#gone + 1] = ARGV[i] end
+  changed = changed + redis.call('SREM', KEYS[1], unpack(gone))
+end
+if ARGV[1] ~= '' then
+  changed = changed + redis.call('SADD', KEYS[1], ARGV[1])
+end
+if changed > 0 then
+  return redis.call('INCR', KEYS[2])
+end
+return tonumber(redis.call('GET', KEYS[2]) or '0')
+"#;
+
+/// After a pod's lease ran out: re-reads the epochs of destinations, bumping
+/// those whose set still holds the pod (so routes cached before the lapse
+/// carry an older epoch than the pod then requires).
+/// KEYS: (destination set, epoch key) pairs. ARGV: member id.
+/// Reply: one epoch per pair.
+const REAFFIRM: &str = r#"
+local out = {}
+for i = 1, #KEYS, 2 do
+  if redis.call('SISMEMBER', KEYS[i], ARGV[1]) == 1 then
+    out[#out + 1] = redis.call('INCR', KEYS[i + 1])
+  else
+    out[#out + 1] = tonumber(redis.call('GET', KEYS[i + 1]) or '0')
+  end
+end
+return out
+"#;
+
+/// Destinations per [`REAFFIRM`] run.
+const REAFFIRM_BATCH: usize = 256;
+
 /// The scripts, hashed once.
 pub(crate) struct Scripts {
     pub(crate) resolve: Script,
     pub(crate) live_members: Script,
     pub(crate) lock: Script,
     pub(crate) register_lock: Script,
+    pub(crate) change_set: Script,
+    reaffirm: Script,
 }
 
 impl Scripts {
+    /// Runs [`CHANGE_SET`] on the pod set of `dest`: adds `add`, removes
+    /// `remove`, bumps the epoch if the set changed. Returns the epoch after
+    /// the change and the round trips taken.
+    pub(crate) async fn change_set(
+        &self,
+        client: &Client,
+        keys: &KeySpace,
+        dest: &DestinationId,
+        add: Option<&MemberId>,
+        remove: &[String],
+    ) -> Result<(u64, u64)> {
+        let mut args = Vec::with_capacity(1 + remove.len());
+        args.push(add.map_or_else(String::new, |m| m.as_str().to_owned()));
+        args.extend(remove.iter().cloned());
+        let (epoch, rt): (i64, u64) = self
+            .change_set
+            .run(client, vec![keys.destination(dest), keys.epoch(dest)], args)
+            .await?;
+        let epoch =
+            u64::try_from(epoch).map_err(|_| Error::Protocol(format!("negative epoch {epoch}")))?;
+        Ok((epoch, rt))
+    }
+
+    /// Runs [`REAFFIRM`] for `dests` as member `me`, in batches: the epoch
+    /// of each destination, bumped where `me` is still in its set.
+    pub(crate) async fn reaffirm(
+        &self,
+        client: &Client,
+        keys: &KeySpace,
+        dests: &[DestinationId],
+        me: &MemberId,
+    ) -> Result<Vec<u64>> {
+        let mut epochs = Vec::with_capacity(dests.len());
+        for batch in dests.chunks(REAFFIRM_BATCH) {
+            let pairs: Vec<String> = batch
+                .iter()
+                .flat_map(|d| [keys.destination(d), keys.epoch(d)])
+                .collect();
+            let (got, _): (Vec<i64>, u64) = self
+                .reaffirm
+                .run(client, pairs, vec![me.as_str().to_owned()])
+                .await?;
+            if got.len() != batch.len() {
+                return Err(Error::Protocol("short reaffirm reply".into()));
+            }
+            for e in got {
+                epochs.push(
+                    u64::try_from(e).map_err(|_| Error::Protocol(format!("negative epoch {e}")))?,
+                );
+            }
+        }
+        Ok(epochs)
+    }
+
     pub(crate) fn new() -> Self {
         Self {
             resolve: Script::new(RESOLVE),
             live_members: Script::new(LIVE_MEMBERS),
             lock: Script::new(LOCK),
             register_lock: Script::new(REGISTER_LOCK),
+            change_set: Script::new(CHANGE_SET),
+            reaffirm: Script::new(REAFFIRM),
         }
     }
 }

@@ -123,6 +123,8 @@ pub struct PodOptions {
     pub saturation: SaturationConfig,
     /// How long `/destinations/{d}/work` holds its permit.
     pub work_ms: u64,
+    /// Put the ownership fence (`pod::fenced`) in front of the pod's routes.
+    pub fenced: bool,
 }
 
 impl Default for PodOptions {
@@ -133,6 +135,7 @@ impl Default for PodOptions {
             lock_ttl: Duration::from_secs(2),
             saturation: SaturationConfig::default(),
             work_ms: 0,
+            fenced: false,
         }
     }
 }
@@ -316,6 +319,7 @@ impl TestPod {
             work_ms: opts.work_ms,
         };
         let cancels = member.cancellations().clone();
+        let fence = opts.fenced.then(|| member.clone());
         let app = Router::new()
             .route("/destinations", axum::routing::post(pod_create))
             .route("/destinations/{destination}", any(pod_destination))
@@ -326,7 +330,12 @@ impl TestPod {
             .layer(middleware::from_fn_with_state(
                 cancels.clone(),
                 pod::cancellable,
-            ))
+            ));
+        let app = match fence {
+            Some(member) => app.layer(middleware::from_fn_with_state(member, pod::fenced)),
+            None => app,
+        };
+        let app = app
             .merge(pod::cancel_router(cancels))
             .layer(middleware::from_fn_with_state(stats.clone(), count_cancels));
         let shutdown = CancellationToken::new();
@@ -359,6 +368,13 @@ impl TestPod {
     pub async fn stop_heartbeat(&mut self) {
         if let Some(h) = self.heartbeat.take() {
             h.stop().await;
+        }
+    }
+
+    /// Starts heartbeating again (after `stop_heartbeat`).
+    pub fn restart_heartbeat(&mut self) {
+        if self.heartbeat.is_none() {
+            self.heartbeat = Some(self.member.start_heartbeat());
         }
     }
 
@@ -490,12 +506,20 @@ impl Http {
         name: &str,
         value: &str,
     ) -> (StatusCode, String) {
-        let req = axum::http::Request::builder()
-            .method(method)
-            .uri(url)
-            .header(name, value)
-            .body(Full::new(Bytes::new()))
-            .unwrap();
+        self.send_with_headers(method, url, &[(name, value)]).await
+    }
+
+    pub async fn send_with_headers(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, String) {
+        let mut req = axum::http::Request::builder().method(method).uri(url);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let req = req.body(Full::new(Bytes::new())).unwrap();
         let resp = self.client.request(req).await.unwrap();
         let status = resp.status();
         let body = resp.into_body().collect().await.unwrap().to_bytes();

@@ -24,10 +24,13 @@ const MAX_VALUE_LEN: usize = 1 << 20;
 /// Longest accepted `pg_sleep`, seconds.
 const MAX_SLEEP_SECS: f64 = 3600.0;
 
-/// Every route, the cancellation middleware, the cancel endpoint, and the
-/// `x-pod-id` header on every response.
+/// Every route, the ownership fence (a routed call is refused with 421
+/// `stale_owner` once this pod cannot know it still owns the tenant), the
+/// cancellation middleware, the cancel endpoint, and the `x-pod-id` header
+/// on every response.
 pub(crate) fn router(pod: Pod) -> Router {
     let cancels = pod.member().cancellations().clone();
+    let member = pod.member().clone();
     let pod_id = HeaderValue::from_str(pod.id()).ok();
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -44,6 +47,7 @@ pub(crate) fn router(pod: Pod) -> Router {
         .route("/locks/{lock}/commit", post(commit))
         .route("/locks/{lock}/rollback", post(rollback))
         .with_state(pod)
+        .layer(middleware::from_fn_with_state(member, pod::fenced))
         .layer(middleware::from_fn_with_state(
             cancels.clone(),
             pod::cancellable,

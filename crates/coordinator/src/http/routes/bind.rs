@@ -25,7 +25,9 @@ impl Coordinator {
             return Err(ApiError::NoLiveMember.into());
         };
         let by = Reroute::Allocation(Some(dest));
-        let (resp, member) = self.forward_with_retry(&call, target.member, by).await?;
+        let (resp, member) = self
+            .forward_with_retry(&call, target.member, target.epoch, by)
+            .await?;
         if !target.bound && resp.status().is_success() {
             self.registry
                 .add_pod_to_destination(dest, &member.id)

@@ -27,8 +27,8 @@ impl Coordinator {
             claim_on_miss: false,
             reassign_orphans: false,
         };
-        let member = match self.registry.route(dest, opts).await.map_err(store_error)? {
-            Resolution::Routed(r) => r.member,
+        let route = match self.registry.route(dest, opts).await.map_err(store_error)? {
+            Resolution::Routed(r) => r,
             Resolution::Unbound => return Err(ApiError::UnknownDestination.into()),
             Resolution::NoLiveMember => {
                 self.unbind(dest).await?;
@@ -37,7 +37,10 @@ impl Coordinator {
             }
         };
         let by = Reroute::Destination(dest, opts);
-        let (resp, _) = self.forward_with_retry(&call, member, by).await?;
+        let epoch = Some(route.epoch);
+        let (resp, _) = self
+            .forward_with_retry(&call, route.member, epoch, by)
+            .await?;
         if resp.status().is_success() {
             self.unbind(dest).await?;
             tracing::info!(destination = %dest, "deregistered destination");

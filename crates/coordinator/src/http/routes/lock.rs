@@ -34,7 +34,7 @@ impl Coordinator {
         let Some(owner) = record.owner_record else {
             return Err(ApiError::LockOwnerGone.into());
         };
-        match self.forward(&call, &owner).await {
+        match self.forward(&call, &owner, None).await {
             Ok(resp) => Ok(resp),
             Err(ForwardError::Connect { .. }) => Err(ApiError::LockOwnerUnreachable.into()),
             Err(e) => Err(call.failed(&e)),

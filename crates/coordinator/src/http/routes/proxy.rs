@@ -34,13 +34,17 @@ impl Coordinator {
     async fn proxy(&self, dest: &DestinationId, req: Request, request_id: RequestId) -> Answer {
         let call = self.accept(req, request_id)?;
         let opts = self.config.lookup();
-        let member = match self.registry.route(dest, opts).await.map_err(store_error)? {
-            Resolution::Routed(r) => r.member,
+        let route = match self.registry.route(dest, opts).await.map_err(store_error)? {
+            Resolution::Routed(r) => r,
             Resolution::Unbound => return Err(ApiError::UnknownDestination.into()),
             Resolution::NoLiveMember => return Err(ApiError::NoLiveMember.into()),
         };
         let by = Reroute::Destination(dest, opts);
-        Ok(self.forward_with_retry(&call, member, by).await?.0)
+        let epoch = Some(route.epoch);
+        Ok(self
+            .forward_with_retry(&call, route.member, epoch, by)
+            .await?
+            .0)
     }
 }
 

@@ -31,7 +31,7 @@ impl Coordinator {
             return Err(ApiError::NoLiveMember.into());
         };
         let by = Reroute::Allocation(None);
-        let (resp, member) = self.forward_with_retry(&call, member, by).await?;
+        let (resp, member) = self.forward_with_retry(&call, member, None, by).await?;
         if !resp.status().is_success() {
             return Ok(resp);
         }
