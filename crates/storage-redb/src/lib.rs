@@ -147,6 +147,7 @@
 
 mod change_feed;
 mod config;
+mod driver;
 mod error;
 mod events_file;
 mod fs_check;
@@ -165,4 +166,24 @@ pub use error::{CloseError, OpenError, UrlError};
 pub use shared_config::SharedRedbStorageBuilder;
 pub use shared_storage::SharedRedbStorage;
 pub use storage::RedbStorage;
-pub use url::{RedbMode, RedbUrl};
+pub use url::{RedbConfig, RedbMode};
+
+/// This driver, for registries such as `storage-url`:
+/// `redb:///path/file.redb[?mode=shared|exclusive]`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ttl_storage::BoxError> {
+/// let dir = tempfile::tempdir()?;
+/// let url = format!("redb://{}/leases.redb?mode=exclusive", dir.path().display());
+/// let parsed = (storage_redb::DRIVER.parse)(&url)?;
+/// let storage = (storage_redb::DRIVER.open)(&parsed).await?;
+/// # drop(storage);
+/// # Ok(()) }
+/// ```
+pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<RedbConfig>(
+    "redb",
+    &["redb"],
+    "redb:///path/file.redb[?mode=exclusive] (an embedded file, shared by the processes of one host; exclusive: one process, faster)",
+    None,
+);

@@ -123,6 +123,13 @@ impl SharedRedbStorage {
         SharedRedbStorageBuilder::new().open(path).await
     }
 
+    /// Opens (or creates) the file `config` names for sharing, with default
+    /// options (whatever [`RedbConfig::mode`](crate::RedbConfig::mode) says:
+    /// the registry picks the type from it).
+    pub async fn connect(config: crate::RedbConfig) -> Result<SharedRedbStorage, crate::OpenError> {
+        SharedRedbStorage::open(config.path()).await
+    }
+
     /// A builder to set options before opening.
     pub fn builder() -> SharedRedbStorageBuilder {
         SharedRedbStorageBuilder::new()

@@ -99,6 +99,13 @@ impl RedbStorage {
         RedbStorageBuilder::new().open(path).await
     }
 
+    /// Opens (or creates) the file `config` names, with default options, for
+    /// this process alone (whatever [`RedbConfig::mode`](crate::RedbConfig::mode)
+    /// says: the registry picks the type from it).
+    pub async fn connect(config: crate::RedbConfig) -> Result<RedbStorage, OpenError> {
+        RedbStorage::open(config.path()).await
+    }
+
     /// A builder to set options before opening.
     pub fn builder() -> RedbStorageBuilder {
         RedbStorageBuilder::new()
