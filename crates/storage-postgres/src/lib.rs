@@ -126,7 +126,6 @@ mod listen;
 mod replication;
 mod schema;
 mod storage;
-mod tls;
 mod url;
 
 pub use config::{

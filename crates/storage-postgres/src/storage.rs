@@ -161,7 +161,8 @@ impl PostgresStorage {
         let waiters = Arc::new(Waiters::default());
         let (manager, listener) = if config.ssl_mode.uses_tls() {
             pg.ssl_mode(tokio_postgres::config::SslMode::Require);
-            let tls = crate::tls::client_config(config.ssl_root_cert()).await?;
+            let tls =
+                ttl_storage::kit::tls::client_config(config.ssl_root_cert(), "sslrootcert").await?;
             let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
             let listener = AbortOnDrop(tokio::spawn(listen::run(
                 pg.clone(),

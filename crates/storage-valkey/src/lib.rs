@@ -126,7 +126,6 @@ pub mod fence;
 mod replication;
 mod scripts;
 mod storage;
-mod tls;
 mod url;
 
 pub use config::{

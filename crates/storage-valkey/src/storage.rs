@@ -373,7 +373,11 @@ impl ValkeyStorage {
             fred_config.password = Some(credentials.password.clone());
         }
         if let Some(tls) = &config.tls {
-            fred_config.tls = Some(crate::tls::client_config(tls).await?.into());
+            fred_config.tls = Some(
+                ttl_storage::kit::tls::client_config(tls.ca_file.as_deref(), "tls_ca_file")
+                    .await?
+                    .into(),
+            );
         }
         let client = build_client(&config, fred_config.clone())?;
         let task = client.init().await.map_err(|err| {
