@@ -122,11 +122,11 @@ mod config;
 mod driver;
 mod error;
 pub mod fence;
-mod listen;
 mod replication;
 mod schema;
 mod storage;
 mod url;
+mod watch;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,

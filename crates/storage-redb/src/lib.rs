@@ -145,27 +145,22 @@
 //!   millisecond for [`RedbStorage`]. An election writes once per TTL/4, so
 //!   either is far below the load it needs.
 
-mod change_feed;
-mod config;
 mod driver;
 mod error;
-mod events_file;
+mod exclusive;
 mod fs_check;
+mod open_checks;
 mod ops;
 mod record;
 mod schema;
-mod shared_config;
-mod shared_storage;
-mod storage;
-mod sweep;
+mod shared;
 mod url;
+mod watch;
 mod writer;
 
-pub use config::RedbStorageBuilder;
 pub use error::{CloseError, OpenError, UrlError};
-pub use shared_config::SharedRedbStorageBuilder;
-pub use shared_storage::SharedRedbStorage;
-pub use storage::RedbStorage;
+pub use exclusive::{RedbStorage, RedbStorageBuilder};
+pub use shared::{SharedRedbStorage, SharedRedbStorageBuilder};
 pub use url::{RedbConfig, RedbMode};
 
 /// This driver, for registries such as `storage-url`:

@@ -127,6 +127,7 @@ mod replication;
 mod scripts;
 mod storage;
 mod url;
+mod watch;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, TlsSettings,
