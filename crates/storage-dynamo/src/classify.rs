@@ -21,15 +21,9 @@ pub(crate) enum Failure {
     Error(ErrorKind),
 }
 
-/// Whether the failed request was a conditional write (whose outcome may
-/// be unknown) or a read (which changes nothing, so it is never unknown).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// GetItem, DescribeTable, ...
-    Read,
-    /// PutItem / DeleteItem with a condition.
-    ConditionalWrite,
-}
+/// What a request does (the driver kit's one type, with the lost-answer
+/// rule: [`Op::lost_answer`]).
+pub(crate) use ttl_storage::kit::Op;
 
 /// Error codes that mean "slow down": the request was rejected, not applied.
 const THROTTLING: &[&str] = &[
@@ -72,10 +66,7 @@ impl OperationError for UpdateTimeToLiveError {}
 
 /// Classifies an SDK error.
 pub(crate) fn classify<E: OperationError>(err: &SdkError<E>, op: Op) -> Failure {
-    let after_sending = match op {
-        Op::Read => ErrorKind::Transient,
-        Op::ConditionalWrite => ErrorKind::OutcomeUnknown,
-    };
+    let after_sending = op.lost_answer();
     match err {
         // The request could not be built: a bug or bad input, never sent.
         SdkError::ConstructionFailure(_) => Failure::Error(ErrorKind::Permanent),
@@ -121,9 +112,7 @@ pub(crate) fn classify_service(code: Option<&str>, status: u16, op: Op) -> Failu
         // DynamoDB documents 500 as "the request may or may not have
         // succeeded", and a 502/504 from anything in between proves nothing
         // either: for a conditional write that is an unknown outcome.
-        _ if server_error && op == Op::ConditionalWrite => {
-            Failure::Error(ErrorKind::OutcomeUnknown)
-        }
+        _ if server_error && op == Op::Write => Failure::Error(ErrorKind::OutcomeUnknown),
         // For a read, any server error is worth a retry.
         _ if server_error => Failure::Error(ErrorKind::Transient),
         // Validation, auth, missing table, item too large, ...: retrying will not help.
@@ -207,11 +196,8 @@ mod tests {
             ),
             response(400),
         );
-        assert_eq!(kind(&err, Op::ConditionalWrite), Failure::ConditionFailed);
-        assert_eq!(
-            to_storage(err, Op::ConditionalWrite, "put").ok(),
-            Some(false)
-        );
+        assert_eq!(kind(&err, Op::Write), Failure::ConditionFailed);
+        assert_eq!(to_storage(err, Op::Write, "put").ok(), Some(false));
     }
 
     #[test]
@@ -226,7 +212,7 @@ mod tests {
             ("Whatever", 503),
         ] {
             assert_eq!(
-                kind(&service(code, status), Op::ConditionalWrite),
+                kind(&service(code, status), Op::Write),
                 Failure::Error(ErrorKind::Transient),
                 "{code} {status}"
             );
@@ -243,7 +229,7 @@ mod tests {
         ] {
             let err = service(code, status);
             assert_eq!(
-                kind(&err, Op::ConditionalWrite),
+                kind(&err, Op::Write),
                 Failure::Error(ErrorKind::OutcomeUnknown),
                 "{code} {status}"
             );
@@ -265,7 +251,7 @@ mod tests {
             "MissingAuthenticationTokenException",
         ] {
             assert_eq!(
-                kind(&service(code, 400), Op::ConditionalWrite),
+                kind(&service(code, 400), Op::Write),
                 Failure::Error(ErrorKind::Permanent),
                 "{code}"
             );
@@ -276,7 +262,7 @@ mod tests {
     fn timeouts_after_sending_are_unknown_for_writes_only() {
         let timeout: SdkError<PutItemError> = SdkError::timeout_error("operation timed out");
         assert_eq!(
-            kind(&timeout, Op::ConditionalWrite),
+            kind(&timeout, Op::Write),
             Failure::Error(ErrorKind::OutcomeUnknown)
         );
         assert_eq!(
@@ -288,13 +274,13 @@ mod tests {
             std::io::Error::from(std::io::ErrorKind::ConnectionReset).into(),
         ));
         assert_eq!(
-            kind(&reset, Op::ConditionalWrite),
+            kind(&reset, Op::Write),
             Failure::Error(ErrorKind::OutcomeUnknown)
         );
         let unreadable: SdkError<PutItemError> =
             SdkError::response_error("bad body", response(200));
         assert_eq!(
-            kind(&unreadable, Op::ConditionalWrite),
+            kind(&unreadable, Op::Write),
             Failure::Error(ErrorKind::OutcomeUnknown)
         );
     }
@@ -305,18 +291,15 @@ mod tests {
             std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
         ));
         assert_eq!(
-            kind(&refused, Op::ConditionalWrite),
+            kind(&refused, Op::Write),
             Failure::Error(ErrorKind::Transient)
         );
         let user: SdkError<PutItemError> =
             SdkError::dispatch_failure(ConnectorError::user("bad request".into()));
-        assert_eq!(
-            kind(&user, Op::ConditionalWrite),
-            Failure::Error(ErrorKind::Permanent)
-        );
+        assert_eq!(kind(&user, Op::Write), Failure::Error(ErrorKind::Permanent));
         let build: SdkError<PutItemError> = SdkError::construction_failure("missing field");
         assert_eq!(
-            kind(&build, Op::ConditionalWrite),
+            kind(&build, Op::Write),
             Failure::Error(ErrorKind::Permanent)
         );
     }

@@ -154,11 +154,11 @@ impl Fence for DynamoFence {
                     };
                     Ok(FenceOutcome::Rejected { highest: seen })
                 }
-                _ => Err(db("fenced update", Op::ConditionalWrite)(
+                _ => Err(db("fenced update", Op::Write)(
                     SdkError::ServiceError(err),
                 )),
             },
-            Err(err) => Err(db("fenced update", Op::ConditionalWrite)(err)),
+            Err(err) => Err(db("fenced update", Op::Write)(err)),
         }
     }
 
@@ -202,12 +202,12 @@ impl Fence for DynamoFence {
                     return Ok(AppendOutcome::Rejected { highest: seen });
                 }
                 _ => {
-                    return Err(db("fenced append", Op::ConditionalWrite)(
+                    return Err(db("fenced append", Op::Write)(
                         SdkError::ServiceError(err),
                     ));
                 }
             },
-            Err(err) => return Err(db("fenced append", Op::ConditionalWrite)(err)),
+            Err(err) => return Err(db("fenced append", Op::Write)(err)),
         };
         self.client
             .put_item()
@@ -220,7 +220,7 @@ impl Fence for DynamoFence {
             .await
             .map_err(db(
                 "fenced log put (the log has a gap)",
-                Op::ConditionalWrite,
+                Op::Write,
             ))?;
         Ok(AppendOutcome::Appended { seq })
     }

@@ -121,6 +121,7 @@
 
 mod classify;
 mod config;
+mod driver;
 mod error;
 pub mod fence;
 mod item;
@@ -137,3 +138,18 @@ pub use config::{
 pub use error::ConfigError;
 pub use storage::DynamoStorage;
 pub use table::ConnectError;
+
+/// This driver, for registries such as `storage-url`: the URL is parsed
+/// once, and the parsed configuration is what gets opened.
+///
+/// ```
+/// let parsed = (storage_dynamo::DRIVER.parse)("dynamodb://leases?region=eu-west-1&endpoint=http://127.0.0.1:8000")?;
+/// assert_eq!((storage_dynamo::DRIVER.endpoint)(&parsed).as_deref(), Some("127.0.0.1:8000"));
+/// # Ok::<(), ttl_storage::BoxError>(())
+/// ```
+pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<DynamoConfig>(
+    "dynamodb",
+    &["dynamodb"],
+    "dynamodb://TABLE?region=R[&endpoint=URL] (DynamoDB)",
+    None,
+);

@@ -122,7 +122,7 @@ impl DynamoStorage {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(err) => to_storage(err, Op::ConditionalWrite, what),
+            Err(err) => to_storage(err, Op::Write, what),
         }
     }
 
@@ -147,7 +147,7 @@ impl DynamoStorage {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(err) => to_storage(err, Op::ConditionalWrite, what),
+            Err(err) => to_storage(err, Op::Write, what),
         }
     }
 

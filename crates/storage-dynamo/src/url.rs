@@ -106,21 +106,17 @@ impl FromStr for DynamoConfig {
 }
 
 fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
-    match value {
-        "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        _ => Err(ConfigError::InvalidParameter {
-            name: name.to_string(),
-            value: value.to_string(),
-            expected: "true or false",
-        }),
-    }
+    ttl_storage::kit::query::parse_bool(value).ok_or_else(|| ConfigError::InvalidParameter {
+        name: name.to_string(),
+        value: value.to_string(),
+        expected: "true or false",
+    })
 }
 
 /// A humantime duration (`750ms`, `2s`, `1m 30s`); its range is checked
 /// by the builder.
 fn parse_duration(name: &str, value: &str) -> Result<Duration, ConfigError> {
-    humantime::parse_duration(value).map_err(|_| ConfigError::InvalidParameter {
+    ttl_storage::kit::query::parse_duration(value).ok_or_else(|| ConfigError::InvalidParameter {
         name: name.to_string(),
         value: value.to_string(),
         expected: "a duration like 500ms or 2s",
@@ -129,14 +125,11 @@ fn parse_duration(name: &str, value: &str) -> Result<Duration, ConfigError> {
 
 /// A whole number of milliseconds (the older `_ms` parameters).
 fn parse_millis(name: &str, value: &str) -> Result<Duration, ConfigError> {
-    value
-        .parse()
-        .map(Duration::from_millis)
-        .map_err(|_| ConfigError::InvalidParameter {
-            name: name.to_string(),
-            value: value.to_string(),
-            expected: "a whole number of milliseconds",
-        })
+    ttl_storage::kit::query::parse_millis(value).ok_or_else(|| ConfigError::InvalidParameter {
+        name: name.to_string(),
+        value: value.to_string(),
+        expected: "a whole number of milliseconds",
+    })
 }
 
 fn parse_u64(name: &str, value: &str) -> Result<u64, ConfigError> {

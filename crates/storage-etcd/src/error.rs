@@ -51,16 +51,9 @@ pub enum ConfigError {
     DuplicateParameter(String),
 }
 
-/// What an operation does: decides whether a lost answer is "not applied"
-/// or "may have been applied".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// A conditional write (a transaction with a put or a delete).
-    Write,
-    /// A read, or a request that changes nothing the caller can see
-    /// (granting a lease for a write not yet sent).
-    Read,
-}
+/// What a request does (the driver kit's one type, with the lost-answer
+/// rule: [`Op::lost_answer`]).
+pub(crate) use ttl_storage::kit::Op;
 
 /// Classifies one request's error.
 ///
@@ -73,10 +66,7 @@ pub(crate) enum Op {
 ///   committed — outcome unknown for a write, transient for a read.
 /// - A transport error (the connection could not be opened) is transient.
 pub(crate) fn classify(err: &EtcdError, op: Op) -> ErrorKind {
-    let lost = match op {
-        Op::Write => ErrorKind::OutcomeUnknown,
-        Op::Read => ErrorKind::Transient,
-    };
+    let lost = op.lost_answer();
     match err {
         EtcdError::GRpcStatus(status) => classify_status(status.code(), status.message(), lost),
         EtcdError::TransportError(_) | EtcdError::IoError(_) => lost,

@@ -84,6 +84,7 @@
 //! ```
 
 mod config;
+mod driver;
 mod error;
 pub mod fence;
 mod storage;
@@ -96,3 +97,18 @@ pub use config::{
 };
 pub use error::ConfigError;
 pub use storage::EtcdStorage;
+
+/// This driver, for registries such as `storage-url`: the URL is parsed
+/// once, and the parsed configuration is what gets opened.
+///
+/// ```
+/// let parsed = (storage_etcd::DRIVER.parse)("etcd://m1:2379")?;
+/// assert_eq!((storage_etcd::DRIVER.endpoint)(&parsed).as_deref(), Some("m1:2379"));
+/// # Ok::<(), ttl_storage::BoxError>(())
+/// ```
+pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<EtcdConfig>(
+    "etcd",
+    &["etcd", "etcds"],
+    "etcd://host[:port][?endpoint=host:port...] (etcd v3, every member in endpoint=; etcds:// for TLS)",
+    Some(DEFAULT_PORT),
+);

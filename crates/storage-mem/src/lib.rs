@@ -53,6 +53,7 @@
 //! ```
 
 mod config;
+mod driver;
 mod error;
 mod storage;
 mod url;
@@ -60,3 +61,21 @@ mod url;
 pub use config::MemConfig;
 pub use error::ConfigError;
 pub use storage::MemStorage;
+
+/// This driver, for registries such as `storage-url`: `mem` and
+/// `mem://?max_records=N`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ttl_storage::BoxError> {
+/// let parsed = (storage_mem::DRIVER.parse)("mem://?max_records=10")?;
+/// let storage = (storage_mem::DRIVER.open)(&parsed).await?;
+/// # let _ = storage;
+/// # Ok(()) }
+/// ```
+pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<MemConfig>(
+    "mem",
+    &["mem"],
+    "mem[://?max_records=N] (this process only)",
+    None,
+);

@@ -93,6 +93,17 @@ impl MemStorage {
         }
     }
 
+    /// The storage `config` describes, the way every driver opens one
+    /// (`XStorage::connect(config)`); an in-memory store cannot fail to
+    /// open.
+    ///
+    /// # Errors
+    ///
+    /// None: the error type is [`Infallible`](std::convert::Infallible).
+    pub async fn connect(config: MemConfig) -> Result<Self, std::convert::Infallible> {
+        Ok(Self::with_config(config))
+    }
+
     /// The options this storage runs with.
     pub fn config(&self) -> &MemConfig {
         &self.config

@@ -81,15 +81,9 @@ pub enum ConfigError {
     DuplicateParameter(String),
 }
 
-/// What an operation does: decides whether a lost answer is "not applied"
-/// or "may have been applied".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// A conditional write (insert, compare-and-swap, compare-and-delete).
-    Write,
-    /// A read.
-    Read,
-}
+/// What a request does (the driver kit's one type, with the lost-answer
+/// rule: [`Op::lost_answer`]).
+pub(crate) use ttl_storage::kit::Op;
 
 /// SQLSTATEs of errors that prove the statement did not take effect and
 /// may succeed later.
@@ -120,10 +114,7 @@ pub(crate) fn classify(err: &tokio_postgres::Error, op: Op) -> ErrorKind {
             ErrorKind::Permanent
         };
     }
-    match op {
-        Op::Write => ErrorKind::OutcomeUnknown,
-        Op::Read => ErrorKind::Transient,
-    }
+    op.lost_answer()
 }
 
 /// Classifies an error of opening a connection: nothing was sent, so

@@ -119,14 +119,14 @@
 //! ```
 
 mod config;
+mod driver;
 mod error;
 pub mod fence;
-mod listen;
 mod replication;
 mod schema;
 mod storage;
-mod tls;
 mod url;
+mod watch;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT,
@@ -135,3 +135,18 @@ pub use config::{
 pub use error::ConfigError;
 pub use replication::Replication;
 pub use storage::PostgresStorage;
+
+/// This driver, for registries such as `storage-url`: the URL is parsed
+/// once, and the parsed configuration is what gets opened.
+///
+/// ```
+/// let parsed = (storage_postgres::DRIVER.parse)("postgres://u:p@db/leases")?;
+/// assert_eq!((storage_postgres::DRIVER.endpoint)(&parsed).as_deref(), Some("db:5432"));
+/// # Ok::<(), ttl_storage::BoxError>(())
+/// ```
+pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<PostgresConfig>(
+    "postgres",
+    &["postgres", "postgresql"],
+    "postgres://user:password@host[:port][,host[:port]...]/database[?sslmode=require] (PostgreSQL; several hosts: the one that accepts writes)",
+    Some(DEFAULT_PORT),
+);

@@ -15,7 +15,7 @@ use ttl_storage::{
 use crate::{
     config::PostgresConfig,
     error::{ConfigError, Op, classify, classify_pool, storage_error},
-    listen, schema,
+    schema, watch,
 };
 
 /// How much longer than the server's `statement_timeout` the client waits
@@ -91,7 +91,7 @@ pub struct PostgresStorage {
     channel: String,
     /// The waiters of [`TtlStorage::watch`], ready while the listener listens.
     waiters: Arc<Waiters>,
-    /// The task of the `LISTEN` connection ([`listen::run`]).
+    /// The task of the `LISTEN` connection ([`watch::run`]).
     _listener: AbortOnDrop,
 }
 
@@ -157,13 +157,14 @@ impl PostgresStorage {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
-        let channel = listen::channel(&config.qualified_table());
+        let channel = watch::channel(&config.qualified_table());
         let waiters = Arc::new(Waiters::default());
         let (manager, listener) = if config.ssl_mode.uses_tls() {
             pg.ssl_mode(tokio_postgres::config::SslMode::Require);
-            let tls = crate::tls::client_config(config.ssl_root_cert()).await?;
+            let tls =
+                ttl_storage::kit::tls::client_config(config.ssl_root_cert(), "sslrootcert").await?;
             let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
-            let listener = AbortOnDrop(tokio::spawn(listen::run(
+            let listener = AbortOnDrop(tokio::spawn(watch::run(
                 pg.clone(),
                 tls.clone(),
                 channel.clone(),
@@ -172,7 +173,7 @@ impl PostgresStorage {
             (Manager::from_config(pg, tls, manager_config), listener)
         } else {
             pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
-            let listener = AbortOnDrop(tokio::spawn(listen::run(
+            let listener = AbortOnDrop(tokio::spawn(watch::run(
                 pg.clone(),
                 NoTls,
                 channel.clone(),

@@ -167,18 +167,14 @@ fn decode(text: &str, what: &'static str) -> Result<String, ConfigError> {
 }
 
 fn parse_bool(name: &'static str, value: &str) -> Result<bool, ConfigError> {
-    match value {
-        "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        _ => Err(ConfigError::BadBool {
-            name,
-            value: value.to_string(),
-        }),
-    }
+    ttl_storage::kit::query::parse_bool(value).ok_or_else(|| ConfigError::BadBool {
+        name,
+        value: value.to_string(),
+    })
 }
 
 fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    humantime::parse_duration(value).map_err(|_| ConfigError::BadDuration {
+    ttl_storage::kit::query::parse_duration(value).ok_or_else(|| ConfigError::BadDuration {
         name,
         value: value.to_string(),
     })

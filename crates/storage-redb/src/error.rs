@@ -254,7 +254,7 @@ mod tests {
     }
 }
 
-/// Why a `redb://` URL was refused (see [`crate::RedbUrl::parse`]).
+/// Why a `redb://` URL was refused (see [`crate::RedbConfig::from_url`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UrlError {

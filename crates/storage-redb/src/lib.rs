@@ -145,24 +145,40 @@
 //!   millisecond for [`RedbStorage`]. An election writes once per TTL/4, so
 //!   either is far below the load it needs.
 
-mod change_feed;
-mod config;
+mod driver;
 mod error;
-mod events_file;
+mod exclusive;
 mod fs_check;
+mod open_checks;
 mod ops;
 mod record;
 mod schema;
-mod shared_config;
-mod shared_storage;
-mod storage;
-mod sweep;
+mod shared;
 mod url;
+mod watch;
 mod writer;
 
-pub use config::RedbStorageBuilder;
 pub use error::{CloseError, OpenError, UrlError};
-pub use shared_config::SharedRedbStorageBuilder;
-pub use shared_storage::SharedRedbStorage;
-pub use storage::RedbStorage;
-pub use url::{RedbMode, RedbUrl};
+pub use exclusive::{RedbStorage, RedbStorageBuilder};
+pub use shared::{SharedRedbStorage, SharedRedbStorageBuilder};
+pub use url::{RedbConfig, RedbMode};
+
+/// This driver, for registries such as `storage-url`:
+/// `redb:///path/file.redb[?mode=shared|exclusive]`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ttl_storage::BoxError> {
+/// let dir = tempfile::tempdir()?;
+/// let url = format!("redb://{}/leases.redb?mode=exclusive", dir.path().display());
+/// let parsed = (storage_redb::DRIVER.parse)(&url)?;
+/// let storage = (storage_redb::DRIVER.open)(&parsed).await?;
+/// # drop(storage);
+/// # Ok(()) }
+/// ```
+pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<RedbConfig>(
+    "redb",
+    &["redb"],
+    "redb:///path/file.redb[?mode=exclusive] (an embedded file, shared by the processes of one host; exclusive: one process, faster)",
+    None,
+);

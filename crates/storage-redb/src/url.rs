@@ -18,7 +18,8 @@ pub enum RedbMode {
     Exclusive,
 }
 
-/// A parsed `redb://` URL:
+/// What a `redb://` URL selects: a file, and whether several processes
+/// share it. Parse one with [`RedbConfig::from_url`]:
 ///
 /// ```text
 /// redb:///absolute/path/file.redb[?mode=shared|exclusive]
@@ -29,30 +30,38 @@ pub enum RedbMode {
 ///
 /// ```
 /// use std::path::Path;
-/// use storage_redb::{RedbMode, RedbUrl};
+/// use storage_redb::{RedbMode, RedbConfig};
 ///
-/// let url = RedbUrl::parse("redb:///var/lib/app/leases%20a.redb")?;
+/// let url = RedbConfig::from_url("redb:///var/lib/app/leases%20a.redb")?;
 /// assert_eq!(url.path(), Path::new("/var/lib/app/leases a.redb"));
 /// assert_eq!(url.mode(), RedbMode::Shared);
-/// let url = RedbUrl::parse("redb://data/leases.redb?mode=exclusive")?;
+/// let url = RedbConfig::from_url("redb://data/leases.redb?mode=exclusive")?;
 /// assert_eq!(url.path(), Path::new("data/leases.redb"));
 /// assert_eq!(url.mode(), RedbMode::Exclusive);
-/// assert!(RedbUrl::parse("redb:///x.redb?mode=fast").is_err());
+/// assert!(RedbConfig::from_url("redb:///x.redb?mode=fast").is_err());
 /// # Ok::<(), storage_redb::UrlError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedbUrl {
+pub struct RedbConfig {
     path: PathBuf,
     mode: RedbMode,
 }
 
-impl RedbUrl {
+impl RedbConfig {
+    /// The file at `path`, opened in `mode`.
+    pub fn new(path: impl Into<PathBuf>, mode: RedbMode) -> RedbConfig {
+        RedbConfig {
+            path: path.into(),
+            mode,
+        }
+    }
+
     /// Parses and validates a `redb://` URL.
     ///
     /// # Errors
     ///
     /// A [`UrlError`] saying what is wrong; nothing is opened.
-    pub fn parse(raw: &str) -> Result<RedbUrl, UrlError> {
+    pub fn from_url(raw: &str) -> Result<RedbConfig, UrlError> {
         let url = Url::parse(raw).map_err(|_| UrlError::NotRedb)?;
         if url.scheme() != "redb" {
             return Err(UrlError::NotRedb);
@@ -83,7 +92,7 @@ impl RedbUrl {
                 (other, _, _) => return Err(UrlError::UnknownOption(other.to_owned())),
             }
         }
-        Ok(RedbUrl {
+        Ok(RedbConfig {
             path: PathBuf::from(decoded.into_owned()),
             mode: mode.unwrap_or(RedbMode::Shared),
         })
@@ -106,7 +115,7 @@ mod tests {
 
     #[test]
     fn forms() {
-        let ok = |raw: &str| RedbUrl::parse(raw).unwrap();
+        let ok = |raw: &str| RedbConfig::from_url(raw).unwrap();
         assert_eq!(ok("redb:///tmp/a.redb").path(), Path::new("/tmp/a.redb"));
         assert_eq!(
             ok("redb:///tmp/a b.redb").path(),
@@ -135,7 +144,7 @@ mod tests {
             ("redb:///x?sync=no", UrlError::UnknownOption("sync".into())),
             ("redb:///%FF", UrlError::NotUtf8),
         ] {
-            assert_eq!(RedbUrl::parse(bad), Err(why), "{bad}");
+            assert_eq!(RedbConfig::from_url(bad), Err(why), "{bad}");
         }
     }
 }

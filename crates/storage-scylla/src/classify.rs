@@ -15,24 +15,9 @@ use scylla::errors::{
 use scylla::statement::Consistency;
 use ttl_storage::ErrorKind;
 
-/// What kind of request failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// A lightweight-transaction write (insert, compare-and-swap, compare-and-delete).
-    ConditionalWrite,
-    /// A read, a schema query or anything else that changes no record.
-    Read,
-}
-
-impl Op {
-    /// The kind of an error after which the request may have been executed.
-    fn maybe_applied(self) -> ErrorKind {
-        match self {
-            Op::ConditionalWrite => ErrorKind::OutcomeUnknown,
-            Op::Read => ErrorKind::Transient,
-        }
-    }
-}
+/// What a request does (the driver kit's one type, with the lost-answer
+/// rule: [`Op::lost_answer`]).
+pub(crate) use ttl_storage::kit::Op;
 
 /// Classifies an execution error of a request of kind `op`.
 pub(crate) fn classify_execution(err: &ExecutionError, op: Op) -> ErrorKind {
@@ -43,12 +28,12 @@ pub(crate) fn classify_execution(err: &ExecutionError, op: Op) -> ErrorKind {
         ExecutionError::PrepareError(e) => classify_prepare(e),
         ExecutionError::LastAttemptError(e) => classify_attempt(e, op),
         // The request was sent and no answer came back in time.
-        ExecutionError::RequestTimeout(_) => op.maybe_applied(),
+        ExecutionError::RequestTimeout(_) => op.lost_answer(),
         ExecutionError::UseKeyspaceError(_)
         | ExecutionError::SchemaAgreementError(_)
         | ExecutionError::MetadataError(_) => ErrorKind::Transient,
         // Unknown future variants: assume the worst for writes.
-        _ => op.maybe_applied(),
+        _ => op.lost_answer(),
     }
 }
 
@@ -67,8 +52,8 @@ pub(crate) fn classify_attempt(err: &RequestAttemptError, op: Op) -> ErrorKind {
         | RequestAttemptError::CqlResultParseError(_)
         | RequestAttemptError::CqlErrorParseError(_)
         | RequestAttemptError::UnexpectedResponse(_)
-        | RequestAttemptError::NonfinishedPagingState => op.maybe_applied(),
-        _ => op.maybe_applied(),
+        | RequestAttemptError::NonfinishedPagingState => op.lost_answer(),
+        _ => op.lost_answer(),
     }
 }
 
@@ -97,9 +82,9 @@ pub(crate) fn classify_db(err: &DbError, op: Op) -> ErrorKind {
         // proposal may have been accepted by some replicas and be completed by
         // a later round); with WriteType::Simple it is the commit phase of an
         // accepted proposal. Either way: maybe applied.
-        DbError::WriteTimeout { .. } | DbError::WriteFailure { .. } => op.maybe_applied(),
-        DbError::ServerError | DbError::Other(_) => op.maybe_applied(),
-        _ => op.maybe_applied(),
+        DbError::WriteTimeout { .. } | DbError::WriteFailure { .. } => op.lost_answer(),
+        DbError::ServerError | DbError::Other(_) => op.lost_answer(),
+        _ => op.lost_answer(),
     }
 }
 
@@ -257,7 +242,7 @@ mod tests {
         for wt in [WriteType::Cas, WriteType::Simple] {
             let err = db(write_timeout(wt));
             assert_eq!(
-                classify_execution(&err, Op::ConditionalWrite),
+                classify_execution(&err, Op::Write),
                 ErrorKind::OutcomeUnknown
             );
             assert_eq!(classify_execution(&err, Op::Read), ErrorKind::Transient);
@@ -270,7 +255,7 @@ mod tests {
             write_type: WriteType::Cas,
         });
         assert_eq!(
-            classify_execution(&failure, Op::ConditionalWrite),
+            classify_execution(&failure, Op::Write),
             ErrorKind::OutcomeUnknown
         );
     }
@@ -279,7 +264,7 @@ mod tests {
     fn client_timeout_and_broken_connection_after_sending_are_outcome_unknown() {
         let timeout = ExecutionError::RequestTimeout(Duration::from_secs(1));
         assert_eq!(
-            classify_execution(&timeout, Op::ConditionalWrite),
+            classify_execution(&timeout, Op::Write),
             ErrorKind::OutcomeUnknown
         );
         assert_eq!(classify_execution(&timeout, Op::Read), ErrorKind::Transient);
@@ -287,7 +272,7 @@ mod tests {
             BrokenConnectionErrorKind::ChannelError.into(),
         ));
         assert_eq!(
-            classify_execution(&broken, Op::ConditionalWrite),
+            classify_execution(&broken, Op::Write),
             ErrorKind::OutcomeUnknown
         );
         assert_eq!(classify_execution(&broken, Op::Read), ErrorKind::Transient);
@@ -315,7 +300,7 @@ mod tests {
             ExecutionError::LastAttemptError(RequestAttemptError::UnableToAllocStreamId),
         ] {
             assert_eq!(
-                classify_execution(&err, Op::ConditionalWrite),
+                classify_execution(&err, Op::Write),
                 ErrorKind::Transient,
                 "{err}"
             );
@@ -334,7 +319,7 @@ mod tests {
         ] {
             let err = db(err);
             assert_eq!(
-                classify_execution(&err, Op::ConditionalWrite),
+                classify_execution(&err, Op::Write),
                 ErrorKind::Permanent,
                 "{err}"
             );

@@ -84,7 +84,7 @@ fn preparing(what: &'static str) -> impl Fn(PrepareError) -> StorageError {
 fn answer(op: Op) -> impl Fn(String) -> StorageError {
     move |detail| {
         let kind = match op {
-            Op::ConditionalWrite => ErrorKind::OutcomeUnknown,
+            Op::Write => ErrorKind::OutcomeUnknown,
             Op::Read => ErrorKind::Permanent,
         };
         StorageError::with_source(
@@ -226,7 +226,7 @@ impl CassandraFence {
             .await
             .map_err(executing(
                 "fenced log insert (the log has a gap)",
-                Op::ConditionalWrite,
+                Op::Write,
             ))?;
         Ok(AppendOutcome::Appended {
             seq: u64::try_from(seq).unwrap_or(0),
@@ -250,7 +250,7 @@ impl Fence for CassandraFence {
                 .session
                 .execute_unpaged(&self.update, (t, value, resource, t))
                 .await
-                .map_err(executing("fenced update", Op::ConditionalWrite))?;
+                .map_err(executing("fenced update", Op::Write))?;
             match lwt_answer(answer)? {
                 (true, _) => return Ok(FenceOutcome::Accepted),
                 (false, Some(highest)) => return Ok(FenceOutcome::Rejected { highest }),
@@ -260,7 +260,7 @@ impl Fence for CassandraFence {
                 .session
                 .execute_unpaged(&self.insert, (resource, t, value))
                 .await
-                .map_err(executing("fenced insert", Op::ConditionalWrite))?;
+                .map_err(executing("fenced insert", Op::Write))?;
             if lwt_answer(answer)?.0 {
                 return Ok(FenceOutcome::Accepted);
             }
@@ -304,7 +304,7 @@ impl Fence for CassandraFence {
                 .session
                 .execute_unpaged(&self.append_update, (t, next, resource, t, seen))
                 .await
-                .map_err(executing("fenced append", Op::ConditionalWrite))?;
+                .map_err(executing("fenced append", Op::Write))?;
             let (applied, fence, seq) = lwt_columns(answer)?;
             let seq_now = match seq {
                 Some(CqlValue::BigInt(v)) => Some(v),
@@ -320,7 +320,7 @@ impl Fence for CassandraFence {
                         .session
                         .execute_unpaged(&self.append_insert, (resource, t))
                         .await
-                        .map_err(executing("first fenced append", Op::ConditionalWrite))?;
+                        .map_err(executing("first fenced append", Op::Write))?;
                     if lwt_columns(answer)?.0 {
                         return self.log_entry(resource, 1, t, value).await;
                     }
@@ -381,7 +381,7 @@ fn lwt_answer(answer: QueryResult) -> Result<(bool, Option<u64>), StorageError> 
 /// `[applied]`, the current `fence` (if the row exists) and the current
 /// `seq` column of an LWT answer.
 fn lwt_columns(answer: QueryResult) -> Result<(bool, Option<u64>, Option<CqlValue>), StorageError> {
-    let bad = self::answer(Op::ConditionalWrite);
+    let bad = self::answer(Op::Write);
     let rows = answer.into_rows_result().map_err(|e| bad(e.to_string()))?;
     let names: Vec<String> = rows
         .column_specs()

@@ -178,6 +178,7 @@
 mod classify;
 mod config;
 mod consistency;
+mod driver;
 mod error;
 pub mod fence;
 mod schema;
@@ -193,3 +194,18 @@ pub use config::{
 pub use consistency::{Replication, SerialConsistency, WriteConsistency};
 pub use error::ConfigError;
 pub use storage::ScyllaStorage;
+
+/// This driver, for registries such as `storage-url`: the URL is parsed
+/// once, and the parsed configuration is what gets opened.
+///
+/// ```
+/// let parsed = (storage_scylla::DRIVER.parse)("scylla://app:pw@10.0.0.1:9042/leases")?;
+/// assert_eq!((storage_scylla::DRIVER.endpoint)(&parsed).as_deref(), Some("10.0.0.1:9042"));
+/// # Ok::<(), ttl_storage::BoxError>(())
+/// ```
+pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<ScyllaConfig>(
+    "cassandra",
+    &["scylla", "cassandra"],
+    "scylla://[user:password@]host[:port][,host...]/keyspace[?options] (Cassandra, ScyllaDB; also cassandra://)",
+    Some(DEFAULT_PORT),
+);

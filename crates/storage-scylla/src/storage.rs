@@ -214,7 +214,7 @@ impl ScyllaStorage {
         what: &str,
     ) -> Result<bool> {
         let result = self.execute(statement, values).await.map_err(|err| {
-            let kind = classify_execution(&err, Op::ConditionalWrite);
+            let kind = classify_execution(&err, Op::Write);
             tracing::debug!(%err, ?kind, "{what} failed");
             StorageError::with_source(kind, describe(what, &err), err)
         })?;

@@ -227,20 +227,16 @@ fn decode(text: &str) -> Result<String, ConfigError> {
 }
 
 fn parse_bool(name: &'static str, value: &str) -> Result<bool, ConfigError> {
-    match value {
-        "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        _ => Err(ConfigError::BadBool {
-            name,
-            value: value.to_string(),
-        }),
-    }
+    ttl_storage::kit::query::parse_bool(value).ok_or_else(|| ConfigError::BadBool {
+        name,
+        value: value.to_string(),
+    })
 }
 
 /// A positive humantime duration (`750ms`, `2s`, `1m 30s`).
 fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    match humantime::parse_duration(value) {
-        Ok(duration) if !duration.is_zero() => Ok(duration),
+    match ttl_storage::kit::query::parse_duration(value) {
+        Some(duration) if !duration.is_zero() => Ok(duration),
         _ => Err(ConfigError::BadTimeout {
             name,
             value: value.to_string(),
@@ -250,8 +246,8 @@ fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigErr
 
 /// A positive whole number of milliseconds (the older `_ms` parameters).
 fn parse_millis(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    match value.parse::<u64>() {
-        Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+    match ttl_storage::kit::query::parse_millis(value) {
+        Some(duration) if !duration.is_zero() => Ok(duration),
         _ => Err(ConfigError::BadTimeout {
             name,
             value: value.to_string(),

@@ -10,7 +10,7 @@ pub enum UrlError {
     /// The scheme is not one of any driver. The message lists every scheme
     /// the registry knows, saying which are compiled into this build and
     /// which cargo feature adds the others.
-    #[error("unknown storage scheme in {url:?}; {}", crate::schemes::known())]
+    #[error("unknown storage scheme in {url:?}; {}", crate::registry::known())]
     Unknown {
         /// The URL, password redacted.
         url: String,

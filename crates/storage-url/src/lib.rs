@@ -41,44 +41,26 @@ mod error;
 mod fence;
 mod parse;
 mod redact;
-mod schemes;
+mod registry;
 
 use std::{fmt, sync::Arc};
 
-use ttl_storage::{DynTtlStorage, Instrumented};
+use ttl_storage::{Driver, DriverConfig, DynTtlStorage, Instrumented, ParsedUrl};
 
 pub use error::{OpenError, UrlError};
 pub use fence::open_fence;
 
-/// A parsed, validated storage URL. Two URLs are equal when they select
-/// the same storage (`redb:///a%20b` and `redb:///a b` are).
-#[derive(Clone, Eq)]
+/// A parsed, validated storage URL: the driver it selects and that
+/// driver's configuration, parsed once ([`StorageUrl::open`] opens that
+/// configuration; nothing parses the text again). Two URLs are equal when
+/// they select the same storage (`redb:///a%20b` and `redb:///a b` are).
+#[derive(Clone)]
 pub struct StorageUrl {
-    kind: Kind,
+    driver: &'static Driver,
+    engine: Engine,
+    parsed: ParsedUrl,
     /// The URL as given (may hold a password: never shown).
     raw: String,
-}
-
-/// The driver a URL selects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Kind {
-    Mem(storage_mem::MemConfig),
-    #[cfg(feature = "redb")]
-    Redb {
-        path: std::path::PathBuf,
-        /// Several processes (`SharedRedbStorage`) or one (`RedbStorage`).
-        shared: bool,
-    },
-    #[cfg(feature = "scylla")]
-    Scylla,
-    #[cfg(feature = "dynamodb")]
-    Dynamo,
-    #[cfg(feature = "valkey")]
-    Valkey,
-    #[cfg(feature = "postgres")]
-    Postgres,
-    #[cfg(feature = "etcd")]
-    Etcd,
 }
 
 /// The engine a URL names, for programs that talk to the same engine
@@ -121,9 +103,7 @@ pub async fn open(url: &str) -> Result<DynTtlStorage, OpenError> {
 /// same table as the "unknown scheme" error, which also names the drivers
 /// left out and their cargo features).
 pub fn schemes_help() -> String {
-    schemes::DRIVERS
-        .iter()
-        .filter(|driver| driver.built_in)
+    registry::built_in()
         .map(|driver| driver.help)
         .collect::<Vec<_>>()
         .join("\n")
@@ -132,10 +112,7 @@ pub fn schemes_help() -> String {
 impl StorageUrl {
     /// The `mem` URL.
     pub fn mem() -> StorageUrl {
-        StorageUrl {
-            kind: Kind::Mem(storage_mem::MemConfig::new()),
-            raw: "mem".to_owned(),
-        }
+        StorageUrl::from_config(&storage_mem::DRIVER, storage_mem::MemConfig::new(), "mem")
     }
 
     /// A `redb://` URL for a file path, in the shared mode (several
@@ -143,9 +120,18 @@ impl StorageUrl {
     #[cfg(feature = "redb")]
     pub fn redb(path: impl Into<std::path::PathBuf>) -> StorageUrl {
         let path = path.into();
+        let raw = format!("redb://{}", path.display());
+        let config = storage_redb::RedbConfig::new(path, storage_redb::RedbMode::Shared);
+        StorageUrl::from_config(&storage_redb::DRIVER, config, &raw)
+    }
+
+    /// A URL of `driver` whose configuration is already known.
+    fn from_config<C: DriverConfig>(driver: &'static Driver, config: C, raw: &str) -> StorageUrl {
         StorageUrl {
-            raw: format!("redb://{}", path.display()),
-            kind: Kind::Redb { path, shared: true },
+            driver,
+            engine: Engine::from_label(driver.name).unwrap_or(Engine::Mem),
+            parsed: ParsedUrl::from_config(config),
+            raw: raw.to_owned(),
         }
     }
 
@@ -164,28 +150,26 @@ impl StorageUrl {
 
     /// The engine this URL names.
     pub fn engine(&self) -> Engine {
-        match &self.kind {
-            Kind::Mem(_) => Engine::Mem,
-            #[cfg(feature = "redb")]
-            Kind::Redb { .. } => Engine::Redb,
-            #[cfg(feature = "scylla")]
-            Kind::Scylla => Engine::Cassandra,
-            #[cfg(feature = "dynamodb")]
-            Kind::Dynamo => Engine::DynamoDb,
-            #[cfg(feature = "valkey")]
-            Kind::Valkey => Engine::Valkey,
-            #[cfg(feature = "postgres")]
-            Kind::Postgres => Engine::Postgres,
-            #[cfg(feature = "etcd")]
-            Kind::Etcd => Engine::Etcd,
-        }
+        self.engine
+    }
+
+    /// The descriptor of the driver this URL selects.
+    pub fn driver(&self) -> &'static Driver {
+        self.driver
+    }
+
+    /// The driver's configuration, parsed from the URL, if it is a `C`
+    /// (`storage_redb::RedbConfig` for a `redb://` URL, say): read it
+    /// instead of parsing the URL again.
+    pub fn config<C: DriverConfig>(&self) -> Option<&C> {
+        self.parsed.get::<C>()
     }
 
     /// The network address (`host:port`) of the engine, for a URL that
     /// names exactly one (a proxy or a firewall rule can then sit in front).
     /// `None` for embedded drivers and for several contact points.
     pub fn endpoint(&self) -> Option<String> {
-        parse::endpoint(&self.kind, &self.raw)
+        (self.driver.endpoint)(&self.parsed)
     }
 
     /// The same URL with its one network address replaced by `addr`
@@ -197,7 +181,15 @@ impl StorageUrl {
     /// [`UrlError::NoEndpoint`] for embedded drivers or several contact
     /// points; a driver's own error if the result does not validate.
     pub fn with_endpoint(&self, addr: &str) -> Result<StorageUrl, UrlError> {
-        parse::with_endpoint(&self.kind, &self.raw, addr)?.parse()
+        let no_endpoint = || UrlError::NoEndpoint {
+            url: self.to_string(),
+        };
+        if self.endpoint().is_none() {
+            return Err(no_endpoint());
+        }
+        (self.driver.with_endpoint)(&self.raw, addr)
+            .ok_or_else(no_endpoint)?
+            .parse()
     }
 
     /// Connects to (or opens) the storage, wrapped in
@@ -205,87 +197,47 @@ impl StorageUrl {
     /// `ttl_storage_*` metrics (labelled `store` = [`Engine::label`]) and a
     /// tracing span.
     ///
+    /// The driver opens the configuration parsed when this URL was: the
+    /// text is not parsed again.
+    ///
     /// # Errors
     ///
     /// [`OpenError::Connect`] naming the URL (password redacted) and why.
     pub async fn open(&self) -> Result<DynTtlStorage, OpenError> {
-        // Boxed: the drivers' connect futures are deep, and nesting them one
-        // level further overflows the layout depth of callers' futures.
-        let driver = Box::pin(self.open_driver()).await?;
-        Ok(Arc::new(Instrumented::new(driver, self.engine().label())))
-    }
-
-    /// The driver itself, not instrumented.
-    async fn open_driver(&self) -> Result<DynTtlStorage, OpenError> {
-        // Unused when no driver but mem is built.
-        #[cfg_attr(
-            not(any(
-                feature = "redb",
-                feature = "scylla",
-                feature = "dynamodb",
-                feature = "valkey",
-                feature = "postgres",
-                feature = "etcd"
-            )),
-            allow(unused_variables)
-        )]
-        let connect = |source: Box<dyn std::error::Error + Send + Sync>| OpenError::Connect {
-            url: self.to_string(),
-            source,
-        };
-        match &self.kind {
-            Kind::Mem(config) => Ok(Arc::new(storage_mem::MemStorage::with_config(
-                config.clone(),
-            ))),
-            #[cfg(feature = "redb")]
-            Kind::Redb { path, shared: true } => {
-                match storage_redb::SharedRedbStorage::open(path).await {
-                    Ok(storage) => Ok(Arc::new(storage)),
-                    Err(err) => Err(connect(Box::new(err))),
-                }
-            }
-            #[cfg(feature = "redb")]
-            Kind::Redb {
-                path,
-                shared: false,
-            } => match storage_redb::RedbStorage::open(path).await {
-                Ok(storage) => Ok(Arc::new(storage)),
-                Err(err) => Err(connect(Box::new(err))),
-            },
-            #[cfg(feature = "scylla")]
-            Kind::Scylla => match storage_scylla::ScyllaStorage::from_url(&self.raw).await {
-                Ok(storage) => Ok(Arc::new(storage)),
-                Err(err) => Err(connect(Box::new(err))),
-            },
-            #[cfg(feature = "valkey")]
-            Kind::Valkey => match storage_valkey::ValkeyStorage::from_url(&self.raw).await {
-                Ok(storage) => Ok(Arc::new(storage)),
-                Err(err) => Err(connect(Box::new(err))),
-            },
-            #[cfg(feature = "postgres")]
-            Kind::Postgres => match storage_postgres::PostgresStorage::from_url(&self.raw).await {
-                Ok(storage) => Ok(Arc::new(storage)),
-                Err(err) => Err(connect(Box::new(err))),
-            },
-            #[cfg(feature = "etcd")]
-            Kind::Etcd => match storage_etcd::EtcdStorage::from_url(&self.raw).await {
-                Ok(storage) => Ok(Arc::new(storage)),
-                Err(err) => Err(connect(Box::new(err))),
-            },
-            #[cfg(feature = "dynamodb")]
-            Kind::Dynamo => {
-                let config = storage_dynamo::DynamoConfig::from_url(&self.raw)
-                    .map_err(|err| connect(Box::new(err)))?;
-                match storage_dynamo::DynamoStorage::connect(config).await {
-                    Ok(storage) => Ok(Arc::new(storage)),
-                    Err(err) => Err(connect(Box::new(err))),
-                }
-            }
-        }
+        // Boxed (by the descriptor): the drivers' connect futures are deep,
+        // and nesting them one level further overflows the layout depth of
+        // callers' futures.
+        let driver =
+            (self.driver.open)(&self.parsed)
+                .await
+                .map_err(|source| OpenError::Connect {
+                    url: self.to_string(),
+                    source,
+                })?;
+        Ok(Arc::new(Instrumented::new(driver, self.engine.label())))
     }
 }
 
 impl Engine {
+    /// Every engine.
+    const ALL: [Engine; 7] = [
+        Engine::Mem,
+        Engine::Redb,
+        Engine::Cassandra,
+        Engine::DynamoDb,
+        Engine::Valkey,
+        Engine::Postgres,
+        Engine::Etcd,
+    ];
+
+    /// The engine whose [`label`](Engine::label) is a driver's
+    /// [`name`](Driver::name).
+    fn from_label(name: &str) -> Option<Engine> {
+        Engine::ALL
+            .into_iter()
+            .find(|engine| engine.label() == name)
+    }
+
     /// A short lowercase name (`mem`, `redb`, `cassandra`, `dynamodb`,
     /// `valkey`, `postgres`, `etcd`): the `store` label of the metrics.
     pub fn label(self) -> &'static str {
@@ -302,26 +254,27 @@ impl Engine {
 }
 
 impl PartialEq for StorageUrl {
+    /// The same driver with equal configurations.
     fn eq(&self, other: &Self) -> bool {
-        match (&self.kind, &other.kind) {
-            (Kind::Mem(a), Kind::Mem(b)) => a == b,
-            #[cfg(feature = "redb")]
-            (Kind::Redb { .. }, Kind::Redb { .. }) => self.kind == other.kind,
-            // Unreachable when no driver but mem is built.
-            #[allow(unreachable_patterns)]
-            (a, b) => a == b && self.raw == other.raw,
-        }
+        self.parsed == other.parsed
     }
 }
+
+impl Eq for StorageUrl {}
 
 impl std::str::FromStr for StorageUrl {
     type Err = UrlError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let raw = s.trim();
-        let kind = parse::kind(raw)?;
+        let (driver, parsed) = parse::parse(raw)?;
+        let engine = Engine::from_label(driver.name).ok_or_else(|| UrlError::Unknown {
+            url: redact::redact(raw),
+        })?;
         Ok(StorageUrl {
-            kind,
+            driver,
+            engine,
+            parsed,
             raw: raw.to_owned(),
         })
     }

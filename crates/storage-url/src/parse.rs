@@ -1,9 +1,12 @@
-//! The one place that matches on storage URL schemes.
+//! From text to a driver's parsed configuration, once.
 
-use crate::{Kind, UrlError, redact::redact, schemes};
+use ttl_storage::{Driver, ParsedUrl};
 
-/// The driver `raw` selects, after the driver has validated it.
-pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
+use crate::{UrlError, redact::redact, registry};
+
+/// The driver `raw` selects and its configuration, parsed and validated by
+/// that driver. The one place a storage URL is parsed.
+pub(crate) fn parse(raw: &str) -> Result<(&'static Driver, ParsedUrl), UrlError> {
     if raw.is_empty() {
         return Err(UrlError::Empty);
     }
@@ -12,192 +15,80 @@ pub(crate) fn kind(raw: &str) -> Result<Kind, UrlError> {
         None if raw == "mem" => "mem",
         None => return Err(UrlError::Unknown { url: redact(raw) }),
     };
-    let Some(driver) = schemes::driver(scheme) else {
+    let Some(entry) = registry::entry(scheme) else {
         return Err(UrlError::Unknown { url: redact(raw) });
     };
-    if let Some(feature) = driver.feature
-        && !driver.built_in
-    {
+    let Some(driver) = entry.built_in() else {
         return Err(UrlError::NotBuiltIn {
             scheme: scheme.to_owned(),
-            feature,
+            feature: entry.feature().unwrap_or_default(),
         });
-    }
-    let invalid = |source: Box<dyn std::error::Error + Send + Sync>| UrlError::Invalid {
-        scheme: scheme.to_owned(),
-        url: redact(raw),
-        source,
     };
-    match scheme {
-        "mem" => match storage_mem::MemConfig::from_url(raw) {
-            Ok(config) => Ok(Kind::Mem(config)),
-            Err(err) => Err(invalid(Box::new(err))),
-        },
-        #[cfg(feature = "redb")]
-        "redb" => match storage_redb::RedbUrl::parse(raw) {
-            Ok(url) => Ok(Kind::Redb {
-                path: url.path().to_owned(),
-                shared: url.mode() == storage_redb::RedbMode::Shared,
-            }),
-            Err(err) => Err(invalid(Box::new(err))),
-        },
-        #[cfg(feature = "scylla")]
-        "scylla" | "cassandra" => match storage_scylla::ScyllaConfig::from_url(raw) {
-            Ok(_) => Ok(Kind::Scylla),
-            Err(err) => Err(invalid(Box::new(err))),
-        },
-        #[cfg(feature = "dynamodb")]
-        "dynamodb" => match storage_dynamo::DynamoConfig::from_url(raw) {
-            Ok(_) => Ok(Kind::Dynamo),
-            Err(err) => Err(invalid(Box::new(err))),
-        },
-        #[cfg(feature = "valkey")]
-        "redis" | "rediss" | "valkey" | "valkeys" | "redis-sentinel" | "rediss-sentinel"
-        | "valkey-sentinel" | "valkeys-sentinel" => {
-            match storage_valkey::ValkeyConfig::from_url(raw) {
-                Ok(_) => Ok(Kind::Valkey),
-                Err(err) => Err(invalid(Box::new(err))),
-            }
-        }
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => match storage_postgres::PostgresConfig::from_url(raw) {
-            Ok(_) => Ok(Kind::Postgres),
-            Err(err) => Err(invalid(Box::new(err))),
-        },
-        #[cfg(feature = "etcd")]
-        "etcd" | "etcds" => match storage_etcd::EtcdConfig::from_url(raw) {
-            Ok(_) => Ok(Kind::Etcd),
-            Err(err) => Err(invalid(Box::new(err))),
-        },
-        // Every other scheme was answered from the table above.
-        _ => Err(UrlError::Unknown { url: redact(raw) }),
+    match (driver.parse)(raw) {
+        Ok(parsed) => Ok((driver, parsed)),
+        Err(source) => Err(UrlError::Invalid {
+            scheme: scheme.to_owned(),
+            url: redact(raw),
+            source,
+        }),
     }
-}
-
-/// The one network address of a URL, if it names exactly one.
-pub(crate) fn endpoint(kind: &Kind, raw: &str) -> Option<String> {
-    match kind {
-        #[cfg(feature = "scylla")]
-        Kind::Scylla => {
-            let config = storage_scylla::ScyllaConfig::from_url(raw).ok()?;
-            match config.contact_points() {
-                [one] => Some(one.clone()),
-                _ => None,
-            }
-        }
-        #[cfg(feature = "dynamodb")]
-        Kind::Dynamo => {
-            let url = url::Url::parse(raw).ok()?;
-            let endpoint = url
-                .query_pairs()
-                .find(|(name, _)| name == "endpoint")
-                .map(|(_, value)| value.into_owned())?;
-            let endpoint = url::Url::parse(&endpoint).ok()?;
-            Some(format!(
-                "{}:{}",
-                endpoint.host_str()?,
-                endpoint.port_or_known_default()?
-            ))
-        }
-        // Sentinels name the primary: no one address to proxy.
-        #[cfg(feature = "valkey")]
-        Kind::Valkey if raw.contains("-sentinel") => None,
-        #[cfg(feature = "valkey")]
-        Kind::Valkey => host_and_port(raw),
-        #[cfg(feature = "postgres")]
-        Kind::Postgres => host_and_port(raw),
-        // More endpoints in `endpoint=` parameters: not one address.
-        #[cfg(feature = "etcd")]
-        Kind::Etcd if raw.contains("endpoint=") => None,
-        #[cfg(feature = "etcd")]
-        Kind::Etcd => host_and_port(raw),
-        _ => {
-            let _ = raw;
-            None
-        }
-    }
-}
-
-/// `raw` with its one network address replaced by `addr`.
-pub(crate) fn with_endpoint(kind: &Kind, raw: &str, addr: &str) -> Result<String, UrlError> {
-    let no_endpoint = || UrlError::NoEndpoint { url: redact(raw) };
-    if endpoint(kind, raw).is_none() {
-        return Err(no_endpoint());
-    }
-    match kind {
-        #[cfg(feature = "scylla")]
-        Kind::Scylla => {
-            // scheme://[userinfo@]host[:port]/keyspace?...: replace the host.
-            let (scheme, rest) = raw.split_once("://").ok_or_else(no_endpoint)?;
-            let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-            let (authority, tail) = rest.split_at(authority_end);
-            let userinfo = authority
-                .rsplit_once('@')
-                .map(|(userinfo, _)| format!("{userinfo}@"))
-                .unwrap_or_default();
-            Ok(format!("{scheme}://{userinfo}{addr}{tail}"))
-        }
-        #[cfg(feature = "dynamodb")]
-        Kind::Dynamo => {
-            let mut url = url::Url::parse(raw).map_err(|_| no_endpoint())?;
-            let pairs: Vec<(String, String)> = url
-                .query_pairs()
-                .map(|(name, value)| {
-                    if name == "endpoint" {
-                        let scheme = value.split_once("://").map_or("http", |(s, _)| s);
-                        (name.into_owned(), format!("{scheme}://{addr}"))
-                    } else {
-                        (name.into_owned(), value.into_owned())
-                    }
-                })
-                .collect();
-            url.query_pairs_mut().clear().extend_pairs(pairs);
-            Ok(url.to_string())
-        }
-        #[cfg(feature = "valkey")]
-        Kind::Valkey => replace_host_and_port(raw, addr).ok_or_else(no_endpoint),
-        #[cfg(feature = "postgres")]
-        Kind::Postgres => replace_host_and_port(raw, addr).ok_or_else(no_endpoint),
-        #[cfg(feature = "etcd")]
-        Kind::Etcd => replace_host_and_port(raw, addr).ok_or_else(no_endpoint),
-        _ => {
-            let _ = addr;
-            Err(no_endpoint())
-        }
-    }
-}
-
-/// `host:port` of a URL of the plain `scheme://[userinfo@]host[:port]/...`
-/// form (Valkey, PostgreSQL, etcd), with the scheme's default port.
-#[cfg(any(feature = "valkey", feature = "postgres", feature = "etcd"))]
-fn host_and_port(raw: &str) -> Option<String> {
-    let url = url::Url::parse(raw).ok()?;
-    let port = url.port().or(match url.scheme() {
-        "redis" | "rediss" | "valkey" | "valkeys" => Some(6379),
-        "postgres" | "postgresql" => Some(5432),
-        "etcd" | "etcds" => Some(2379),
-        _ => None,
-    })?;
-    Some(format!("{}:{port}", url.host_str()?))
-}
-
-/// `raw` (of the form [`host_and_port`] reads) with `host:port` replaced by
-/// `addr`.
-#[cfg(any(feature = "valkey", feature = "postgres", feature = "etcd"))]
-fn replace_host_and_port(raw: &str, addr: &str) -> Option<String> {
-    let (host, port) = addr.rsplit_once(':')?;
-    let port: u16 = port.parse().ok()?;
-    let mut url = url::Url::parse(raw).ok()?;
-    url.set_host(Some(host)).ok()?;
-    url.set_port(Some(port)).ok()?;
-    Some(url.to_string())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+
+    use ttl_storage::{BoxError, Driver, DriverConfig, DynTtlStorage};
+
     use crate::{StorageUrl, UrlError};
+
+    /// The URL whose parses are counted (other tests parse other
+    /// `counted://` URLs at the same time).
+    const ONCE: &str = "counted://once:1";
+    /// How often [`Counted::parse_url`] parsed [`ONCE`].
+    static PARSES: AtomicUsize = AtomicUsize::new(0);
+
+    /// The configuration of `counted://host:port` (a mem store).
+    #[derive(Debug, Clone, PartialEq)]
+    struct Counted(String);
+
+    impl DriverConfig for Counted {
+        fn parse_url(url: &str) -> Result<Self, BoxError> {
+            if url == ONCE {
+                PARSES.fetch_add(1, Ordering::SeqCst);
+            }
+            let addr = url.strip_prefix("counted://").ok_or("not counted://")?;
+            Ok(Counted(addr.to_owned()))
+        }
+
+        async fn open(self) -> Result<DynTtlStorage, BoxError> {
+            Ok(Arc::new(storage_mem::MemStorage::new()) as DynTtlStorage)
+        }
+
+        fn single_endpoint(&self) -> Option<String> {
+            Some(self.0.clone())
+        }
+    }
+
+    /// A test driver in the registry (see `registry::DRIVERS`).
+    pub(crate) const COUNTED: Driver =
+        Driver::new::<Counted>("mem", &["counted"], "counted://host:port (tests)", None);
+
+    #[tokio::test]
+    async fn a_url_is_parsed_once_on_its_way_to_connect() {
+        let url: StorageUrl = ONCE.parse().unwrap();
+        assert_eq!(PARSES.load(Ordering::SeqCst), 1);
+        assert_eq!(url.endpoint().as_deref(), Some("once:1"));
+        url.open().await.unwrap();
+        url.clone().open().await.unwrap();
+        assert_eq!(url.config::<Counted>(), Some(&Counted("once:1".to_owned())));
+        assert_eq!(PARSES.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn embedded_urls() {

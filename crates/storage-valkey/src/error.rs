@@ -62,15 +62,9 @@ pub enum ConfigError {
     DuplicateParameter(String),
 }
 
-/// What an operation does to the store: decides whether a lost answer is
-/// "not applied" or "may have been applied".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// A conditional write (SET NX, the CAS and CAD scripts).
-    Write,
-    /// A read (GET).
-    Read,
-}
+/// What a request does (the driver kit's one type, with the lost-answer
+/// rule: [`Op::lost_answer`]).
+pub(crate) use ttl_storage::kit::Op;
 
 /// Server error codes that prove the command was not executed and may
 /// succeed later: loading, a busy script, a replica or a failing-over
@@ -129,10 +123,7 @@ pub(crate) fn classify(err: &fred::error::Error, op: Op) -> ErrorKind {
             ErrorKind::Permanent
         }
         F::Backpressure => ErrorKind::Transient,
-        _ => match op {
-            Op::Write => ErrorKind::OutcomeUnknown,
-            Op::Read => ErrorKind::Transient,
-        },
+        _ => op.lost_answer(),
     }
 }
 

@@ -120,13 +120,14 @@
 //! ```
 
 mod config;
+mod driver;
 mod error;
 pub mod fence;
 mod replication;
 mod scripts;
 mod storage;
-mod tls;
 mod url;
+mod watch;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, TlsSettings,
@@ -137,3 +138,27 @@ pub use replication::{
     DEFAULT_SENTINEL_PORT, DEFAULT_WAIT_TIMEOUT, SentinelSettings, WaitReplicas,
 };
 pub use storage::ValkeyStorage;
+
+/// This driver, for registries such as `storage-url`: the URL is parsed
+/// once, and the parsed configuration is what gets opened.
+///
+/// ```
+/// let parsed = (storage_valkey::DRIVER.parse)("rediss://app:pw@cache.internal/2")?;
+/// assert_eq!((storage_valkey::DRIVER.endpoint)(&parsed).as_deref(), Some("cache.internal:6379"));
+/// # Ok::<(), ttl_storage::BoxError>(())
+/// ```
+pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<ValkeyConfig>(
+    "valkey",
+    &[
+        "redis",
+        "rediss",
+        "valkey",
+        "valkeys",
+        "redis-sentinel",
+        "rediss-sentinel",
+        "valkey-sentinel",
+        "valkeys-sentinel",
+    ],
+    "redis://[user:password@]host[:port][/db] (Valkey, Redis; rediss:// for TLS); redis-sentinel://host[:port][,host[:port]...]/service[/db] (the primary found through Sentinels); ?wait_replicas=N: a write counts once N replicas have it",
+    Some(DEFAULT_PORT),
+);

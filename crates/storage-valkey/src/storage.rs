@@ -1,23 +1,16 @@
 //! [`ValkeyStorage`]: the [`TtlStorage`] implementation.
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use fred::{
     bytes::Bytes,
     prelude::{
-        Builder, Client, ClientLike, Config, EventInterface, Expiration, KeysInterface,
-        PubsubInterface, ReconnectPolicy, ServerConfig, SetOptions, TcpConfig,
+        Builder, Client, ClientLike, Config, Expiration, KeysInterface, ReconnectPolicy,
+        ServerConfig, SetOptions, TcpConfig,
     },
-    types::{ConnectHandle, Message, Value},
+    types::{ConnectHandle, Value},
 };
-use tokio::{sync::broadcast::error::RecvError, task::JoinHandle};
 use ttl_storage::waiters::Waiters;
 use ttl_storage::{
     Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch,
@@ -28,6 +21,7 @@ use crate::{
     config::ValkeyConfig,
     error::{ConfigError, Op, classify, classify_connect, storage_error},
     scripts::{CAD, CAS, ENTRY, Script},
+    watch::{Subscriber, watch_channel, watch_key},
 };
 
 /// Reconnection backoff after a lost connection: first retry at once,
@@ -77,12 +71,6 @@ impl Drop for ValkeyStorage {
     }
 }
 
-/// The name of the channel on which the compare-and-delete script of the
-/// storages with key prefix `prefix` publishes the keys it deletes.
-pub(crate) fn watch_channel(prefix: &str) -> String {
-    format!("{prefix}__deleted")
-}
-
 /// A fred client with this driver's connection settings: no command ever
 /// re-sent, Nagle off, the request timeout, exponential reconnection.
 fn build_client(config: &ValkeyConfig, fred_config: Config) -> Result<Client> {
@@ -114,231 +102,6 @@ fn build_client(config: &ValkeyConfig, fred_config: Config) -> Result<Client> {
             )
         })
 }
-
-/// The second connection, subscribed to the storage's delete channel, and
-/// the task that wakes waiters from what it receives.
-struct Subscriber {
-    waiters: Arc<Waiters>,
-    /// fred's connection task (reconnects forever).
-    task: ConnectHandle,
-    /// [`run_hub`].
-    hub: JoinHandle<()>,
-}
-
-impl Subscriber {
-    /// Connects `subscriber`, subscribes it to `channel` and proves the
-    /// subscription with a probe published by `publisher`, waiting at most
-    /// `limit` for it. Never fails: without a proven subscription (no right
-    /// to publish or subscribe on the channel, a server that refuses a
-    /// second connection) watches answer [`WatchUnsupported`] until one is
-    /// made.
-    async fn start(
-        subscriber: Client,
-        publisher: Client,
-        channel: String,
-        limit: Duration,
-    ) -> Subscriber {
-        let waiters = Arc::new(Waiters::default());
-        // Receivers made before connecting: the first connection's
-        // reconnect event is not missed.
-        let events = Events {
-            errors: subscriber.error_rx(),
-            reconnects: subscriber.reconnect_rx(),
-            messages: subscriber.message_rx(),
-        };
-        let task = subscriber.connect();
-        let refused = Arc::new(AtomicBool::new(false));
-        let hub = tokio::spawn(run_hub(
-            Hub {
-                subscriber,
-                publisher,
-                channel: channel.clone(),
-                waiters: Arc::clone(&waiters),
-                refused: Arc::clone(&refused),
-            },
-            events,
-        ));
-        // Until proven, refused (no need to wait: the ACL will not change
-        // by itself), or the limit.
-        let deadline = tokio::time::Instant::now() + limit;
-        while !waiters.is_ready()
-            && !refused.load(Ordering::Relaxed)
-            && tokio::time::Instant::now() < deadline
-            && !hub.is_finished()
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        if !waiters.is_ready() {
-            tracing::warn!(
-                %channel,
-                "valkey watch: no proven subscription within {limit:?}; waiters poll until one is made"
-            );
-        }
-        Subscriber { waiters, task, hub }
-    }
-}
-
-/// The event streams of the subscriber client.
-struct Events {
-    errors:
-        tokio::sync::broadcast::Receiver<(fred::error::Error, Option<fred::types::config::Server>)>,
-    reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
-    messages: tokio::sync::broadcast::Receiver<Message>,
-}
-
-/// What [`run_hub`] works with.
-struct Hub {
-    subscriber: Client,
-    publisher: Client,
-    channel: String,
-    waiters: Arc<Waiters>,
-    /// Set when the server refused a probe (`NOPERM`: the ACL gives the
-    /// user no right to publish on the channel).
-    refused: Arc<AtomicBool>,
-}
-
-/// The first pause between probes of a subscription; it doubles up to
-/// [`PROBE_MAX_PAUSE`].
-const PROBE_FIRST_PAUSE: Duration = Duration::from_millis(250);
-const PROBE_MAX_PAUSE: Duration = Duration::from_secs(30);
-/// How often a live subscription is probed, and how long its probe may
-/// take before the subscription is marked down (waking every waiter).
-const HEALTH_INTERVAL: Duration = Duration::from_secs(15);
-const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A fresh probe message, unique in this process (the storages of one
-/// process share the channel): never a server key, which holds no NUL.
-fn probe_token() -> String {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("\0probe:{}:{n}", std::process::id())
-}
-
-impl Hub {
-    /// Subscribes again after a (re)connection. fred answers `Ok` even when
-    /// the server refuses the channel (`NOPERM`), so the subscription is
-    /// proven by a probe instead.
-    async fn subscribe(&self) {
-        self.waiters.set_ready(false);
-        if let Err(err) = self.subscriber.subscribe(self.channel.as_str()).await {
-            tracing::warn!(channel = %self.channel, %err, "valkey watch: cannot subscribe");
-        }
-    }
-
-    /// Publishes probe `token` on the channel, with the storage's own
-    /// connection: it proves that compare-and-delete may publish there too.
-    async fn publish_probe(&self, token: &str) {
-        let published: std::result::Result<i64, _> = self
-            .publisher
-            .publish(self.channel.as_str(), token.to_string())
-            .await;
-        if let Err(err) = published {
-            if err.details().starts_with("NOPERM") {
-                self.refused.store(true, Ordering::Relaxed);
-            }
-            tracing::warn!(channel = %self.channel, %err, "valkey watch: cannot publish a probe");
-        }
-    }
-}
-
-/// Keeps the subscriber subscribed to the channel and wakes the waiters of
-/// each key published on it. The subscription counts as live ("ready")
-/// only once a probe published after subscribing came back. A connection
-/// error marks it down (waking every waiter: deletes may be missed from
-/// now on) until the client has reconnected, subscribed and been probed.
-async fn run_hub(hub: Hub, mut events: Events) {
-    // The probe in flight, and when to send the next one.
-    let mut probe: Option<String> = None;
-    let mut pause = PROBE_FIRST_PAUSE;
-    let next_probe = tokio::time::sleep_until(far_future());
-    tokio::pin!(next_probe);
-    loop {
-        // Biased: an error that precedes a reconnection is handled first,
-        // so the subscription made after it is not marked down by it.
-        tokio::select! {
-            biased;
-            error = events.errors.recv() => match error {
-                Ok((err, _)) => {
-                    tracing::debug!(%err, "valkey watch: subscriber connection error");
-                    hub.waiters.set_ready(false);
-                    probe = None;
-                }
-                Err(RecvError::Lagged(_)) => {
-                    hub.waiters.set_ready(false);
-                    probe = None;
-                }
-                Err(RecvError::Closed) => break,
-            },
-            reconnect = events.reconnects.recv() => match reconnect {
-                Ok(_) | Err(RecvError::Lagged(_)) => {
-                    hub.subscribe().await;
-                    let token = probe_token();
-                    hub.publish_probe(&token).await;
-                    probe = Some(token);
-                    pause = PROBE_FIRST_PAUSE;
-                    next_probe.as_mut().reset(tokio::time::Instant::now() + pause);
-                }
-                Err(RecvError::Closed) => break,
-            },
-            message = events.messages.recv() => match message {
-                Ok(message) if *message.channel == *hub.channel => {
-                    let key = match &message.value {
-                        Value::String(key) => key.to_string(),
-                        Value::Bytes(key) => String::from_utf8_lossy(key).into_owned(),
-                        other => {
-                            tracing::debug!(?other, "valkey watch: unexpected message");
-                            continue;
-                        }
-                    };
-                    if probe.as_deref() == Some(key.as_str()) {
-                        tracing::debug!(channel = %hub.channel, "valkey watch: subscription proven");
-                        probe = None;
-                        hub.waiters.set_ready(true);
-                        next_probe
-                            .as_mut()
-                            .reset(tokio::time::Instant::now() + HEALTH_INTERVAL);
-                    } else {
-                        hub.waiters.wake(&key);
-                    }
-                }
-                Ok(_) => {}
-                // Messages were dropped: any waiter may have missed its own.
-                Err(RecvError::Lagged(_)) => hub.waiters.wake_all(),
-                Err(RecvError::Closed) => break,
-            },
-            () = &mut next_probe => {
-                if probe.is_some() {
-                    // No probe came back: mark the subscription down,
-                    // subscribe again (harmless when subscribed) and probe
-                    // again, less and less often.
-                    tracing::debug!(channel = %hub.channel, "valkey watch: probe unanswered");
-                    hub.subscribe().await;
-                    pause = (pause * 2).min(PROBE_MAX_PAUSE);
-                } else {
-                    // Live: check that it still is (a silently dead
-                    // connection sends no error).
-                    pause = PROBE_FIRST_PAUSE;
-                }
-                let token = probe_token();
-                hub.publish_probe(&token).await;
-                let wait = if hub.waiters.is_ready() { HEALTH_TIMEOUT } else { pause };
-                probe = Some(token);
-                next_probe.as_mut().reset(tokio::time::Instant::now() + wait);
-            },
-        }
-    }
-    hub.waiters.set_ready(false);
-}
-
-/// A deadline that never comes (a year away).
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600)
-}
-
-/// How long a watch whose `PTTL` read failed waits before it completes, so
-/// that a caller that re-watches at once does not spin while the server is
-/// unreachable.
-const WATCH_ERROR_PAUSE: Duration = Duration::from_millis(200);
 
 impl ValkeyStorage {
     /// Parses `url` (see [`ValkeyConfig::from_url`]) and [connects](Self::connect).
@@ -373,7 +136,11 @@ impl ValkeyStorage {
             fred_config.password = Some(credentials.password.clone());
         }
         if let Some(tls) = &config.tls {
-            fred_config.tls = Some(crate::tls::client_config(tls).await?.into());
+            fred_config.tls = Some(
+                ttl_storage::kit::tls::client_config(tls.ca_file.as_deref(), "tls_ca_file")
+                    .await?
+                    .into(),
+            );
         }
         let client = build_client(&config, fred_config.clone())?;
         let task = client.init().await.map_err(|err| {
@@ -606,37 +373,7 @@ impl TtlStorage for ValkeyStorage {
     /// fails. Answers [`WatchUnsupported`] while the subscriber is not
     /// subscribed (connecting, or refused the channel): the caller polls.
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
-        let server_key = self.server_key(key);
-        let woken = self
-            .waiters
-            .register(server_key.clone())
-            .ok_or(WatchUnsupported)?;
-        let client = self.client.clone();
-        Ok(Box::pin(async move {
-            let expiry = match client.pttl::<i64, _>(server_key.as_str()).await {
-                // -2: no such key (or already expired); 0: expiring now.
-                Ok(ms) if ms == -2 || ms == 0 => return,
-                Ok(ms) => u64::try_from(ms)
-                    .ok()
-                    .map(|ms| Duration::from_millis(ms.saturating_add(1))),
-                Err(err) => {
-                    tracing::debug!(%err, "valkey watch: reading the key's PTTL failed");
-                    tokio::time::sleep(WATCH_ERROR_PAUSE).await;
-                    return;
-                }
-            };
-            let expired = async {
-                match expiry {
-                    Some(left) => tokio::time::sleep(left).await,
-                    // -1: the key has no expiry.
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = woken.woken() => {}
-                () = expired => {}
-            }
-        }))
+        watch_key(&self.client, &self.waiters, self.server_key(key))
     }
 }
 

@@ -189,7 +189,7 @@ fn decode(text: &str, what: &'static str) -> Result<String, ConfigError> {
 
 /// Parses a humantime duration (`750ms`, `5s`, `1m 30s`).
 fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    humantime::parse_duration(value).map_err(|_| ConfigError::BadDuration {
+    ttl_storage::kit::query::parse_duration(value).ok_or_else(|| ConfigError::BadDuration {
         name,
         value: value.to_string(),
     })

@@ -17,6 +17,9 @@
 //! Every driver (in-memory, redb, Cassandra/ScyllaDB, DynamoDB, ...) implements
 //! [`TtlStorage`] and proves it with the shared `elections-testsuite`.
 //!
+//! Each driver crate declares itself once as `pub const DRIVER:`
+//! [`Driver`] (see [`driver`]); the `storage-url` crate is the list of them.
+//!
 //! Inputs are validated at the boundary: keys are [`Key`]s, TTLs are [`Ttl`]s,
 //! and values pass [`check_value`]. All failures are one [`StorageError`] whose
 //! [`kind`](StorageError::kind) tells the caller what it may do next:
@@ -37,16 +40,20 @@
 //! # Ok(()) }
 //! ```
 
+pub mod driver;
 mod entry;
 mod error;
 pub mod instrumented;
 mod key;
+#[cfg(feature = "kit")]
+pub mod kit;
 mod storage;
 mod ttl;
 mod value;
 pub mod waiters;
 mod watch;
 
+pub use driver::{Driver, DriverConfig, OpenFuture, ParsedUrl, WrongDriver};
 pub use entry::{Entry, TimeLeft};
 pub use error::{BoxError, ErrorKind, StorageError, ValidationError};
 pub use instrumented::Instrumented;

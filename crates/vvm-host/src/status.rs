@@ -118,8 +118,7 @@ pub(crate) async fn open(store: &StoreArgs) -> anyhow::Result<DynTtlStorage> {
         None => crate::default_storage::default_url()?,
     };
     // Read only: opening a redb URL would create the file.
-    if url.scheme() == "redb"
-        && let Ok(redb) = storage_redb::RedbUrl::parse(url.as_str())
+    if let Some(redb) = url.config::<storage_redb::RedbConfig>()
         && !redb.path().exists()
     {
         return Err(NoStore(redb.path().display().to_string()).into());

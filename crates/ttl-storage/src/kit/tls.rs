@@ -1,26 +1,49 @@
-//! The rustls client configuration of a TLS connection (`sslmode` other
-//! than `disable`).
+//! TLS for network drivers (cargo feature `kit-tls`): the trust roots and
+//! the rustls client configuration, loaded in this one place.
 //!
 //! Built with the ring provider explicitly, rather than rustls'
 //! process-wide default, which panics when a binary links two providers.
 
-use std::sync::Arc;
+use std::{path::Path, sync::Arc};
 
 use rustls::{
     RootCertStore,
     pki_types::{CertificateDer, pem::PemObject},
 };
-use ttl_storage::{ErrorKind, StorageError};
 
-/// A rustls client configuration that trusts `ca_file`, or the system's
-/// trust store when there is none. Every failure is permanent: nothing here
-/// gets better by retrying.
-pub(crate) async fn client_config(
-    ca_file: Option<&std::path::Path>,
+use crate::{BoxError, ErrorKind, StorageError};
+
+/// A rustls client configuration that trusts the certificates of
+/// `ca_file`, or the system's trust store when there is none. Every failure
+/// is permanent: nothing here gets better by retrying. `ca_option` names the
+/// driver's URL option for a CA file (`tls_ca_file`, `sslrootcert`), for the
+/// message when the system has no CA certificates.
+///
+/// # Errors
+///
+/// A [`ErrorKind::Permanent`] [`StorageError`] naming the file and why
+/// (unreadable, bad PEM, no certificate), or saying that the system has no
+/// CA certificates.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::path::Path;
+/// use ttl_storage::{ErrorKind, kit::tls::client_config};
+///
+/// let err = client_config(Some(Path::new("/nonexistent/ca.pem")), "tls_ca_file")
+///     .await
+///     .unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::Permanent);
+/// # }
+/// ```
+pub async fn client_config(
+    ca_file: Option<&Path>,
+    ca_option: &str,
 ) -> Result<rustls::ClientConfig, StorageError> {
     let roots = match ca_file {
         Some(path) => roots_from_file(path).await?,
-        None => system_roots()?,
+        None => system_roots(ca_option)?,
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -33,9 +56,10 @@ pub(crate) async fn client_config(
     Ok(config)
 }
 
-async fn roots_from_file(path: &std::path::Path) -> Result<RootCertStore, StorageError> {
+/// The certificates of a PEM file; at least one.
+async fn roots_from_file(path: &Path) -> Result<RootCertStore, StorageError> {
     let shown = path.display().to_string();
-    let permanent = |what: &str, err: Box<dyn std::error::Error + Send + Sync>| {
+    let permanent = |what: &str, err: BoxError| {
         StorageError::with_source(
             ErrorKind::Permanent,
             format!("TLS CA file {shown}: {what}"),
@@ -60,7 +84,8 @@ async fn roots_from_file(path: &std::path::Path) -> Result<RootCertStore, Storag
     Ok(roots)
 }
 
-fn system_roots() -> Result<RootCertStore, StorageError> {
+/// The system's trust store; at least one certificate.
+fn system_roots(ca_option: &str) -> Result<RootCertStore, StorageError> {
     let found = rustls_native_certs::load_native_certs();
     for err in &found.errors {
         tracing::warn!(%err, "could not load some system CA certificates");
@@ -68,15 +93,17 @@ fn system_roots() -> Result<RootCertStore, StorageError> {
     let mut roots = RootCertStore::empty();
     let (added, _ignored) = roots.add_parsable_certificates(found.certs);
     if added == 0 {
-        return Err(StorageError::permanent(
-            "no system CA certificates found: pass sslrootcert=/path/to/ca.pem",
-        ));
+        return Err(StorageError::permanent(format!(
+            "no system CA certificates found: pass {ca_option}=/path/to/ca.pem"
+        )));
     }
     Ok(roots)
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
     use std::path::PathBuf;
 
     use super::*;
@@ -84,13 +111,13 @@ mod tests {
     #[tokio::test]
     async fn unusable_ca_files_are_permanent_errors() {
         let missing = PathBuf::from("/nonexistent/ca.pem");
-        let err = client_config(Some(&missing)).await.err();
+        let err = client_config(Some(&missing), "tls_ca_file").await.err();
         assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::Permanent));
 
         let empty =
-            std::env::temp_dir().join(format!("storage-postgres-empty-{}.pem", std::process::id()));
+            std::env::temp_dir().join(format!("ttl-storage-empty-{}.pem", std::process::id()));
         std::fs::write(&empty, "no certificate here\n").unwrap();
-        let err = client_config(Some(&empty)).await.err();
+        let err = client_config(Some(&empty), "tls_ca_file").await.err();
         std::fs::remove_file(&empty).unwrap();
         let err = err.expect("a CA file without certificates must be refused");
         assert_eq!(err.kind(), ErrorKind::Permanent);

@@ -1,48 +1,24 @@
 //! [`RedbStorage`]: the handle, the operations and closing.
 
-use std::{
-    path::{Path, PathBuf},
-    sync::Arc,
-    time::Duration,
-};
+use std::{path::Path, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use redb::Database;
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 use ttl_storage::{Entry, Key, Result, StorageError, Ttl, TtlStorage, check_value};
 
 use crate::{
-    CloseError, OpenError, RedbStorageBuilder,
+    CloseError,
     error::not_applied,
     ops::{self, Op},
     record,
-    sweep::Sweeper,
-    writer::{Pending, Writer},
+    writer::Pending,
 };
 
-/// The state every handle and every blocking task shares.
-pub(crate) struct Shared {
-    db: Database,
-    writer: Writer,
-    path: PathBuf,
-}
-
-impl Shared {
-    /// Wraps an open, checked database.
-    pub(crate) fn new(db: Database, path: PathBuf, max_batch: usize) -> Self {
-        Shared {
-            db,
-            writer: Writer::new(max_batch),
-            path,
-        }
-    }
-
-    /// The database.
-    pub(crate) fn db(&self) -> &Database {
-        &self.db
-    }
-}
+use super::{
+    state::Shared,
+    sweep::{self, Sweeper},
+};
 
 /// Owned by the clones of one [`RedbStorage`]; dropped with the last clone.
 ///
@@ -93,17 +69,6 @@ impl std::fmt::Debug for RedbStorage {
 }
 
 impl RedbStorage {
-    /// Opens (or creates) the storage file at `path` with default options.
-    /// See [`RedbStorageBuilder::open`]. Must be called within a tokio runtime.
-    pub async fn open(path: impl AsRef<Path>) -> Result<RedbStorage, OpenError> {
-        RedbStorageBuilder::new().open(path).await
-    }
-
-    /// A builder to set options before opening.
-    pub fn builder() -> RedbStorageBuilder {
-        RedbStorageBuilder::new()
-    }
-
     pub(crate) fn start(shared: Shared, sweep: Option<(Duration, usize)>) -> RedbStorage {
         let shared = Arc::new(shared);
         let sweeper =
@@ -131,7 +96,7 @@ impl RedbStorage {
         let shared = Arc::clone(&self.shared);
         let pass = self
             .tasks
-            .spawn_blocking(move || crate::sweep::sweep_once(&shared.db, limit));
+            .spawn_blocking(move || sweep::sweep_once(&shared.db, limit));
         match pass.await {
             Ok(Ok(removed)) => Ok(removed),
             Ok(Err(err)) => Err(not_applied("sweep failed", &Arc::new(err))),

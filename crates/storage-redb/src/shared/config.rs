@@ -4,13 +4,11 @@ use std::path::Path;
 
 use redb::ConcurrencyMode;
 
+use super::storage::Inner;
 use crate::{
-    OpenError, SharedRedbStorage,
-    change_feed::ChangeFeed,
-    config::{check_magic, check_path, create_checked, ensure_parent, probe},
-    events_file::EventsFile,
-    fs_check,
-    shared_storage::Inner,
+    OpenError, SharedRedbStorage, fs_check,
+    open_checks::{check_magic, check_path, create_checked, ensure_parent, probe},
+    watch::{ChangeFeed, EventsFile},
     writer::Writer,
 };
 
@@ -231,6 +229,27 @@ fn refuse_unreliable(
             path: path.to_path_buf(),
             file_system: fs.name,
         }),
+    }
+}
+
+impl SharedRedbStorage {
+    /// Opens (or creates) the storage file at `path` for sharing, with
+    /// default options. See [`SharedRedbStorageBuilder::open`]. Must be
+    /// called within a tokio runtime.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SharedRedbStorage, crate::OpenError> {
+        SharedRedbStorageBuilder::new().open(path).await
+    }
+
+    /// Opens (or creates) the file `config` names for sharing, with default
+    /// options (whatever [`RedbConfig::mode`](crate::RedbConfig::mode) says:
+    /// the registry picks the type from it).
+    pub async fn connect(config: crate::RedbConfig) -> Result<SharedRedbStorage, crate::OpenError> {
+        SharedRedbStorage::open(config.path()).await
+    }
+
+    /// A builder to set options before opening.
+    pub fn builder() -> SharedRedbStorageBuilder {
+        SharedRedbStorageBuilder::new()
     }
 }
 

@@ -5,7 +5,8 @@ use std::{sync::Weak, time::Duration};
 use redb::{Database, Durability};
 use tokio::{sync::oneshot, task::JoinHandle};
 
-use crate::{ops::Tables, record, storage::Shared};
+use super::state::Shared;
+use crate::{ops::Tables, record};
 
 /// Deletes at most `limit` expired records in one write transaction and
 /// commits durably if it deleted any. Returns how many it deleted. Blocks.

@@ -1,6 +1,6 @@
 //! The events file beside a shared storage file: every process writes to it
 //! after committing a delete, and every process's watches are told of that
-//! write through inotify (see [`crate::change_feed`]). Opening processes
+//! write through inotify (see [`crate::watch::ChangeFeed`]). Opening processes
 //! also lock it, so that they never see each other's half-created file.
 
 use std::{

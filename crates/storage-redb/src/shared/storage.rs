@@ -16,12 +16,11 @@ use ttl_storage::{
 };
 
 use crate::{
-    CloseError, SharedRedbStorageBuilder,
-    change_feed::ChangeFeed,
+    CloseError,
     error::not_applied,
-    events_file::EventsFile,
     ops::{self, Op},
     record::{self, NEVER},
+    watch::{ChangeFeed, EventsFile},
     writer::{self, Failure, Pending, Writer},
 };
 
@@ -114,18 +113,6 @@ impl SharedRedbStorage {
             inner,
             tasks: TaskTracker::new(),
         }
-    }
-
-    /// Opens (or creates) the storage file at `path` for sharing, with
-    /// default options. See [`SharedRedbStorageBuilder::open`]. Must be
-    /// called within a tokio runtime.
-    pub async fn open(path: impl AsRef<Path>) -> Result<SharedRedbStorage, crate::OpenError> {
-        SharedRedbStorageBuilder::new().open(path).await
-    }
-
-    /// A builder to set options before opening.
-    pub fn builder() -> SharedRedbStorageBuilder {
-        SharedRedbStorageBuilder::new()
     }
 
     /// The storage file.

@@ -1,6 +1,6 @@
 //! Removal notifications between processes: an inotify watch on the events
 //! file, which every process writes to after committing a delete
-//! (see [`crate::events_file::EventsFile::announce_removal`]).
+//! (see [`crate::watch::EventsFile::announce_removal`]).
 
 use std::path::Path;
 

@@ -1,0 +1,31 @@
+//! The state every handle of a [`RedbStorage`](crate::RedbStorage), its
+//! blocking tasks and its sweep share.
+
+use std::path::PathBuf;
+
+use redb::Database;
+
+use crate::writer::Writer;
+
+/// The state every handle and every blocking task shares.
+pub(crate) struct Shared {
+    pub(crate) db: Database,
+    pub(crate) writer: Writer,
+    pub(crate) path: PathBuf,
+}
+
+impl Shared {
+    /// Wraps an open, checked database.
+    pub(crate) fn new(db: Database, path: PathBuf, max_batch: usize) -> Self {
+        Shared {
+            db,
+            writer: Writer::new(max_batch),
+            path,
+        }
+    }
+
+    /// The database.
+    pub(crate) fn db(&self) -> &Database {
+        &self.db
+    }
+}
