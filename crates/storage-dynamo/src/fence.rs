@@ -154,9 +154,7 @@ impl Fence for DynamoFence {
                     };
                     Ok(FenceOutcome::Rejected { highest: seen })
                 }
-                _ => Err(db("fenced update", Op::Write)(
-                    SdkError::ServiceError(err),
-                )),
+                _ => Err(db("fenced update", Op::Write)(SdkError::ServiceError(err))),
             },
             Err(err) => Err(db("fenced update", Op::Write)(err)),
         }
@@ -202,9 +200,7 @@ impl Fence for DynamoFence {
                     return Ok(AppendOutcome::Rejected { highest: seen });
                 }
                 _ => {
-                    return Err(db("fenced append", Op::Write)(
-                        SdkError::ServiceError(err),
-                    ));
+                    return Err(db("fenced append", Op::Write)(SdkError::ServiceError(err)));
                 }
             },
             Err(err) => return Err(db("fenced append", Op::Write)(err)),
@@ -218,10 +214,7 @@ impl Fence for DynamoFence {
             .item("value", AttributeValue::B(value.to_vec().into()))
             .send()
             .await
-            .map_err(db(
-                "fenced log put (the log has a gap)",
-                Op::Write,
-            ))?;
+            .map_err(db("fenced log put (the log has a gap)", Op::Write))?;
         Ok(AppendOutcome::Appended { seq })
     }
 
