@@ -210,7 +210,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             let mut stop = || exited(&mut harness, &mut status);
             let gap = Duration::from_secs(lease) / 2;
             let faults = match failover {
-                true => engines::failover::run(name, &mut running, hold, gap, &mut stop)
+                true => engines::run_failovers(name, &mut running, hold, gap, &mut stop)
                     .map(|report| report.to_string()),
                 false => engines::node_faults(&mut running, hold, gap, &mut stop)
                     .map(|report| report.to_string()),

@@ -20,48 +20,6 @@ use crate::{
     world::{SimKiller, SimStorage, World},
 };
 
-/// Operations of the run beyond acquire and release.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct OpCounts {
-    /// Leaderships taken by `campaign` (a visible candidate) rather than one try.
-    pub campaigns: u64,
-    /// Hand-overs that succeeded.
-    pub handovers: u64,
-    /// Hand-overs refused by the library (the named candidate had gone); the
-    /// leader kept leading.
-    pub handover_refusals: u64,
-    /// Hand-overs not asked for because nobody was listed (still leading).
-    pub handover_skipped: u64,
-    /// Hand-overs that failed otherwise (the leadership ended, a store error).
-    pub handover_failures: u64,
-    /// Observations reported.
-    pub observations: u64,
-    /// Identical observations reported twice in a row. Not a failure: they
-    /// are distinct records with the same visible fields (a contender's
-    /// failed attempt, then its next one, read before its fencing token).
-    pub observe_duplicates: u64,
-    /// Keys whose leader at the end of the run (leading for the last 3 s)
-    /// is not what the observer last reported: a failure.
-    pub observe_stale: u64,
-    /// Writes made by the observer: a failure.
-    pub observer_writes: u64,
-}
-
-impl OpCounts {
-    /// Adds `other` to `self`.
-    pub fn add(&mut self, other: &OpCounts) {
-        self.campaigns += other.campaigns;
-        self.handovers += other.handovers;
-        self.handover_refusals += other.handover_refusals;
-        self.handover_skipped += other.handover_skipped;
-        self.handover_failures += other.handover_failures;
-        self.observations += other.observations;
-        self.observe_duplicates += other.observe_duplicates;
-        self.observe_stale += other.observe_stale;
-        self.observer_writes += other.observer_writes;
-    }
-}
-
 /// A contender process: tries the keys in turn; while leading its work runs
 /// as a tracked task until the handle fires; it steps down by a release or
 /// a hand-over after a while.

@@ -49,8 +49,8 @@ mod scenario;
 mod vvm;
 mod world;
 
-pub use contender::OpCounts;
 pub use history::{EndCause, Interval, Verdict, Who, check};
 pub use rng::SimRng;
 pub use scenario::{ContenderKind, RunReport, SimConfig, run_seed};
 pub use world::FaultCounts;
+pub use world::OpCounts;

@@ -9,11 +9,11 @@ use std::{
 use tokio::time::{Instant, sleep};
 
 use crate::{
-    contender::{self, OpCounts, contender, observer},
+    contender::{self, contender, observer},
     history::{self, EndCause, History, Verdict, Who},
     rng::SimRng,
     vvm::{KEY_PREFIX, vvm_host},
-    world::{FaultCounts, State, World},
+    world::{FaultCounts, OpCounts, State, World},
 };
 
 /// Parameters of a run.

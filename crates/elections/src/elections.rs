@@ -19,9 +19,10 @@ mod release;
 
 use crate::{
     ElectionsError,
+    end::{EndReason, EndSignal},
     fencing::{self, timed},
     killer::{Killer, KillerTimer, ProcessKiller},
-    leadership::{EndReason, EndSignal, Leadership},
+    leadership::Leadership,
     record,
     renewal::Renewal,
     telemetry,

@@ -37,7 +37,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use ttl_storage::Key;
 
-use crate::leadership::{EndReason, EndSignal};
+use crate::end::{EndReason, EndSignal};
 
 /// What to do when a killer deadline passes. Injectable for tests.
 pub trait Killer: Send + Sync + 'static {

@@ -7,9 +7,9 @@ use tokio_util::sync::CancellationToken;
 use ttl_storage::{ErrorKind, Key, TtlStorage};
 
 use crate::{
+    end::{EndReason, EndSignal},
     fencing::timed,
     killer::KillerTimer,
-    leadership::{EndReason, EndSignal},
     telemetry,
     timing::{RENEWAL_ATTEMPTS, Timing},
 };

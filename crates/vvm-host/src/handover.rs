@@ -18,10 +18,12 @@ use std::{
 use ttl_storage::DynTtlStorage;
 use vvm_orch::handover::{Answer, Request, Requester};
 
-use crate::cli::StoreArgs;
+use crate::store::{NoStore, StoreArgs, open_existing};
 
 /// Exit status when the key has no leader.
 const NO_LEADER: u8 = 3;
+/// Exit status when the store does not exist (nothing was created).
+const NO_STORE: u8 = 4;
 /// Exit status when no candidate waits (or none with `--to`'s address).
 const NO_CANDIDATE: u8 = 5;
 /// Exit status when the successor did not lead within `--timeout`.
@@ -40,7 +42,8 @@ command with a larger fencing token; the old leader's vvm-host exits 0.
 Candidates are the nodes waiting in `vvm-host run` for this NAME
 (`vvm-host status NAME` lists them).
 
-Exit status: 0 the successor leads; 3 the key has no leader; 5 no candidate
+Exit status: 0 the successor leads; 3 the key has no leader; 4 the store
+does not exist (nothing was created); 5 no candidate
 waits (or none with --to's address): the leader keeps leading; 6 --timeout
 passed (an unanswered request is withdrawn); 7 another hand-over request is
 pending; 2 bad options; 125 the store cannot be read or written, or the
@@ -86,7 +89,11 @@ pub(crate) fn main(args: &HandoverArgs) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("vvm-host handover: {err:#}");
-            ExitCode::from(crate::exit::DEFAULT_ERROR)
+            if err.is::<NoStore>() {
+                ExitCode::from(NO_STORE)
+            } else {
+                ExitCode::from(crate::exit::DEFAULT_ERROR)
+            }
         }
     }
 }
@@ -101,7 +108,7 @@ async fn run(args: &HandoverArgs) -> anyhow::Result<u8> {
         );
         return Ok(2);
     }
-    let storage = crate::status::open(&args.store).await?;
+    let storage = open_existing(&args.store).await?;
     let key = config.key(args.index)?;
     let before = elections::inspect(&*storage, &key).await?;
     let Some(leader) = before.leader else {

@@ -32,6 +32,7 @@ mod observe;
 mod program;
 mod signals;
 mod status;
+mod store;
 
 use std::{
     process::ExitCode,

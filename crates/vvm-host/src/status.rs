@@ -11,9 +11,9 @@
 
 use std::{process::ExitCode, time::Duration};
 
-use ttl_storage::{DynTtlStorage, TimeLeft};
+use ttl_storage::TimeLeft;
 
-use crate::cli::StoreArgs;
+use crate::store::{NoStore, StoreArgs, open_existing};
 
 /// Exit status when no key has a leader.
 const NO_LEADER: u8 = 3;
@@ -63,11 +63,6 @@ struct Row {
     candidates: Vec<String>,
 }
 
-/// Why status read nothing.
-#[derive(Debug, thiserror::Error)]
-#[error("no store at {0}: nothing was created (start `vvm-host run` with this --storage first)")]
-struct NoStore(String);
-
 /// Runs `vvm-host status`.
 pub(crate) fn main(args: &StatusArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -110,26 +105,10 @@ fn failed(err: &anyhow::Error) -> ExitCode {
     }
 }
 
-/// Opens the store for reading only: a redb URL whose file does not exist
-/// is [`NoStore`] (opening it would create it).
-pub(crate) async fn open(store: &StoreArgs) -> anyhow::Result<DynTtlStorage> {
-    let url = match &store.storage {
-        Some(url) => url.clone(),
-        None => crate::default_storage::default_url()?,
-    };
-    // Read only: opening a redb URL would create the file.
-    if let Some(redb) = url.config::<storage_redb::RedbConfig>()
-        && !redb.path().exists()
-    {
-        return Err(NoStore(redb.path().display().to_string()).into());
-    }
-    Ok(url.open().await?)
-}
-
 /// `--watch`: one line per observation of each key, until SIGINT/SIGTERM.
 async fn watch(args: &StatusArgs) -> anyhow::Result<()> {
     use futures::StreamExt;
-    let storage = open(&args.store).await?;
+    let storage = open_existing(&args.store).await?;
     let config = args.store.config("status".to_owned());
     config.validate()?;
     let mut streams = Vec::new();
@@ -205,7 +184,7 @@ fn print_observation(key: &str, seen: &elections::Observation, json: bool) {
 }
 
 async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
-    let storage = open(&args.store).await?;
+    let storage = open_existing(&args.store).await?;
     let config = args.store.config("status".to_owned());
     config.validate()?;
     let mut rows = Vec::new();

@@ -31,24 +31,6 @@ impl std::fmt::Display for FailoverReport {
     }
 }
 
-/// Runs the failovers of `engine` on `started` until `stop` says so.
-pub(crate) fn run(
-    engine: &str,
-    started: &mut Started,
-    hold: Duration,
-    gap: Duration,
-    stop: &mut dyn FnMut() -> bool,
-) -> anyhow::Result<FailoverReport> {
-    match engine {
-        "etcd-3" => super::etcd3::leader_faults(started, hold, gap, stop),
-        "postgres-ha" => super::postgres_ha::primary_fault(started, gap, stop),
-        "valkey-sentinel" | "valkey-sentinel-wait" => {
-            super::valkey_sentinel::primary_faults(started, hold, gap, stop)
-        }
-        other => anyhow::bail!("{other} has no failover faults"),
-    }
-}
-
 /// Prints a fault with the wall time (ms since the epoch, as the chaos
 /// harness's event lines).
 pub(crate) fn fault_line(engine: &str, what: &str) {

@@ -377,6 +377,24 @@ pub(crate) mod shared {
     pub(crate) use super::valkey::ping as valkey_ping;
 }
 
+/// Runs the failovers of `engine` on `started` until `stop` says so.
+pub(crate) fn run_failovers(
+    engine: &str,
+    started: &mut Started,
+    hold: Duration,
+    gap: Duration,
+    stop: &mut dyn FnMut() -> bool,
+) -> anyhow::Result<failover::FailoverReport> {
+    match engine {
+        "etcd-3" => etcd3::leader_faults(started, hold, gap, stop),
+        "postgres-ha" => postgres_ha::primary_fault(started, gap, stop),
+        "valkey-sentinel" | "valkey-sentinel-wait" => {
+            valkey_sentinel::primary_faults(started, hold, gap, stop)
+        }
+        other => anyhow::bail!("{other} has no failover faults"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

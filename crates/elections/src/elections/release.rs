@@ -4,7 +4,7 @@ use tracing::Instrument;
 use ttl_storage::{ErrorKind, Key};
 
 use super::{Elections, Entry, Slot};
-use crate::{fencing::timed, leadership::EndReason, telemetry, timing::Timing};
+use crate::{end::EndReason, fencing::timed, telemetry, timing::Timing};
 
 impl Elections {
     /// Releases the leadership of `key`, in the one safe order: fires the
