@@ -15,11 +15,11 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EndReason {
-    /// The owner released it ([`Leadership::release`],
+    /// The owner released it ([`Leadership::release`](crate::Leadership::release),
     /// [`crate::Elections::release_leadership`], [`crate::Elections::cleanup`],
     /// or [`crate::Elections::lead`] once the work returned).
     Released,
-    /// The owner handed it over to a candidate ([`Leadership::hand_over`]).
+    /// The owner handed it over to a candidate ([`Leadership::hand_over`](crate::Leadership::hand_over)).
     Superseded,
     /// A renewal found another value in the record: someone else holds the
     /// key. `by` is that holder's value (without the record's nonce), `None`
@@ -40,7 +40,7 @@ pub enum EndReason {
         /// The last attempt's error, as text.
         last_error: String,
     },
-    /// Every [`crate::Elections`] clone and every [`Leadership`] handle was
+    /// Every [`crate::Elections`] clone and every [`Leadership`](crate::Leadership) handle was
     /// dropped without a release; renewal stopped and the killer was
     /// disarmed (the record is left to expire).
     ElectionsDropped,
