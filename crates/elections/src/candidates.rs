@@ -190,9 +190,12 @@ impl Candidacy {
                 }
             }
         }
-        // Spread candidates over the slots by their id (not by a random
-        // draw: a deterministic simulation must replay exactly).
-        let start = self.id.0.bytes().fold(0usize, |h, b| {
+        // Spread candidates over the slots by the counter part of their id
+        // (the last 8 hex digits): not by a random draw, nor by the random
+        // instance part, so a deterministic simulation replays exactly even
+        // for contenders (whole VVMs) whose instance id is random.
+        let counter = self.id.0.get(16..).unwrap_or(&self.id.0);
+        let start = counter.bytes().fold(0usize, |h, b| {
             h.wrapping_mul(31).wrapping_add(usize::from(b))
         }) % MAX_CANDIDATES;
         for i in 0..MAX_CANDIDATES {
