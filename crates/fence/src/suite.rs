@@ -138,6 +138,29 @@ pub async fn orders_tokens(fence: DynFence) {
     }
 }
 
+/// A write repeated with the same token while its outcome is unknown or the
+/// engine says try again (a contended Paxos round on a replicated
+/// Cassandra times out: the contract allows it, and a repeat with the same
+/// token is accepted if the first landed).
+async fn write_until_answered(
+    fence: &dyn crate::Fence,
+    r: &str,
+    t: u64,
+    value: &[u8],
+) -> FenceOutcome {
+    let mut attempts = 0;
+    loop {
+        match fence.write(r, t, value).await {
+            Ok(outcome) => return outcome,
+            Err(err) if err.kind() != ttl_storage::ErrorKind::Permanent && attempts < 20 => {
+                attempts += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50 * attempts)).await;
+            }
+            Err(err) => panic!("write of token {t} failed: {err}"),
+        }
+    }
+}
+
 /// Sixteen writers race on a fresh resource with tokens 1..=16: the
 /// highest is always accepted, a refusal names a higher token, and the
 /// register ends with the highest token's value.
@@ -150,7 +173,7 @@ pub async fn racing_writers_leave_the_highest(fence: DynFence) {
                 tokio::spawn(async move {
                     (
                         t,
-                        fence.write(&r, t, t.to_string().as_bytes()).await.unwrap(),
+                        write_until_answered(&*fence, &r, t, t.to_string().as_bytes()).await,
                     )
                 })
             })

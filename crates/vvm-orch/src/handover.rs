@@ -245,9 +245,21 @@ impl Listener {
     }
 
     /// Waits for the next request (store errors are logged and retried).
+    ///
+    /// On a driver that watches, the bell is refreshed every `d/4` (and put
+    /// back after it rang) and the request is read when the bell rings, or
+    /// every `d/4` as a fallback: one write and one read per `d/4`, like a
+    /// renewal. Without a watch there is no bell, and the request is read
+    /// every `min(d/4, 1 s)`.
     pub(crate) async fn next(&self) -> Request {
+        let watches = self.storage.watch(&self.bell).is_ok();
+        let mut bell_due = watches;
+        let mut refreshed = tokio::time::Instant::now();
         loop {
-            self.keep_bell().await;
+            if watches && (bell_due || refreshed.elapsed() >= self.limit) {
+                self.keep_bell().await;
+                refreshed = tokio::time::Instant::now();
+            }
             match tokio::time::timeout(self.limit, self.storage.get(&self.request)).await {
                 Ok(Ok(Some(raw))) => {
                     if let Some(request) = Request::parse(&raw) {
@@ -258,15 +270,18 @@ impl Listener {
                 Ok(Err(err)) => tracing::debug!(error = %err, "cannot read hand-over requests"),
                 Err(_) => tracing::debug!("reading hand-over requests timed out"),
             }
-            match self.storage.watch(&self.bell) {
-                Ok(rung) => {
+            bell_due = match self.storage.watch(&self.bell).ok().filter(|_| watches) {
+                Some(rung) => {
                     tokio::select! {
-                        () = rung => {}
-                        () = tokio::time::sleep(self.poll) => {}
+                        () = rung => true,
+                        () = tokio::time::sleep(self.limit) => false,
                     }
                 }
-                Err(_) => tokio::time::sleep(self.poll).await,
-            }
+                None => {
+                    tokio::time::sleep(self.poll).await;
+                    false
+                }
+            };
         }
     }
 

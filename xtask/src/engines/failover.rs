@@ -5,8 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use super::Started;
-
 /// What the failovers of one chaos run did.
 #[derive(Debug, Default)]
 pub(crate) struct FailoverReport {
