@@ -16,7 +16,7 @@ use std::{
 };
 
 use ttl_storage::DynTtlStorage;
-use vvm_orch::handover::{Answer, Request, Requester};
+use vvm_orch::handover::{self, Answer, Request, Requester};
 
 use crate::store::{NoStore, StoreArgs, open_existing};
 
@@ -116,10 +116,11 @@ async fn run(args: &HandoverArgs) -> anyhow::Result<u8> {
         return Ok(NO_LEADER);
     };
     let leader = String::from_utf8_lossy(&leader).into_owned();
+    // The same match as the leader's (`vvm_orch::handover::address_of`).
     let wanted = |value: &[u8]| {
-        args.to.as_deref().is_none_or(|to| {
-            value == to.as_bytes() || value.split(|b| *b == b'#').next() == Some(to.as_bytes())
-        })
+        args.to
+            .as_deref()
+            .is_none_or(|to| value == to.as_bytes() || handover::address_of(value) == to.as_bytes())
     };
     if !before.candidates.iter().any(|c| wanted(&c.value)) {
         no_candidate(args, &leader);

@@ -330,8 +330,9 @@ impl Listener {
     }
 }
 
-/// The address part of a VVM's leadership value (`address#pid…`).
-pub(crate) fn address_of(value: &[u8]) -> &[u8] {
+/// The address part of a VVM's leadership value (`address#pid…`): what
+/// a hand-over request's `to` names.
+pub fn address_of(value: &[u8]) -> &[u8] {
     match value.iter().rposition(|b| *b == b'#') {
         Some(at) => &value[..at],
         None => value,
