@@ -23,6 +23,40 @@
 //! session.commit("/commit").await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Every call carries a request id (`x-request-id`) the client chose, so a
+//! running call can be cancelled from elsewhere by
+//! [`CoordinatorClient::cancel`], and a client built
+//! [`with_timeout`](CoordinatorClient::with_timeout) cancels a call that
+//! outlives it:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use coordinator::{DestinationId, RequestId};
+//! use coordinator::client::{ClientError, CoordinatorClient};
+//!
+//! # async fn demo() -> Result<(), ClientError> {
+//! let client = CoordinatorClient::new("http://127.0.0.1:8080")?;
+//! let tenant = DestinationId::new("acme")?;
+//! let id = RequestId::generate();
+//! let slow = tokio::spawn({
+//!     let (client, tenant, id) = (client.clone(), tenant.clone(), id.clone());
+//!     async move { client.call_with_id(&tenant, http::Method::GET, "/report", "", &id).await }
+//! });
+//! // from another connection (or another process that knows the id)
+//! assert!(client.cancel(&id).await?, "the call was in flight");
+//! let _cancelled = slow.await;
+//!
+//! // a call that outlives 2 s answers `ClientError::Timeout` and is cancelled
+//! let hasty = client.with_timeout(Duration::from_secs(2));
+//! match hasty.call(&tenant, http::Method::GET, "/report", "").await {
+//!     Err(ClientError::Timeout { request_id, .. }) => println!("cancelled {request_id}"),
+//!     other => println!("{other:?}"),
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
@@ -32,7 +66,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::http::REQUEST_ID_HEADER;
-use crate::ids::{DestinationId, LockId};
+use crate::ids::{DestinationId, LockId, RequestId};
 
 /// The header a pod may use to return a new session's lock id.
 pub const LOCK_ID_HEADER: &str = "x-lock-id";
@@ -63,6 +97,15 @@ pub enum ClientError {
     /// `begin` got an answer without a lock id.
     #[error("the begin call answered {0} without a lock id")]
     NoLock(StatusCode),
+    /// The whole call (answer and body) took longer than the client's
+    /// timeout; the client sent `POST /cancel/{request_id}` for it.
+    #[error("call {request_id} timed out after {after:?} and was cancelled")]
+    Timeout {
+        /// The timed-out call's request id.
+        request_id: RequestId,
+        /// The client's timeout.
+        after: Duration,
+    },
 }
 
 /// A pod's answer, relayed by the coordinator.
@@ -81,6 +124,7 @@ pub struct PodResponse {
 pub struct CoordinatorClient {
     base: String,
     http: Client<HttpConnector, Full<Bytes>>,
+    timeout: Option<Duration>,
 }
 
 /// Percent-encodes `s` as one URL path segment (everything but
@@ -111,11 +155,43 @@ impl CoordinatorClient {
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             http: Client::builder(TokioExecutor::new()).build_http(),
+            timeout: None,
         })
     }
 
+    /// This client with every call bounded by `timeout` (answer and whole
+    /// body): a call that outlives it is abandoned, cancelled with
+    /// [`CoordinatorClient::cancel`] and answers [`ClientError::Timeout`].
+    /// Without it (the default) calls are not bounded by the client.
+    pub fn with_timeout(&self, timeout: Duration) -> Self {
+        Self {
+            timeout: Some(timeout),
+            ..self.clone()
+        }
+    }
+
+    /// Cancels the call running under `request_id` through this coordinator
+    /// (`POST /cancel/{request_id}`), from any connection: the pod stops
+    /// it and its caller gets the pod's answer to a cancelled call (499 for
+    /// the coordinator's pods). `true` if the call was in flight and the pod
+    /// knew it; `false` if not (finished, never started, or sent through
+    /// another coordinator).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Transport`] when the coordinator cannot be reached,
+    /// [`ClientError::Coordinator`] for its other error answers.
+    pub async fn cancel(&self, request_id: &RequestId) -> Result<bool, ClientError> {
+        let url = format!("{}/cancel/{}", self.base, segment(request_id.as_str()));
+        match self.exchange(Method::POST, &url, Bytes::new(), None).await {
+            Ok(resp) => Ok(resp.status == StatusCode::NO_CONTENT),
+            Err(ClientError::Coordinator { code, .. }) if code == "unknown_request" => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Sends `method` to `/destinations/{dest}{path}` (`path` empty or
-    /// starting with `/`, query allowed).
+    /// starting with `/`, query allowed) under a fresh request id.
     pub async fn call(
         &self,
         dest: &DestinationId,
@@ -123,12 +199,29 @@ impl CoordinatorClient {
         path: &str,
         body: impl Into<Bytes>,
     ) -> Result<PodResponse, ClientError> {
+        self.call_with_id(dest, method, path, body, &RequestId::generate())
+            .await
+    }
+
+    /// [`CoordinatorClient::call`] under `request_id` (mint it with
+    /// [`RequestId::generate`]: the coordinator refuses other shapes with
+    /// 400 `invalid_id`, and an id in flight with 409
+    /// `request_id_in_use`), so that [`CoordinatorClient::cancel`] can
+    /// stop the call while it runs.
+    pub async fn call_with_id(
+        &self,
+        dest: &DestinationId,
+        method: Method,
+        path: &str,
+        body: impl Into<Bytes>,
+        request_id: &RequestId,
+    ) -> Result<PodResponse, ClientError> {
         let url = format!(
             "{}/destinations/{}{path}",
             self.base,
             segment(dest.as_str())
         );
-        self.send(method, &url, body.into()).await
+        self.send(method, &url, body.into(), request_id).await
     }
 
     /// Begins a session: `POST /destinations/{dest}{path}`; the pod answers
@@ -169,15 +262,48 @@ impl CoordinatorClient {
         }
     }
 
+    /// One call under `request_id`, bounded by the client's timeout (on
+    /// expiry the call is dropped and cancelled by id).
     async fn send(
         &self,
         method: Method,
         url: &str,
         body: Bytes,
+        request_id: &RequestId,
     ) -> Result<PodResponse, ClientError> {
-        let req = Request::builder()
-            .method(method)
-            .uri(url)
+        let call = self.exchange(method, url, body, Some(request_id));
+        let Some(after) = self.timeout else {
+            return call.await;
+        };
+        match tokio::time::timeout(after, call).await {
+            Ok(result) => result,
+            Err(_) => {
+                // dropping the call closed its connection, which cancels it
+                // too; the explicit cancel also covers a pooled connection
+                let cancel = tokio::time::timeout(after, self.cancel(request_id)).await;
+                if !matches!(cancel, Ok(Ok(true))) {
+                    tracing::debug!(%request_id, ?cancel, "cancel after timeout");
+                }
+                Err(ClientError::Timeout {
+                    request_id: request_id.clone(),
+                    after,
+                })
+            }
+        }
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        url: &str,
+        body: Bytes,
+        request_id: Option<&RequestId>,
+    ) -> Result<PodResponse, ClientError> {
+        let mut req = Request::builder().method(method).uri(url);
+        if let Some(id) = request_id {
+            req = req.header(REQUEST_ID_HEADER, id.as_str());
+        }
+        let req = req
             .body(Full::new(body))
             .map_err(|e| ClientError::InvalidUrl(format!("{url}: {e}")))?;
         let resp = self
@@ -229,7 +355,8 @@ impl Session {
         &self.lock
     }
 
-    /// Sends `method` to `/locks/{lock}{path}`.
+    /// Sends `method` to `/locks/{lock}{path}` under a fresh request id
+    /// (bounded by the client's timeout, as every call).
     pub async fn call(
         &self,
         method: Method,
@@ -241,7 +368,8 @@ impl Session {
             self.client.base,
             segment(self.lock.as_str())
         );
-        self.client.send(method, &url, body.into()).await
+        let id = RequestId::generate();
+        self.client.send(method, &url, body.into(), &id).await
     }
 
     /// Ends the session with `POST /locks/{lock}{path}` (e.g. `/commit`).

@@ -68,8 +68,11 @@
 //!
 //! - One Valkey/Redis primary (or a cluster with a hash-tag prefix such as
 //!   `{coordinator}`, so every key lives in one slot); Lua scripting on.
-//! - Concurrent first-touch claims or reassignments may add several members
-//!   to a destination: all of them are valid serving pods (design invariant).
+//! - First-touch claims and reassignments are exclusive (one script adds the
+//!   picked member only while the set holds no other): coordinators racing
+//!   for a destination end on one pod. Fan-out, bind and
+//!   [`Registry::add_pod_to_destination`] add further members, all valid
+//!   serving pods.
 //! - Pods speak HTTP/1.1 (or h2c with
 //!   [`http::ForwardConfig::http2_prior_knowledge`]), or HTTPS.
 //!

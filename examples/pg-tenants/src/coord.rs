@@ -5,11 +5,16 @@
 //! |---|---|---|
 //! | `/tenants/{tenant}[/...]` | `/destinations/{tenant}[/...]` | the tenant's pod set (first touch claims a pod by the strategy; an orphaned tenant is reassigned) |
 //! | `/transactions/{lock}[/...]` | `/locks/{lock}[/...]` | the lock record (the pod that ran `BEGIN`) |
+//! | `/destinations/{tenant}[/...]` | unchanged | as `/tenants/...`: the coordinator's own paths, which [`coordinator::client::CoordinatorClient`] speaks |
+//! | `/locks/{lock}[/...]` | unchanged | as `/transactions/...` |
+//! | `POST /cancel/{request_id}` | a cancel message to the pod running the call | the calls this coordinator forwards (204, or 404 `unknown_request`) |
 //! | `GET /pods` | — | live pods with their load (open connections) |
+//! | `GET /metrics` | — | Prometheus text (from [`run`]): the coordinator's metrics, among them the fleet-load gauges `coordinator_fleet_*` |
 //! | `GET /healthz` | — | `ok` |
 //!
 //! Malformed tenant ids (`^[A-Za-z0-9_-]{1,64}$`) and lock ids answer 400
-//! before any Valkey access.
+//! before any Valkey access. A call may carry its own `x-request-id` (32
+//! lowercase hex digits) and be cancelled by it from another connection.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,14 +22,16 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::{Path, Request, State};
-use axum::http::Uri;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{MethodRouter, any, get, post};
 use axum::{Json, Router};
 use clap::{Parser, ValueEnum};
 use coordinator::http::{Coordinator, CoordinatorConfig, ForwardConfig, Forwarder, ServeConfig};
 use coordinator::strategy::{DynStrategy, LeastLoaded, Random, RoundRobin};
-use coordinator::{CacheConfig, LockId, Registry, RegistryConfig};
+use coordinator::{CacheConfig, LockId, Registry, RegistryConfig, RequestId};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 
 use crate::error::ApiError;
@@ -70,6 +77,10 @@ pub struct CoordArgs {
     /// Most client connections open at once.
     #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// How often the fleet-load gauges (`coordinator_fleet_*` in
+    /// `/metrics`) are refreshed from the pods' reported loads, milliseconds.
+    #[arg(long, env = "FLEET_LOAD_PERIOD_MS", default_value_t = 5_000)]
+    pub fleet_load_period_ms: u64,
 }
 
 /// The coordinator's routes over `coordinator`.
@@ -77,11 +88,27 @@ pub fn router(coordinator: Coordinator) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/pods", get(pods))
-        .route("/tenants/{tenant}", any(tenant_call))
-        .route("/tenants/{tenant}/{*rest}", any(tenant_call))
-        .route("/transactions/{lock}", any(lock_call))
-        .route("/transactions/{lock}/{*rest}", any(lock_call))
+        .route("/tenants/{tenant}", routed("/tenants"))
+        .route("/tenants/{tenant}/{*rest}", routed("/tenants"))
+        .route("/transactions/{lock}", routed("/transactions"))
+        .route("/transactions/{lock}/{*rest}", routed("/transactions"))
+        .route("/destinations/{tenant}", routed("/destinations"))
+        .route("/destinations/{tenant}/{*rest}", routed("/destinations"))
+        .route("/locks/{lock}", routed("/locks"))
+        .route("/locks/{lock}/{*rest}", routed("/locks"))
+        .route("/cancel/{request_id}", post(cancel))
         .with_state(coordinator)
+}
+
+/// `GET /metrics`: the Prometheus text of `handle`.
+fn metrics_router(handle: PrometheusHandle) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let text = handle.render();
+            async move { ([(CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
+        }),
+    )
 }
 
 /// Replaces the first path segment (`/tenants`, `/transactions`) with `to`,
@@ -102,20 +129,50 @@ fn rewrite(req: &mut Request, from: &str, to: &str) -> Result<(), ApiError> {
 
 type Params = Path<std::collections::HashMap<String, String>>;
 
-async fn tenant_call(State(c): State<Coordinator>, Path(p): Params, mut req: Request) -> Response {
-    let raw = p.get("tenant").map(String::as_str).unwrap_or("");
-    let Ok(tenant) = TenantId::new(raw) else {
-        return ApiError::BadRequest("tenant ids are 1..=64 characters of A-Z a-z 0-9 _ -".into())
-            .into_response();
-    };
-    let dest = match tenant.destination() {
-        Ok(d) => d,
-        Err(e) => return ApiError::BadRequest(e.to_string()).into_response(),
-    };
-    if let Err(e) = rewrite(&mut req, "/tenants", "/destinations") {
-        return e.into_response();
+/// A routed call's target, read from its path parameters.
+enum Target {
+    Tenant(coordinator::DestinationId),
+    Lock(LockId),
+}
+
+fn target(p: &std::collections::HashMap<String, String>) -> Result<Target, ApiError> {
+    if let Some(raw) = p.get("lock") {
+        return parse_lock(raw)
+            .map(Target::Lock)
+            .ok_or_else(|| ApiError::BadRequest("malformed transaction id".into()));
     }
-    c.lookup_and_proxy(&dest, req).await
+    let raw = p.get("tenant").map(String::as_str).unwrap_or("");
+    let tenant = TenantId::new(raw).map_err(|_| {
+        ApiError::BadRequest("tenant ids are 1..=64 characters of A-Z a-z 0-9 _ -".into())
+    })?;
+    let dest = tenant
+        .destination()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok(Target::Tenant(dest))
+}
+
+/// The routes under `/{prefix}/{tenant or lock}[/...]`: forwarded as
+/// `/destinations/...` by the tenant, or `/locks/...` by the lock.
+fn routed(prefix: &'static str) -> MethodRouter<Coordinator> {
+    any(
+        move |State(c): State<Coordinator>, Path(p): Params, mut req: Request| async move {
+            let target = match target(&p) {
+                Ok(t) => t,
+                Err(e) => return e.into_response(),
+            };
+            let to = match target {
+                Target::Tenant(_) => "/destinations",
+                Target::Lock(_) => "/locks",
+            };
+            if let Err(e) = rewrite(&mut req, prefix, to) {
+                return e.into_response();
+            }
+            match target {
+                Target::Tenant(dest) => c.lookup_and_proxy(&dest, req).await,
+                Target::Lock(lock) => c.lookup_lock_and_proxy(&lock, req).await,
+            }
+        },
+    )
 }
 
 /// Lock ids minted by the pods: 32 lowercase hex digits.
@@ -124,15 +181,17 @@ fn parse_lock(raw: &str) -> Option<LockId> {
     hex.then(|| LockId::new(raw).ok()).flatten()
 }
 
-async fn lock_call(State(c): State<Coordinator>, Path(p): Params, mut req: Request) -> Response {
-    let raw = p.get("lock").map(String::as_str).unwrap_or("");
-    let Some(lock) = parse_lock(raw) else {
-        return ApiError::BadRequest("malformed transaction id".into()).into_response();
+/// `POST /cancel/{request_id}`: cancels a call this coordinator forwards.
+async fn cancel(State(c): State<Coordinator>, Path(p): Params) -> Response {
+    let raw = p.get("request_id").map(String::as_str).unwrap_or("");
+    let Ok(id) = RequestId::new(raw) else {
+        return ApiError::BadRequest("malformed request id".into()).into_response();
     };
-    if let Err(e) = rewrite(&mut req, "/transactions", "/locks") {
-        return e.into_response();
+    if c.cancel(&id).await {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        coordinator::http::ApiError::UnknownRequest.into_response()
     }
-    c.lookup_lock_and_proxy(&lock, req).await
 }
 
 async fn pods(State(c): State<Coordinator>) -> Response {
@@ -190,7 +249,13 @@ pub async fn build(args: &CoordArgs) -> anyhow::Result<Coordinator> {
 
 /// Runs the coordinator until Ctrl-C / SIGTERM.
 pub async fn run(args: CoordArgs) -> anyhow::Result<()> {
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .context("cannot install the Prometheus recorder")?;
     let coordinator = build(&args).await?;
+    coordinator
+        .registry()
+        .spawn_fleet_load_gauges(Duration::from_millis(args.fleet_load_period_ms.max(1)));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -201,7 +266,7 @@ pub async fn run(args: CoordArgs) -> anyhow::Result<()> {
     };
     coordinator::http::serve(
         listener,
-        router(coordinator),
+        router(coordinator).merge(metrics_router(prometheus)),
         limits,
         crate::shutdown_signal(),
     )

@@ -32,6 +32,9 @@ pub enum ApiError {
     UnknownRequest,
     /// 404 `no_route`: no coordinator route matches the path.
     NoRoute,
+    /// 409 `request_id_in_use`: the caller's `x-request-id` names a call
+    /// already in flight through this coordinator.
+    RequestIdInUse,
     /// 413 `payload_too_large`: the request body is larger than
     /// `CoordinatorConfigBuilder::max_request_body`.
     PayloadTooLarge,
@@ -64,6 +67,7 @@ impl ApiError {
             | ApiError::LockOwnerUnreachable
             | ApiError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestIdInUse => StatusCode::CONFLICT,
             ApiError::UpstreamUnavailable | ApiError::MissingDestinationId => {
                 StatusCode::BAD_GATEWAY
             }
@@ -83,6 +87,7 @@ impl ApiError {
             ApiError::LockOwnerUnreachable => "lock_owner_unreachable",
             ApiError::UnknownRequest => "unknown_request",
             ApiError::NoRoute => "no_route",
+            ApiError::RequestIdInUse => "request_id_in_use",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::StoreUnavailable => "store_unavailable",
             ApiError::UpstreamUnavailable => "upstream_unavailable",
@@ -103,6 +108,7 @@ impl ApiError {
             ApiError::LockOwnerUnreachable => "the pod holding the lock is unreachable",
             ApiError::UnknownRequest => "no such request in flight",
             ApiError::NoRoute => "no such route",
+            ApiError::RequestIdInUse => "a call with this request id is in flight",
             ApiError::PayloadTooLarge => "request body too large",
             ApiError::StoreUnavailable => "coordination store unavailable",
             ApiError::UpstreamUnavailable => "upstream unavailable",

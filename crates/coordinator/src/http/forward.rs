@@ -382,6 +382,11 @@ impl Forwarder {
         }
     }
 
+    /// Whether a call with `request_id` is in flight through this forwarder.
+    pub(crate) fn is_in_flight(&self, request_id: &RequestId) -> bool {
+        self.inner.in_flight.get(request_id).is_some()
+    }
+
     /// Registers a call in flight to `address`; the guard sends a cancel
     /// when dropped while armed.
     pub(crate) fn guard(&self, address: MemberAddress, request_id: RequestId) -> CancelGuard {

@@ -190,11 +190,14 @@ impl Registry {
     /// - live members: pick one with the strategy; dead members of the set
     ///   are removed (`SREM`) in the same atomic script;
     /// - empty or missing set: [`Resolution::Unbound`], or with
-    ///   `claim_on_miss` a first-touch claim (`SADD` of a picked live member;
-    ///   concurrent claimers may each add theirs, all valid);
+    ///   `claim_on_miss` a first-touch claim (`SADD` of a picked live member,
+    ///   only while the set is still empty: of concurrent claimers one wins,
+    ///   the others route by its claim);
     /// - all members dead: [`Resolution::NoLiveMember`], or with
     ///   `reassign_orphans` `SREM` the dead and `SADD` a fresh live member
-    ///   in one `MULTI`, reported as [`RouteSource::Reassigned`].
+    ///   in one script, only if no other member is in the set by then (of
+    ///   concurrent failovers one wins, the others route by its pick),
+    ///   reported as [`RouteSource::Reassigned`].
     pub async fn resolve_destination(
         &self,
         dest: &DestinationId,
@@ -246,14 +249,14 @@ impl Registry {
         let i = &self.inner;
         let live: PodSet = self.list_live_members().await?.into();
         let res = self.pick_from(dest, live, 0, PickPurpose::FirstTouch, RouteSource::Claimed);
-        let Resolution::Routed(mut route) = res else {
+        let Resolution::Routed(route) = res else {
             return Ok(res);
         };
-        route.epoch = self.change_set(dest, Some(&route.member.id), &[]).await?;
+        let Some(route) = self.take(dest, route, &[]).await? else {
+            return self.after_lost_claim(dest).await;
+        };
         Counters::add(&i.counters.claims, 1);
         tracing::info!(destination = %dest, member = %route.member.id, epoch = route.epoch, "first-touch claim");
-        route.set = Arc::from(vec![route.member.clone()]);
-        i.cache.insert(dest.clone(), route.set.clone(), route.epoch);
         Ok(Resolution::Routed(route))
     }
 
@@ -267,16 +270,51 @@ impl Registry {
             PickPurpose::Failover,
             RouteSource::Reassigned,
         );
-        let Resolution::Routed(mut route) = res else {
+        let Resolution::Routed(route) = res else {
             return Ok(res);
         };
-        route.epoch = self.change_set(dest, Some(&route.member.id), dead).await?;
+        let Some(route) = self.take(dest, route, dead).await? else {
+            return self.after_lost_claim(dest).await;
+        };
         Counters::add(&i.counters.reassignments, 1);
         Counters::add(&i.counters.pruned, dead.len() as u64);
         tracing::info!(destination = %dest, member = %route.member.id, ?dead, epoch = route.epoch, "reassigned orphaned destination");
+        Ok(Resolution::Routed(route))
+    }
+
+    /// Claims `dest` for `route`'s member exclusively (removing `dead`
+    /// first): the route, cached, if the set was left empty and the member
+    /// added; `None` if another coordinator's member got there first.
+    async fn take(
+        &self,
+        dest: &DestinationId,
+        mut route: Route,
+        dead: &[String],
+    ) -> Result<Option<Route>> {
+        let i = &self.inner;
+        let (added, epoch, rt) = i
+            .scripts
+            .claim(&i.client, &i.keys, dest, &route.member.id, dead)
+            .await?;
+        self.round_trips(rt);
+        if !added {
+            return Ok(None);
+        }
+        route.epoch = epoch;
         route.set = Arc::from(vec![route.member.clone()]);
         i.cache.insert(dest.clone(), route.set.clone(), route.epoch);
-        Ok(Resolution::Routed(route))
+        Ok(Some(route))
+    }
+
+    /// A racing coordinator claimed `dest` first: route by its claim (one
+    /// more read, which neither claims nor reassigns again).
+    async fn after_lost_claim(&self, dest: &DestinationId) -> Result<Resolution> {
+        tracing::debug!(destination = %dest, "another coordinator claimed first");
+        let read = ResolveOptions {
+            claim_on_miss: false,
+            reassign_orphans: false,
+        };
+        Box::pin(self.resolve_destination(dest, read)).await
     }
 
     /// Adds `add` to and removes `remove` from the pod set of `dest` in one

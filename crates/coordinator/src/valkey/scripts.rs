@@ -154,6 +154,31 @@ end
 return tonumber(redis.call('GET', KEYS[2]) or '0')
 "#;
 
+/// Claims a destination for one member, exclusively: first touch and
+/// failover. Removes the given dead members, then adds the member only if
+/// the set is left empty, bumping the epoch when the set changed; a set
+/// that still holds another member (a racing coordinator claimed first) is
+/// left as it is.
+/// KEYS: destination set, epoch key. ARGV: member to add, then dead member
+/// ids to remove.
+/// Reply: {1 if the member was added else 0, the epoch after the change}.
+const CLAIM: &str = r#"
+local changed = 0
+if #ARGV > 1 then
+  local gone = {}
+  for i = 2, #ARGV do gone[#gone + 1] = ARGV[i] end
+  changed = redis.call('SREM', KEYS[1], unpack(gone))
+end
+if redis.call('SCARD', KEYS[1]) == 0 then
+  redis.call('SADD', KEYS[1], ARGV[1])
+  return {1, redis.call('INCR', KEYS[2])}
+end
+if changed > 0 then
+  return {0, redis.call('INCR', KEYS[2])}
+end
+return {0, tonumber(redis.call('GET', KEYS[2]) or '0')}
+"#;
+
 /// After a pod's lease ran out: re-reads the epochs of destinations, bumping
 /// those whose set still holds the pod (so routes cached before the lapse
 /// carry an older epoch than the pod then requires).
@@ -181,6 +206,7 @@ pub(crate) struct Scripts {
     pub(crate) lock: Script,
     pub(crate) register_lock: Script,
     pub(crate) change_set: Script,
+    claim: Script,
     reaffirm: Script,
 }
 
@@ -206,6 +232,32 @@ impl Scripts {
         let epoch =
             u64::try_from(epoch).map_err(|_| Error::Protocol(format!("negative epoch {epoch}")))?;
         Ok((epoch, rt))
+    }
+
+    /// Runs [`CLAIM`] on the pod set of `dest`: removes `dead`, then adds
+    /// `member` only if the set is left empty. Returns whether it was
+    /// added, the epoch after the change and the round trips taken.
+    pub(crate) async fn claim(
+        &self,
+        client: &Client,
+        keys: &KeySpace,
+        dest: &DestinationId,
+        member: &MemberId,
+        dead: &[String],
+    ) -> Result<(bool, u64, u64)> {
+        let mut args = Vec::with_capacity(1 + dead.len());
+        args.push(member.as_str().to_owned());
+        args.extend(dead.iter().cloned());
+        let (reply, rt): (Vec<i64>, u64) = self
+            .claim
+            .run(client, vec![keys.destination(dest), keys.epoch(dest)], args)
+            .await?;
+        let [added, epoch] = reply[..] else {
+            return Err(Error::Protocol(format!("claim replied {reply:?}")));
+        };
+        let epoch =
+            u64::try_from(epoch).map_err(|_| Error::Protocol(format!("negative epoch {epoch}")))?;
+        Ok((added == 1, epoch, rt))
     }
 
     /// Runs [`REAFFIRM`] for `dests` as member `me`, in batches: the epoch
@@ -246,6 +298,7 @@ impl Scripts {
             lock: Script::new(LOCK),
             register_lock: Script::new(REGISTER_LOCK),
             change_set: Script::new(CHANGE_SET),
+            claim: Script::new(CLAIM),
             reaffirm: Script::new(REAFFIRM),
         }
     }

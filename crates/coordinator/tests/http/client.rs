@@ -91,3 +91,82 @@ async fn public_forward_and_extractors_on_routes_of_your_own() {
     server.abort();
     pod.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn client_cancels_by_its_own_request_id_and_when_its_timeout_expires() {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    let p = prefix();
+    let c = TestCoordinator::start(&p, CoordinatorOptions::default()).await;
+    let mut pod = TestPod::start(&p, "pod-a", PodOptions::default()).await;
+    let client = CoordinatorClient::new(&c.base).unwrap();
+    let d = dest("cancel-me");
+    let started = |n| {
+        let stats = pod.stats.clone();
+        async move {
+            eventually(Duration::from_secs(5), || async {
+                stats.slow_started.load(Ordering::SeqCst) == n
+            })
+            .await
+        }
+    };
+
+    // the caller's id: another client cancels the call by it
+    let id = RequestId::generate();
+    let call = tokio::spawn({
+        let (client, d, id) = (client.clone(), d.clone(), id.clone());
+        async move { client.call_with_id(&d, Method::GET, "/slow", "", &id).await }
+    });
+    assert!(started(1).await);
+    let other = CoordinatorClient::new(&c.base).unwrap();
+    match other.call_with_id(&d, Method::GET, "/echo", "", &id).await {
+        Err(ClientError::Coordinator { status, code, .. }) => {
+            assert_eq!(
+                (status, code.as_str()),
+                (StatusCode::CONFLICT, "request_id_in_use")
+            );
+        }
+        other => panic!("an id in flight was reused: {other:?}"),
+    }
+    assert!(other.cancel(&id).await.unwrap());
+    let resp = call.await.unwrap().unwrap();
+    assert_eq!(
+        resp.status.as_u16(),
+        coordinator::http::pod::CANCELLED_STATUS
+    );
+    assert_eq!(
+        resp.headers[coordinator::http::REQUEST_ID_HEADER],
+        id.as_str()
+    );
+    assert_eq!(pod.stats.aborted_by_cancel.load(Ordering::SeqCst), 1);
+    assert!(!other.cancel(&id).await.unwrap(), "no longer in flight");
+
+    // ids that do not look minted are refused before routing
+    let short = RequestId::new("1").unwrap();
+    match client
+        .call_with_id(&d, Method::GET, "/echo", "", &short)
+        .await
+    {
+        Err(ClientError::Coordinator { code, .. }) => assert_eq!(code, "invalid_id"),
+        other => panic!("a guessable id was accepted: {other:?}"),
+    }
+
+    // a client-side timeout cancels the call on the pod
+    let hasty = client.with_timeout(Duration::from_millis(500));
+    match hasty.call(&d, Method::GET, "/slow", "").await {
+        Err(ClientError::Timeout { after, .. }) => assert_eq!(after, Duration::from_millis(500)),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            pod.stats.aborted_by_cancel.load(Ordering::SeqCst) == 2
+        })
+        .await,
+        "the timed-out call was cancelled on the pod"
+    );
+    let resp = hasty.call(&d, Method::GET, "/echo", "").await.unwrap();
+    assert_eq!(resp.status, StatusCode::OK);
+    pod.kill().await;
+}

@@ -8,7 +8,7 @@ use crate::http::coordinator::{Coordinator, Shared};
 use crate::http::errors::ApiError;
 use crate::http::extract::{Id, Lock};
 use crate::http::forward::ForwardError;
-use crate::ids::{LockId, RequestId};
+use crate::ids::LockId;
 
 impl Coordinator {
     /// *Lookup lock and proxy*: resolves the lock record and forwards to the
@@ -16,13 +16,15 @@ impl Coordinator {
     /// lock, 404 `lock_owner_gone` when the owner is dead (the session is
     /// lost: the caller starts a new one), 503 `lock_owner_unreachable` when
     /// its record is live but it refuses connections. A session lives on
-    /// its pod: there is no other member to retry on.
+    /// its pod: there is no other member to retry on. The caller's
+    /// `x-request-id` is used as for [`Coordinator::lookup_and_proxy`].
     pub async fn lookup_lock_and_proxy(&self, lock: &LockId, req: Request) -> Response {
         answer(self.lock_proxy(lock, req).await)
     }
 
     async fn lock_proxy(&self, lock: &LockId, req: Request) -> Answer {
-        let call = self.accept(req, RequestId::generate())?;
+        let id = self.caller_request_id(req.headers())?;
+        let call = self.accept(req, id)?;
         let Some(record) = self
             .registry
             .resolve_lock(lock)

@@ -14,10 +14,16 @@ use crate::registry::{Reroute, Resolution};
 impl Coordinator {
     /// *Lookup and proxy*: routes `req` by `dest` (cache first) and forwards
     /// it. 404 when unbound (unless `claim_on_miss`), 503 when no member is
-    /// live.
+    /// live. The call runs under the caller's `x-request-id` when it sent
+    /// one (32 lowercase hex digits; 400 `invalid_id` otherwise, 409
+    /// `request_id_in_use` while that id is in flight here), so the caller
+    /// can `POST /cancel/{id}` from another connection; else under a fresh
+    /// id.
     pub async fn lookup_and_proxy(&self, dest: &DestinationId, req: Request) -> Response {
-        self.lookup_and_proxy_with_id(dest, req, RequestId::generate())
-            .await
+        match self.caller_request_id(req.headers()) {
+            Ok(id) => self.lookup_and_proxy_with_id(dest, req, id).await,
+            Err(e) => answer(Err(e.into())),
+        }
     }
 
     /// [`Coordinator::lookup_and_proxy`] with a request id chosen by a
