@@ -69,7 +69,8 @@
 //! - One Valkey/Redis primary (or a cluster with a hash-tag prefix such as
 //!   `{coordinator}`, so every key lives in one slot); Lua scripting on.
 //! - First-touch claims and reassignments are exclusive (one script adds the
-//!   picked member only while the set holds no other): coordinators racing
+//!   picked member only if the destination's epoch is unchanged since its
+//!   set was read, a compare-and-set): coordinators racing
 //!   for a destination end on one pod. Fan-out, bind and
 //!   [`Registry::add_pod_to_destination`] add further members, all valid
 //!   serving pods.

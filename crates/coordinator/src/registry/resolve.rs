@@ -191,11 +191,11 @@ impl Registry {
     ///   are removed (`SREM`) in the same atomic script;
     /// - empty or missing set: [`Resolution::Unbound`], or with
     ///   `claim_on_miss` a first-touch claim (`SADD` of a picked live member,
-    ///   only while the set is still empty: of concurrent claimers one wins,
-    ///   the others route by its claim);
+    ///   only if the destination's epoch is still the one read: of
+    ///   concurrent claimers one wins, the others route by its claim);
     /// - all members dead: [`Resolution::NoLiveMember`], or with
     ///   `reassign_orphans` `SREM` the dead and `SADD` a fresh live member
-    ///   in one script, only if no other member is in the set by then (of
+    ///   in one script, only if the epoch is still the one read (of
     ///   concurrent failovers one wins, the others route by its pick),
     ///   reported as [`RouteSource::Reassigned`].
     pub async fn resolve_destination(
@@ -236,23 +236,23 @@ impl Registry {
             if !opts.claim_on_miss {
                 return Ok(Resolution::Unbound);
             }
-            return self.claim(dest).await;
+            return self.claim(dest, reply.epoch).await;
         }
 
         if !opts.reassign_orphans {
             return Ok(Resolution::NoLiveMember);
         }
-        self.reassign(dest, &reply.dead).await
+        self.reassign(dest, reply.epoch, &reply.dead).await
     }
 
-    async fn claim(&self, dest: &DestinationId) -> Result<Resolution> {
+    async fn claim(&self, dest: &DestinationId, read_at: u64) -> Result<Resolution> {
         let i = &self.inner;
         let live: PodSet = self.list_live_members().await?.into();
         let res = self.pick_from(dest, live, 0, PickPurpose::FirstTouch, RouteSource::Claimed);
         let Resolution::Routed(route) = res else {
             return Ok(res);
         };
-        let Some(route) = self.take(dest, route, &[]).await? else {
+        let Some(route) = self.take(dest, read_at, route, &[]).await? else {
             return self.after_lost_claim(dest).await;
         };
         Counters::add(&i.counters.claims, 1);
@@ -260,7 +260,12 @@ impl Registry {
         Ok(Resolution::Routed(route))
     }
 
-    async fn reassign(&self, dest: &DestinationId, dead: &[String]) -> Result<Resolution> {
+    async fn reassign(
+        &self,
+        dest: &DestinationId,
+        read_at: u64,
+        dead: &[String],
+    ) -> Result<Resolution> {
         let i = &self.inner;
         let live: PodSet = self.list_live_members().await?.into();
         let res = self.pick_from(
@@ -273,7 +278,7 @@ impl Registry {
         let Resolution::Routed(route) = res else {
             return Ok(res);
         };
-        let Some(route) = self.take(dest, route, dead).await? else {
+        let Some(route) = self.take(dest, read_at, route, dead).await? else {
             return self.after_lost_claim(dest).await;
         };
         Counters::add(&i.counters.reassignments, 1);
@@ -282,19 +287,20 @@ impl Registry {
         Ok(Resolution::Routed(route))
     }
 
-    /// Claims `dest` for `route`'s member exclusively (removing `dead`
-    /// first): the route, cached, if the set was left empty and the member
-    /// added; `None` if another coordinator's member got there first.
+    /// Claims `dest` for `route`'s member exclusively, removing `dead`: the
+    /// route, cached, if the set was unchanged since it was read at epoch
+    /// `read_at`; `None` if it changed (another coordinator claimed first).
     async fn take(
         &self,
         dest: &DestinationId,
+        read_at: u64,
         mut route: Route,
         dead: &[String],
     ) -> Result<Option<Route>> {
         let i = &self.inner;
         let (added, epoch, rt) = i
             .scripts
-            .claim(&i.client, &i.keys, dest, &route.member.id, dead)
+            .claim(&i.client, &i.keys, dest, read_at, &route.member.id, dead)
             .await?;
         self.round_trips(rt);
         if !added {

@@ -155,28 +155,25 @@ return tonumber(redis.call('GET', KEYS[2]) or '0')
 "#;
 
 /// Claims a destination for one member, exclusively: first touch and
-/// failover. Removes the given dead members, then adds the member only if
-/// the set is left empty, bumping the epoch when the set changed; a set
-/// that still holds another member (a racing coordinator claimed first) is
-/// left as it is.
-/// KEYS: destination set, epoch key. ARGV: member to add, then dead member
-/// ids to remove.
-/// Reply: {1 if the member was added else 0, the epoch after the change}.
+/// failover. A compare-and-set on the destination's epoch: only if the
+/// epoch is still the one the claimer read its set at (nothing changed the
+/// set since, no racing coordinator claimed first) are the given dead
+/// members removed, the member added and the epoch bumped.
+/// KEYS: destination set, epoch key. ARGV: the epoch read, the member to
+/// add, then dead member ids to remove.
+/// Reply: {1 if the member was added else 0, the epoch after the call}.
 const CLAIM: &str = r#"
-local changed = 0
-if #ARGV > 1 then
+local now = tonumber(redis.call('GET', KEYS[2]) or '0')
+if now ~= tonumber(ARGV[1]) then
+  return {0, now}
+end
+if #ARGV > 2 then
   local gone = {}
-  for i = 2, #ARGV do gone[#gone + 1] = ARGV[i] end
-  changed = redis.call('SREM', KEYS[1], unpack(gone))
+  for i = 3, #ARGV do gone[#gone + 1] = ARGV[i] end
+  redis.call('SREM', KEYS[1], unpack(gone))
 end
-if redis.call('SCARD', KEYS[1]) == 0 then
-  redis.call('SADD', KEYS[1], ARGV[1])
-  return {1, redis.call('INCR', KEYS[2])}
-end
-if changed > 0 then
-  return {0, redis.call('INCR', KEYS[2])}
-end
-return {0, tonumber(redis.call('GET', KEYS[2]) or '0')}
+redis.call('SADD', KEYS[1], ARGV[2])
+return {1, redis.call('INCR', KEYS[2])}
 "#;
 
 /// After a pod's lease ran out: re-reads the epochs of destinations, bumping
@@ -234,18 +231,20 @@ impl Scripts {
         Ok((epoch, rt))
     }
 
-    /// Runs [`CLAIM`] on the pod set of `dest`: removes `dead`, then adds
-    /// `member` only if the set is left empty. Returns whether it was
-    /// added, the epoch after the change and the round trips taken.
+    /// Runs [`CLAIM`] on the pod set of `dest`: if its epoch is still
+    /// `read_at`, removes `dead` and adds `member`. Returns whether it was
+    /// added, the epoch after the call and the round trips taken.
     pub(crate) async fn claim(
         &self,
         client: &Client,
         keys: &KeySpace,
         dest: &DestinationId,
+        read_at: u64,
         member: &MemberId,
         dead: &[String],
     ) -> Result<(bool, u64, u64)> {
-        let mut args = Vec::with_capacity(1 + dead.len());
+        let mut args = Vec::with_capacity(2 + dead.len());
+        args.push(read_at.to_string());
         args.push(member.as_str().to_owned());
         args.extend(dead.iter().cloned());
         let (reply, rt): (Vec<i64>, u64) = self

@@ -153,9 +153,10 @@ async fn client_cancels_by_its_own_request_id_and_when_its_timeout_expires() {
         other => panic!("a guessable id was accepted: {other:?}"),
     }
 
-    // a client-side timeout cancels the call on the pod
+    // a client-side timeout cancels the call on the pod (detached work:
+    // only a cancel message stops it, not the closed connection)
     let hasty = client.with_timeout(Duration::from_millis(500));
-    match hasty.call(&d, Method::GET, "/slow", "").await {
+    match hasty.call(&d, Method::GET, "/detached", "").await {
         Err(ClientError::Timeout { after, .. }) => assert_eq!(after, Duration::from_millis(500)),
         other => panic!("expected a timeout, got {other:?}"),
     }
@@ -166,6 +167,7 @@ async fn client_cancels_by_its_own_request_id_and_when_its_timeout_expires() {
         .await,
         "the timed-out call was cancelled on the pod"
     );
+    assert_eq!(pod.stats.slow_started.load(Ordering::SeqCst), 2);
     let resp = hasty.call(&d, Method::GET, "/echo", "").await.unwrap();
     assert_eq!(resp.status, StatusCode::OK);
     pod.kill().await;
