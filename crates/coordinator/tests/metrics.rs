@@ -7,12 +7,10 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use axum::http::StatusCode;
 use common::*;
-use coordinator::ResolveOptions;
-use coordinator::strategy::RoundRobin;
 use fred::prelude::*;
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -199,15 +197,7 @@ async fn calls_lookups_forwards_and_valkey_errors_are_counted() {
 async fn concurrent_misses_count_as_one_miss_and_coalesced_lookups() {
     let _serial = LOCK.lock().await;
     snapshotter();
-    let p = prefix();
-    let pod = TestPod::start(&p, "pod-a", PodOptions::default()).await;
-    let reg = registry(&p, Some(Default::default()), Arc::new(RoundRobin::new())).await;
-    // Load the script first (EVALSHA may need a second trip once).
-    pod.member.add_to_destination(&dest("warm")).await.unwrap();
-    reg.route(&dest("warm"), ResolveOptions::default())
-        .await
-        .unwrap();
-    pod.member.add_to_destination(&dest("hot")).await.unwrap();
+    let (_pod, reg) = pod_and_a_cold_destination(&prefix()).await;
     Delta::take();
 
     // Hold every Valkey reply for a while (CLIENT PAUSE ALL), so the first
@@ -215,31 +205,11 @@ async fn concurrent_misses_count_as_one_miss_and_coalesced_lookups() {
     // lookup can finish before a loaded two-core machine runs the others,
     // and they all hit the cache instead of sharing the lookup.
     let plain = valkey().await;
-    let _: String = plain
-        .custom(
-            fred::types::CustomCommand::new_static(
-                "CLIENT",
-                fred::types::ClusterHash::FirstKey,
-                false,
-            ),
-            vec!["PAUSE", "500", "ALL"],
-        )
-        .await
-        .expect("CLIENT PAUSE");
+    let _: String = server_command(&plain, "CLIENT", vec!["PAUSE", "500", "ALL"]).await;
 
     let n = 40;
-    let barrier = Arc::new(tokio::sync::Barrier::new(n));
-    let tasks: Vec<_> = (0..n)
-        .map(|_| {
-            let (reg, barrier) = (reg.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                reg.route(&dest("hot"), ResolveOptions::default()).await
-            })
-        })
-        .collect();
-    for t in tasks {
-        assert!(t.await.unwrap().unwrap().route().is_some());
+    for answer in resolve_at_once(&reg, &dest("hot"), n).await {
+        assert!(answer.unwrap().route().is_some());
     }
     let delta = Delta::take();
     let lookups = |result| delta.counter("coordinator_route_lookups_total", &[("result", result)]);

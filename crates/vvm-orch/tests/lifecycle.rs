@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use elections::{ArmReason, record::leader_value};
+use elections::{ArmReason, RecordingKiller, record::leader_value};
 use elections_testsuite::{Fault, FaultyStorage, Op};
 use storage_mem::MemStorage;
 use tokio::time::Instant;
@@ -18,7 +18,8 @@ mod common;
 
 use common::{Error, config, idle, key1, launch};
 use vvm_orch::{
-    ConfigError, ServiceContext, ServicePipeline, Vvm, VvmProblem, VvmStatus, service_fn,
+    ConfigError, LaunchedVvm, ProblemSignal, ServiceContext, ServicePipeline, Vvm, VvmProblem,
+    VvmStatus, service_fn,
 };
 
 /// Runs until asked to stop, and records what it saw.
@@ -43,6 +44,26 @@ fn probing(probe: Arc<Probe>, storage: MemStorage) -> impl ServicePipeline {
             Ok::<_, Error>(())
         }
     })
+}
+
+/// A VVM `vvm` on fresh storage whose service is a [`Probe`], once it
+/// leads: the storage, the probe, and what [`launch`] returns.
+async fn leading_with_a_probe() -> (
+    MemStorage,
+    Arc<Probe>,
+    LaunchedVvm,
+    ProblemSignal,
+    Arc<RecordingKiller>,
+) {
+    let storage = MemStorage::new();
+    let probe = Arc::new(Probe::default());
+    let (vvm, problem, killer) = launch(
+        config("vvm"),
+        storage.clone(),
+        probing(probe.clone(), storage.clone()),
+    );
+    vvm.wait_for_leadership().await.unwrap();
+    (storage, probe, vvm, problem, killer)
 }
 
 /// Another writer replaces the leader's record.
@@ -111,14 +132,7 @@ async fn basic() {
 /// VVM reports `LeadershipLost`, stops its services, and shuts down cleanly.
 #[tokio::test(start_paused = true)]
 async fn shutdown_on_leadership_loss() {
-    let storage = MemStorage::new();
-    let probe = Arc::new(Probe::default());
-    let (vvm, problem, killer) = launch(
-        config("vvm"),
-        storage.clone(),
-        probing(probe.clone(), storage.clone()),
-    );
-    vvm.wait_for_leadership().await.unwrap();
+    let (storage, probe, vvm, problem, killer) = leading_with_a_probe().await;
     intrude(&storage).await;
 
     problem.raised().await;
@@ -150,14 +164,7 @@ async fn shutdown_on_leadership_loss() {
 /// after the services have stopped.
 #[tokio::test(start_paused = true)]
 async fn shutdown_releases_leadership_after_services_stop() {
-    let storage = MemStorage::new();
-    let probe = Arc::new(Probe::default());
-    let (vvm, problem, killer) = launch(
-        config("vvm"),
-        storage.clone(),
-        probing(probe.clone(), storage.clone()),
-    );
-    vvm.wait_for_leadership().await.unwrap();
+    let (storage, probe, vvm, problem, killer) = leading_with_a_probe().await;
     tokio::time::sleep(Duration::from_secs(60)).await; // a few renewals
     let value = vvm.value().to_owned();
 

@@ -21,7 +21,7 @@ use coordinator::http::{
 use coordinator::strategy::{DynStrategy, RoundRobin};
 use coordinator::{
     CacheConfig, DestinationId, LockId, Member, MemberAddress, MemberConfig, MemberId, Registry,
-    RegistryConfig, SaturationConfig, ValkeyClient,
+    RegistryConfig, Resolution, ResolveOptions, SaturationConfig, ValkeyClient,
 };
 use fred::prelude::*;
 use http_body_util::{BodyExt, Full};
@@ -83,6 +83,17 @@ pub async fn smembers(client: &ValkeyClient, key: &str) -> BTreeSet<String> {
 
 pub async fn exists(client: &ValkeyClient, key: &str) -> bool {
     client.exists::<i64, _>(key).await.unwrap() > 0
+}
+
+/// Waits up to `within` for `key` to leave Valkey (a record expiring).
+pub async fn gone_within(client: &ValkeyClient, key: &str, within: Duration) -> bool {
+    eventually(within, || async { !exists(client, key).await }).await
+}
+
+/// Waits up to `within` for `pod`'s member record to expire.
+pub async fn member_record_expires(client: &ValkeyClient, pod: &TestPod, within: Duration) -> bool {
+    let key = pod.member.keys().member(pod.id());
+    gone_within(client, &key, within).await
 }
 
 /// What a test pod observed.
@@ -537,22 +548,8 @@ pub async fn tls_endpoint(plain: &ValkeyClient) -> (String, std::path::PathBuf) 
     ) {
         return (url, ca.into());
     }
-    let config = |name: &'static str| async move {
-        let reply: Vec<String> = plain
-            .custom(
-                fred::types::CustomCommand::new_static(
-                    "CONFIG",
-                    fred::types::ClusterHash::FirstKey,
-                    false,
-                ),
-                vec!["GET", name],
-            )
-            .await
-            .expect("CONFIG GET");
-        reply.get(1).cloned().unwrap_or_default()
-    };
-    let port = config("tls-port").await;
-    let ca = config("tls-ca-cert-file").await;
+    let port = config_get(plain, "tls-port").await;
+    let ca = config_get(plain, "tls-ca-cert-file").await;
     assert!(
         !port.is_empty() && port != "0" && !ca.is_empty(),
         "the Valkey server has no TLS port: run `cargo xtask test-drivers --engine valkey` \
@@ -573,19 +570,70 @@ pub async fn tls_server_files(plain: &ValkeyClient) -> (std::path::PathBuf, std:
     ) {
         return (cert.into(), key.into());
     }
-    let config = |name: &'static str| async move {
-        let reply: Vec<String> = plain
-            .custom(
-                fred::types::CustomCommand::new_static(
-                    "CONFIG",
-                    fred::types::ClusterHash::FirstKey,
-                    false,
-                ),
-                vec!["GET", name],
-            )
-            .await
-            .expect("CONFIG GET");
-        std::path::PathBuf::from(reply.get(1).cloned().unwrap_or_default())
-    };
-    (config("tls-cert-file").await, config("tls-key-file").await)
+    let cert = config_get(plain, "tls-cert-file").await;
+    let key = config_get(plain, "tls-key-file").await;
+    (cert.into(), key.into())
+}
+
+/// Runs a server command (`CONFIG`, `CLIENT`...) that fred has no method
+/// for.
+pub async fn server_command<R: FromValue>(
+    plain: &ValkeyClient,
+    command: &'static str,
+    args: Vec<&str>,
+) -> R {
+    plain
+        .custom(
+            fred::types::CustomCommand::new_static(
+                command,
+                fred::types::ClusterHash::FirstKey,
+                false,
+            ),
+            args,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{command}: {e}"))
+}
+
+/// A setting of the Valkey server (`CONFIG GET name`), empty if unset.
+async fn config_get(plain: &ValkeyClient, name: &str) -> String {
+    let reply: Vec<String> = server_command(plain, "CONFIG", vec!["GET", name]).await;
+    reply.get(1).cloned().unwrap_or_default()
+}
+
+/// A pod `pod-a` bound to destination `hot`, and a registry with a cache
+/// that has not looked `hot` up yet, but has run its lookup script once (so
+/// the next lookup is one round trip: EVALSHA may need a second trip once).
+pub async fn pod_and_a_cold_destination(p: &str) -> (TestPod, Registry) {
+    let pod = TestPod::start(p, "pod-a", PodOptions::default()).await;
+    let reg = registry(p, Some(Default::default()), Arc::new(RoundRobin::new())).await;
+    pod.member.add_to_destination(&dest("warm")).await.unwrap();
+    reg.route(&dest("warm"), ResolveOptions::default())
+        .await
+        .unwrap();
+    pod.member.add_to_destination(&dest("hot")).await.unwrap();
+    (pod, reg)
+}
+
+/// Resolves `dest` in `n` tasks released at once; their answers.
+pub async fn resolve_at_once(
+    reg: &Registry,
+    dest: &DestinationId,
+    n: usize,
+) -> Vec<coordinator::Result<Resolution>> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (reg, barrier, dest) = (reg.clone(), barrier.clone(), dest.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                reg.route(&dest, ResolveOptions::default()).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    answers
 }
