@@ -8,73 +8,9 @@ use std::time::Duration;
 
 use elections::{Elections, RecordingKiller};
 use elections_testsuite::{Fault, FaultyStorage, Op};
-use metrics_util::MetricKind;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_snapshot::{DebuggingRecorder, Snapshot, Snapshotter};
 use storage_mem::MemStorage;
 use ttl_storage::{Key, Ttl, TtlStorage};
-
-/// One metric: kind, name, labels, value.
-type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);
-
-/// One snapshot (taking it resets counters and gauges of the recorder).
-struct Snapshot(Vec<Metric>);
-
-impl Snapshot {
-    fn take(snapshotter: &Snapshotter) -> Self {
-        Snapshot(
-            snapshotter
-                .snapshot()
-                .into_vec()
-                .into_iter()
-                .map(|(key, _, _, value)| {
-                    let labels = key
-                        .key()
-                        .labels()
-                        .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                        .collect();
-                    (key.kind(), key.key().name().to_owned(), labels, value)
-                })
-                .collect(),
-        )
-    }
-
-    fn find(&self, kind: MetricKind, name: &str, labels: &[(&str, &str)]) -> Option<&DebugValue> {
-        self.0
-            .iter()
-            .find(|(k, n, l, _)| {
-                *k == kind
-                    && n == name
-                    && labels
-                        .iter()
-                        .all(|(lk, lv)| l.iter().any(|(k, v)| k == lk && v == lv))
-            })
-            .map(|(_, _, _, value)| value)
-    }
-
-    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        match self.find(MetricKind::Counter, name, labels) {
-            Some(DebugValue::Counter(n)) => *n,
-            None => 0,
-            Some(other) => panic!("{name}: {other:?}"),
-        }
-    }
-
-    fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        match self.find(MetricKind::Gauge, name, labels) {
-            Some(DebugValue::Gauge(v)) => Some(v.into_inner()),
-            None => None,
-            Some(other) => panic!("{name}: {other:?}"),
-        }
-    }
-
-    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
-        match self.find(MetricKind::Histogram, name, labels) {
-            Some(DebugValue::Histogram(v)) => v.iter().map(|x| x.into_inner()).collect(),
-            None => Vec::new(),
-            Some(other) => panic!("{name}: {other:?}"),
-        }
-    }
-}
 
 /// Runs `test` on a current-thread runtime with paused time, recording
 /// into a recorder of its own, whose snapshots it is given.
