@@ -271,12 +271,7 @@ async fn locks_route_to_their_owner_and_expire_after_its_death() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     let v = valkey().await;
     let lock_key = format!("{p}:lock:{lock}");
-    assert!(
-        eventually(Duration::from_secs(4), || async {
-            !exists(&v, &lock_key).await
-        })
-        .await
-    );
+    assert!(gone_within(&v, &lock_key, Duration::from_secs(4)).await);
     assert_eq!(
         http.send("GET", &format!("{}/locks/{lock}", c.base))
             .await

@@ -7,15 +7,12 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use axum::http::StatusCode;
 use common::*;
-use coordinator::ResolveOptions;
-use coordinator::strategy::RoundRobin;
 use fred::prelude::*;
-use metrics_util::MetricKind;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_snapshot::{DebuggingRecorder, Snapshot, Snapshotter};
 
 /// The process-wide debugging recorder of this test binary (installed
 /// once; the tests that read it take `LOCK` so their counts don't mix).
@@ -35,64 +32,8 @@ static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The counters and histograms since the last call (a snapshot drains the
 /// debugging recorder).
-type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);
-
-struct Delta(Vec<Metric>);
-
-impl Delta {
-    fn take() -> Self {
-        Delta(
-            snapshotter()
-                .snapshot()
-                .into_vec()
-                .into_iter()
-                .map(|(key, _, _, value)| {
-                    let labels = key
-                        .key()
-                        .labels()
-                        .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                        .collect();
-                    (key.kind(), key.key().name().to_owned(), labels, value)
-                })
-                .collect(),
-        )
-    }
-
-    fn matching<'a>(
-        &'a self,
-        name: &'a str,
-        labels: &'a [(&'a str, &'a str)],
-    ) -> impl Iterator<Item = &'a DebugValue> {
-        self.0
-            .iter()
-            .filter(move |(_, n, l, _)| {
-                n == name
-                    && labels
-                        .iter()
-                        .all(|(lk, lv)| l.iter().any(|(k, v)| k == lk && v == lv))
-            })
-            .map(|(_, _, _, value)| value)
-    }
-
-    /// Sum of the counters `name` whose labels include `labels`.
-    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        self.matching(name, labels)
-            .map(|v| match v {
-                DebugValue::Counter(n) => *n,
-                other => panic!("{name}: {other:?}"),
-            })
-            .sum()
-    }
-
-    /// Samples of the histograms `name` whose labels include `labels`.
-    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> usize {
-        self.matching(name, labels)
-            .map(|v| match v {
-                DebugValue::Histogram(samples) => samples.len(),
-                other => panic!("{name}: {other:?}"),
-            })
-            .sum()
-    }
+fn take_delta() -> Snapshot {
+    Snapshot::take(snapshotter())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,7 +46,7 @@ async fn calls_lookups_forwards_and_valkey_errors_are_counted() {
     let _pod = TestPod::start(&p, "pod-a", PodOptions::default()).await;
     let http = Http::new();
     let url = |path: &str| format!("{}{path}", c.base);
-    Delta::take();
+    take_delta();
 
     // Bind, then two calls: the bind evicted the cache, so the first call
     // misses (reads Valkey) and the second hits.
@@ -131,7 +72,7 @@ async fn calls_lookups_forwards_and_valkey_errors_are_counted() {
         http.send("GET", &url("/nowhere")).await.0,
         StatusCode::NOT_FOUND
     );
-    let delta = Delta::take();
+    let delta = take_delta();
     assert_eq!(
         delta.counter(
             "coordinator_requests_total",
@@ -162,7 +103,12 @@ async fn calls_lookups_forwards_and_valkey_errors_are_counted() {
     );
     assert!(delta.counter("coordinator_route_lookups_total", &[("result", "miss")]) >= 1);
     assert!(delta.counter("coordinator_route_lookups_total", &[("result", "hit")]) >= 1);
-    assert!(delta.samples("coordinator_forward_seconds", &[("outcome", "ok")]) >= 3);
+    assert!(
+        delta
+            .samples("coordinator_forward_seconds", &[("outcome", "ok")])
+            .len()
+            >= 3
+    );
     assert!(delta.counter("coordinator_valkey_round_trips_total", &[]) >= 2);
 
     // A Valkey error: the destination's key holds a string, so the
@@ -177,7 +123,7 @@ async fn calls_lookups_forwards_and_valkey_errors_are_counted() {
         http.send("GET", &url("/destinations/broken/q")).await.0,
         StatusCode::SERVICE_UNAVAILABLE
     );
-    let delta = Delta::take();
+    let delta = take_delta();
     assert_eq!(
         delta.counter(
             "coordinator_valkey_errors_total",
@@ -199,49 +145,21 @@ async fn calls_lookups_forwards_and_valkey_errors_are_counted() {
 async fn concurrent_misses_count_as_one_miss_and_coalesced_lookups() {
     let _serial = LOCK.lock().await;
     snapshotter();
-    let p = prefix();
-    let pod = TestPod::start(&p, "pod-a", PodOptions::default()).await;
-    let reg = registry(&p, Some(Default::default()), Arc::new(RoundRobin::new())).await;
-    // Load the script first (EVALSHA may need a second trip once).
-    pod.member.add_to_destination(&dest("warm")).await.unwrap();
-    reg.route(&dest("warm"), ResolveOptions::default())
-        .await
-        .unwrap();
-    pod.member.add_to_destination(&dest("hot")).await.unwrap();
-    Delta::take();
+    let (_pod, reg) = pod_and_a_cold_destination(&prefix()).await;
+    take_delta();
 
     // Hold every Valkey reply for a while (CLIENT PAUSE ALL), so the first
     // lookup is still in flight when the other calls arrive: without it the
     // lookup can finish before a loaded two-core machine runs the others,
     // and they all hit the cache instead of sharing the lookup.
     let plain = valkey().await;
-    let _: String = plain
-        .custom(
-            fred::types::CustomCommand::new_static(
-                "CLIENT",
-                fred::types::ClusterHash::FirstKey,
-                false,
-            ),
-            vec!["PAUSE", "500", "ALL"],
-        )
-        .await
-        .expect("CLIENT PAUSE");
+    let _: String = server_command(&plain, "CLIENT", vec!["PAUSE", "500", "ALL"]).await;
 
     let n = 40;
-    let barrier = Arc::new(tokio::sync::Barrier::new(n));
-    let tasks: Vec<_> = (0..n)
-        .map(|_| {
-            let (reg, barrier) = (reg.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                reg.route(&dest("hot"), ResolveOptions::default()).await
-            })
-        })
-        .collect();
-    for t in tasks {
-        assert!(t.await.unwrap().unwrap().route().is_some());
+    for answer in resolve_at_once(&reg, &dest("hot"), n).await {
+        assert!(answer.unwrap().route().is_some());
     }
-    let delta = Delta::take();
+    let delta = take_delta();
     let lookups = |result| delta.counter("coordinator_route_lookups_total", &[("result", result)]);
     let (miss, coalesced, hit) = (lookups("miss"), lookups("coalesced"), lookups("hit"));
     assert_eq!(miss + coalesced + hit, n as u64);

@@ -16,7 +16,8 @@ use std::time::Duration;
 use common::*;
 use coordinator::strategy::{PickContext, RoundRobin, Strategy};
 use coordinator::{
-    MemberAddress, MemberConfig, MemberRecord, Resolution, ResolveOptions, RouteSource,
+    DestinationId, MemberAddress, MemberConfig, MemberRecord, Resolution, ResolveOptions,
+    RouteSource, ValkeyClient,
 };
 use fred::prelude::*;
 
@@ -124,9 +125,14 @@ async fn concurrent_first_touch_by_two_registries_ends_on_one_pod() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
-async fn expired_member_leaves_an_orphan_that_is_reassigned() {
+/// Pods `pod-a` and `pod-b` (records of a second), a registry without a
+/// cache, destination `name` bound to pod-a (and to pod-b when `both`);
+/// then pod-a dies and its record expires. Pod-b, the registry, the
+/// destination, a Valkey client.
+async fn after_the_death_of_pod_a(
+    name: &str,
+    both: bool,
+) -> (TestPod, coordinator::Registry, DestinationId, ValkeyClient) {
     let p = prefix();
     let opts = || PodOptions {
         ttl: Duration::from_secs(1),
@@ -136,18 +142,21 @@ async fn expired_member_leaves_an_orphan_that_is_reassigned() {
     let mut a = TestPod::start(&p, "pod-a", opts()).await;
     let b = TestPod::start(&p, "pod-b", opts()).await;
     let reg = registry(&p, None, Arc::new(RoundRobin::new())).await;
-    let d = dest("orphan");
+    let d = dest(name);
     reg.add_pod_to_destination(&d, a.id()).await.unwrap();
-
+    if both {
+        reg.add_pod_to_destination(&d, b.id()).await.unwrap();
+    }
     a.kill().await;
     let v = valkey().await;
-    let member_key = reg.keys().member(a.id());
-    assert!(
-        eventually(Duration::from_secs(4), || async {
-            !exists(&v, &member_key).await
-        })
-        .await
-    );
+    assert!(member_record_expires(&v, &a, Duration::from_secs(4)).await);
+    (b, reg, d, v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn expired_member_leaves_an_orphan_that_is_reassigned() {
+    let (b, reg, d, v) = after_the_death_of_pod_a("orphan", false).await;
 
     let orphan = ResolveOptions {
         claim_on_miss: false,
@@ -176,28 +185,7 @@ async fn expired_member_leaves_an_orphan_that_is_reassigned() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn partial_death_prunes_dead_members_and_routes_to_the_live_one() {
-    let p = prefix();
-    let opts = || PodOptions {
-        ttl: Duration::from_secs(1),
-        heartbeat: Duration::from_millis(200),
-        ..Default::default()
-    };
-    let mut a = TestPod::start(&p, "pod-a", opts()).await;
-    let b = TestPod::start(&p, "pod-b", opts()).await;
-    let reg = registry(&p, None, Arc::new(RoundRobin::new())).await;
-    let d = dest("half");
-    reg.add_pod_to_destination(&d, a.id()).await.unwrap();
-    reg.add_pod_to_destination(&d, b.id()).await.unwrap();
-
-    a.kill().await;
-    let v = valkey().await;
-    let member_key = reg.keys().member(a.id());
-    assert!(
-        eventually(Duration::from_secs(4), || async {
-            !exists(&v, &member_key).await
-        })
-        .await
-    );
+    let (b, reg, d, v) = after_the_death_of_pod_a("half", true).await;
 
     for _ in 0..3 {
         let res = reg.route(&d, NO_CLAIM).await.unwrap();
@@ -247,14 +235,9 @@ async fn heartbeat_recreates_an_expired_record() {
 
     // let everything expire, as if the pod had stalled
     pod.stop_heartbeat().await;
-    assert!(eventually(Duration::from_secs(4), || async { !exists(&v, &key).await }).await);
+    assert!(gone_within(&v, &key, Duration::from_secs(4)).await);
     let _: i64 = v.srem(&members, "pod-a").await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(4), || async {
-            !exists(&v, &lock_key).await
-        })
-        .await
-    );
+    assert!(gone_within(&v, &lock_key, Duration::from_secs(4)).await);
 
     pod.member.heartbeat().await.unwrap();
     let (addr, load): (Option<String>, Option<String>) =

@@ -43,8 +43,19 @@ struct Plan {
     queued: Vec<(Op, VecDeque<Fault>)>,
     latency: Option<Duration>,
     partitioned: bool,
+    refused: bool,
+    watch_hidden: bool,
     injected: u64,
     calls: [u64; 4],
+}
+
+/// Why every call fails, without the store.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    /// A transient error: the store is unreachable.
+    Partitioned,
+    /// A permanent error: the store refuses this client.
+    Refused,
 }
 
 /// Wraps a storage and injects faults into chosen calls.
@@ -100,7 +111,20 @@ impl FaultyStorage {
         self.lock().partitioned = partitioned;
     }
 
-    /// Faults injected so far (queued ones that fired, and partitioned calls).
+    /// While refused every call fails with a permanent error (bad
+    /// credentials, say); a refusal outranks a partition.
+    pub fn set_refused(&self, refused: bool) {
+        self.lock().refused = refused;
+    }
+
+    /// While hidden, `watch` answers [`WatchUnsupported`] (a storage
+    /// without the capability): waiters must poll.
+    pub fn set_watch_hidden(&self, hidden: bool) {
+        self.lock().watch_hidden = hidden;
+    }
+
+    /// Faults injected so far (queued ones that fired, and partitioned or
+    /// refused calls).
     pub fn injected(&self) -> u64 {
         self.lock().injected
     }
@@ -115,12 +139,17 @@ impl FaultyStorage {
     }
 
     /// Decides what happens to the next call of `op`.
-    fn next(&self, op: Op) -> (Option<Fault>, Option<Duration>, bool) {
+    fn next(&self, op: Op) -> (Option<Fault>, Option<Duration>, Option<Cut>) {
         let mut plan = self.lock();
         plan.calls[op as usize] += 1;
-        if plan.partitioned {
+        let cut = match (plan.refused, plan.partitioned) {
+            (true, _) => Some(Cut::Refused),
+            (false, true) => Some(Cut::Partitioned),
+            (false, false) => None,
+        };
+        if cut.is_some() {
             plan.injected += 1;
-            return (None, None, true);
+            return (None, None, cut);
         }
         let fault = plan
             .queued
@@ -130,15 +159,23 @@ impl FaultyStorage {
         if fault.is_some() {
             plan.injected += 1;
         }
-        (fault, plan.latency, false)
+        (fault, plan.latency, None)
     }
 
     async fn run<T>(&self, op: Op, call: impl Future<Output = Result<T>>) -> Result<T> {
-        let (fault, latency, partitioned) = self.next(op);
-        if partitioned {
-            return Err(StorageError::transient(format!(
-                "injected: partitioned ({op:?})"
-            )));
+        let (fault, latency, cut) = self.next(op);
+        match cut {
+            Some(Cut::Partitioned) => {
+                return Err(StorageError::transient(format!(
+                    "injected: partitioned ({op:?})"
+                )));
+            }
+            Some(Cut::Refused) => {
+                return Err(StorageError::permanent(format!(
+                    "injected: refused ({op:?})"
+                )));
+            }
+            None => {}
         }
         if let Some(latency) = latency {
             tokio::time::sleep(latency).await;
@@ -186,9 +223,12 @@ impl TtlStorage for FaultyStorage {
         self.run(Op::Get, self.inner.get(key)).await
     }
 
-    /// Watches through to the wrapped storage, without faults: a waiter
-    /// re-checks with the faulty operations anyway.
+    /// Watches through to the wrapped storage, without faults (a waiter
+    /// re-checks with the faulty operations anyway), unless hidden.
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
+        if self.lock().watch_hidden {
+            return Err(WatchUnsupported);
+        }
         self.inner.watch(key)
     }
 }

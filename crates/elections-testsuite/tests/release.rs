@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use elections::{ArmReason, Elections, EndReason, RecordingKiller};
+use elections::{ArmReason, Elections, EndReason, Leadership, RecordingKiller};
 use elections_testsuite::{Fault, FaultyStorage, Op};
 use storage_mem::MemStorage;
 use ttl_storage::{Key, TtlStorage};
@@ -15,19 +15,28 @@ fn key() -> Key {
     Key::new("release-test").unwrap()
 }
 
+/// Elections on `storage` with a recording killer, and their leadership
+/// of [`key`] as `a`.
+async fn leading_on(
+    storage: impl TtlStorage + 'static,
+) -> (Elections, Arc<RecordingKiller>, Leadership) {
+    let killer = RecordingKiller::new();
+    let elections = Elections::with_killer(storage, killer.clone());
+    let leadership = elections
+        .acquire_leadership(&key(), "a", D)
+        .await
+        .unwrap()
+        .unwrap();
+    (elections, killer, leadership)
+}
+
 /// Release disarms the killer *before* its best-effort delete: a release
 /// that starts just before the deadline, on a store whose deletes hang,
 /// is never killed mid-delete.
 #[tokio::test(start_paused = true)]
 async fn release_disarms_the_killer_before_the_delete() {
     let faulty = FaultyStorage::new(Arc::new(MemStorage::new()));
-    let killer = RecordingKiller::new();
-    let elections = Elections::with_killer(faulty.clone(), killer.clone());
-    let leadership = elections
-        .acquire_leadership(&key(), "a", D)
-        .await
-        .unwrap()
-        .unwrap();
+    let (elections, killer, leadership) = leading_on(faulty.clone()).await;
     // Renewals stop working; the killer deadline is 0.8 d after the last
     // successful write. Release starts shortly before it.
     faulty.set_partitioned(true);
@@ -47,12 +56,7 @@ async fn release_disarms_the_killer_before_the_delete() {
 #[tokio::test(start_paused = true)]
 async fn release_on_a_failing_store_has_no_trailing_pause() {
     let faulty = FaultyStorage::new(Arc::new(MemStorage::new()));
-    let elections = Elections::with_killer(faulty.clone(), RecordingKiller::new());
-    let leadership = elections
-        .acquire_leadership(&key(), "a", D)
-        .await
-        .unwrap()
-        .unwrap();
+    let (_elections, _killer, leadership) = leading_on(faulty.clone()).await;
     faulty.set_partitioned(true);
     let started = tokio::time::Instant::now();
     leadership.release().await;
@@ -65,12 +69,7 @@ async fn release_on_a_failing_store_has_no_trailing_pause() {
 #[tokio::test(start_paused = true)]
 async fn a_stale_handle_does_not_release_a_later_leadership() {
     let storage = MemStorage::new();
-    let elections = Elections::with_killer(storage.clone(), RecordingKiller::new());
-    let first = elections
-        .acquire_leadership(&key(), "a", D)
-        .await
-        .unwrap()
-        .unwrap();
+    let (elections, _killer, first) = leading_on(storage.clone()).await;
     let stale = first.clone();
     first.release().await;
     assert_eq!(stale.end_reason(), Some(EndReason::Released));
@@ -96,13 +95,7 @@ async fn a_stale_handle_does_not_release_a_later_leadership() {
 #[tokio::test(start_paused = true)]
 async fn dropping_everything_abandons_the_leadership_without_a_kill() {
     let storage = MemStorage::new();
-    let killer = RecordingKiller::new();
-    let elections = Elections::with_killer(storage.clone(), killer.clone());
-    let leadership = elections
-        .acquire_leadership(&key(), "a", D)
-        .await
-        .unwrap()
-        .unwrap();
+    let (elections, killer, leadership) = leading_on(storage.clone()).await;
     let token = leadership.cancellation_token();
     drop(elections);
     // The handle keeps the elections alive: renewals go on.

@@ -3,83 +3,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering},
-};
+use std::sync::Arc;
 use std::time::Duration;
 
 use elections::{Elections, RecordingKiller};
-use metrics_util::MetricKind;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use elections_testsuite::{Fault, FaultyStorage, Op};
+use metrics_snapshot::{DebuggingRecorder, Snapshot, Snapshotter};
 use storage_mem::MemStorage;
-use ttl_storage::{Key, StorageError, Ttl, TtlStorage};
+use ttl_storage::{Key, Ttl, TtlStorage};
 
-/// One metric: kind, name, labels, value.
-type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);
-
-/// One snapshot (taking it resets counters and gauges of the recorder).
-struct Snapshot(Vec<Metric>);
-
-impl Snapshot {
-    fn take(snapshotter: &Snapshotter) -> Self {
-        Snapshot(
-            snapshotter
-                .snapshot()
-                .into_vec()
-                .into_iter()
-                .map(|(key, _, _, value)| {
-                    let labels = key
-                        .key()
-                        .labels()
-                        .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                        .collect();
-                    (key.kind(), key.key().name().to_owned(), labels, value)
-                })
-                .collect(),
-        )
-    }
-
-    fn find(&self, kind: MetricKind, name: &str, labels: &[(&str, &str)]) -> Option<&DebugValue> {
-        self.0
-            .iter()
-            .find(|(k, n, l, _)| {
-                *k == kind
-                    && n == name
-                    && labels
-                        .iter()
-                        .all(|(lk, lv)| l.iter().any(|(k, v)| k == lk && v == lv))
-            })
-            .map(|(_, _, _, value)| value)
-    }
-
-    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        match self.find(MetricKind::Counter, name, labels) {
-            Some(DebugValue::Counter(n)) => *n,
-            None => 0,
-            Some(other) => panic!("{name}: {other:?}"),
-        }
-    }
-
-    fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        match self.find(MetricKind::Gauge, name, labels) {
-            Some(DebugValue::Gauge(v)) => Some(v.into_inner()),
-            None => None,
-            Some(other) => panic!("{name}: {other:?}"),
-        }
-    }
-
-    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
-        match self.find(MetricKind::Histogram, name, labels) {
-            Some(DebugValue::Histogram(v)) => v.iter().map(|x| x.into_inner()).collect(),
-            None => Vec::new(),
-            Some(other) => panic!("{name}: {other:?}"),
-        }
-    }
-}
-
-#[test]
-fn leadership_lifecycle_is_measured() {
+/// Runs `test` on a current-thread runtime with paused time, recording
+/// into a recorder of its own, whose snapshots it is given.
+fn measured(test: impl AsyncFnOnce(&Snapshotter)) {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -87,172 +22,126 @@ fn leadership_lifecycle_is_measured() {
         .start_paused(true)
         .build()
         .unwrap();
+    metrics::with_local_recorder(&recorder, || runtime.block_on(test(&snapshotter)));
+}
+
+#[test]
+fn leadership_lifecycle_is_measured() {
     let key = Key::new("metrics-leader").unwrap();
     let k = ("key", "metrics-leader");
-    metrics::with_local_recorder(&recorder, || {
-        runtime.block_on(async {
-            let storage = MemStorage::new();
-            let elections = Elections::with_killer(storage.clone(), RecordingKiller::new());
-            let duration = Duration::from_secs(20);
-            let leadership = elections
-                .acquire_leadership(&key, "node-1", duration)
+    measured(async |snapshotter| {
+        let storage = MemStorage::new();
+        let elections = Elections::with_killer(storage.clone(), RecordingKiller::new());
+        let duration = Duration::from_secs(20);
+        let leadership = elections
+            .acquire_leadership(&key, "node-1", duration)
+            .await
+            .unwrap()
+            .expect("free key");
+        // A second contender is refused.
+        let other = Elections::with_killer(storage.clone(), RecordingKiller::new());
+        assert!(
+            other
+                .acquire_leadership(&key, "node-2", duration)
                 .await
                 .unwrap()
-                .expect("free key");
-            // A second contender is refused.
-            let other = Elections::with_killer(storage.clone(), RecordingKiller::new());
-            assert!(
-                other
-                    .acquire_leadership(&key, "node-2", duration)
-                    .await
-                    .unwrap()
-                    .is_none()
-            );
+                .is_none()
+        );
 
-            // Two renewals (every d/4 = 5 s of paused time).
-            tokio::time::sleep(Duration::from_secs(11)).await;
-            let snap = Snapshot::take(&snapshotter);
-            assert_eq!(snap.gauge("elections_leader", &[k]), Some(1.0));
-            assert_eq!(snap.counter("elections_acquisitions_total", &[k]), 1);
-            assert_eq!(
-                snap.counter(
-                    "elections_acquisition_attempts_total",
-                    &[k, ("outcome", "acquired")]
-                ),
-                1
-            );
-            assert_eq!(
-                snap.counter(
-                    "elections_acquisition_attempts_total",
-                    &[k, ("outcome", "held_by_other")]
-                ),
-                1
-            );
-            assert_eq!(snap.samples("elections_renewal_seconds", &[k]).len(), 2);
-            // The killer deadline after a success is 0.8 d = 16 s after the
-            // write's start; a renewal 5 s later (instant in paused time)
-            // leaves 11 s.
-            assert_eq!(
-                snap.samples("elections_renewal_slack_seconds", &[k]),
-                vec![11.0, 11.0]
-            );
-            assert_eq!(snap.counter("elections_renewal_failures_total", &[k]), 0);
+        // Two renewals (every d/4 = 5 s of paused time).
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let snap = Snapshot::take(snapshotter);
+        assert_eq!(snap.gauge("elections_leader", &[k]), Some(1.0));
+        assert_eq!(snap.counter("elections_acquisitions_total", &[k]), 1);
+        assert_eq!(
+            snap.counter(
+                "elections_acquisition_attempts_total",
+                &[k, ("outcome", "acquired")]
+            ),
+            1
+        );
+        assert_eq!(
+            snap.counter(
+                "elections_acquisition_attempts_total",
+                &[k, ("outcome", "held_by_other")]
+            ),
+            1
+        );
+        assert_eq!(snap.samples("elections_renewal_seconds", &[k]).len(), 2);
+        // The killer deadline after a success is 0.8 d = 16 s after the
+        // write's start; a renewal 5 s later (instant in paused time)
+        // leaves 11 s.
+        assert_eq!(
+            snap.samples("elections_renewal_slack_seconds", &[k]),
+            vec![11.0, 11.0]
+        );
+        assert_eq!(snap.counter("elections_renewal_failures_total", &[k]), 0);
 
-            // Someone else takes the record: the next renewal loses.
-            let record = storage.get(&key).await.unwrap().unwrap();
-            assert!(storage.compare_and_delete(&key, &record).await.unwrap());
-            assert!(
-                storage
-                    .insert_if_not_exists(&key, b"intruder", Ttl::from_secs(60).unwrap())
-                    .await
-                    .unwrap()
-            );
-            leadership.ended().await;
-            let snap = Snapshot::take(&snapshotter);
-            assert_eq!(snap.gauge("elections_leader", &[k]), Some(0.0));
-            assert_eq!(
-                snap.counter("elections_losses_total", &[k, ("cause", "stolen")]),
-                1
-            );
+        // Someone else takes the record: the next renewal loses.
+        let record = storage.get(&key).await.unwrap().unwrap();
+        assert!(storage.compare_and_delete(&key, &record).await.unwrap());
+        assert!(
+            storage
+                .insert_if_not_exists(&key, b"intruder", Ttl::from_secs(60).unwrap())
+                .await
+                .unwrap()
+        );
+        leadership.ended().await;
+        let snap = Snapshot::take(snapshotter);
+        assert_eq!(snap.gauge("elections_leader", &[k]), Some(0.0));
+        assert_eq!(
+            snap.counter("elections_losses_total", &[k, ("cause", "stolen")]),
+            1
+        );
 
-            // The owner releases after the loss (disarming the killer).
-            leadership.release().await;
-            elections.cleanup().await;
-            other.cleanup().await;
-            let snap = Snapshot::take(&snapshotter);
-            assert_eq!(
-                snap.counter("elections_releases_total", &[k, ("cause", "released")]),
-                1
-            );
-            assert_eq!(snap.counter("elections_killer_fired_total", &[k]), 0);
-        });
+        // The owner releases after the loss (disarming the killer).
+        leadership.release().await;
+        elections.cleanup().await;
+        other.cleanup().await;
+        let snap = Snapshot::take(snapshotter);
+        assert_eq!(
+            snap.counter("elections_releases_total", &[k, ("cause", "released")]),
+            1
+        );
+        assert_eq!(snap.counter("elections_killer_fired_total", &[k]), 0);
     });
-}
-
-/// A store whose renewals (compare-and-swap) fail with a transient error
-/// while `failing` is set; everything else goes to `MemStorage`.
-struct FailingRenewals {
-    inner: MemStorage,
-    failing: Arc<AtomicBool>,
-}
-
-#[async_trait::async_trait]
-impl TtlStorage for FailingRenewals {
-    async fn insert_if_not_exists(
-        &self,
-        key: &Key,
-        value: &[u8],
-        ttl: Ttl,
-    ) -> ttl_storage::Result<bool> {
-        self.inner.insert_if_not_exists(key, value, ttl).await
-    }
-    async fn compare_and_swap(
-        &self,
-        key: &Key,
-        old: &[u8],
-        new: &[u8],
-        ttl: Ttl,
-    ) -> ttl_storage::Result<bool> {
-        if self.failing.load(Ordering::SeqCst) && old == new {
-            return Err(StorageError::transient("injected: store unreachable"));
-        }
-        self.inner.compare_and_swap(key, old, new, ttl).await
-    }
-    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> ttl_storage::Result<bool> {
-        self.inner.compare_and_delete(key, value).await
-    }
-    async fn get(&self, key: &Key) -> ttl_storage::Result<Option<Vec<u8>>> {
-        self.inner.get(key).await
-    }
 }
 
 /// Renewals that keep failing: each failed attempt is counted by its kind,
 /// and after the third the leadership is lost with cause `store_unavailable`.
 #[test]
 fn failed_renewals_are_counted_and_end_in_a_store_unavailable_loss() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
     let key = Key::new("metrics-failing").unwrap();
     let k = ("key", "metrics-failing");
-    metrics::with_local_recorder(&recorder, || {
-        runtime.block_on(async {
-            let failing = Arc::new(AtomicBool::new(false));
-            let storage = FailingRenewals {
-                inner: MemStorage::new(),
-                failing: failing.clone(),
-            };
-            let elections = Elections::with_killer(storage, RecordingKiller::new());
-            let leadership = elections
-                .acquire_leadership(&key, "node-1", Duration::from_secs(20))
-                .await
-                .unwrap()
-                .expect("free key");
-            Snapshot::take(&snapshotter);
-            failing.store(true, Ordering::SeqCst);
-            leadership.ended().await;
-            let snap = Snapshot::take(&snapshotter);
-            assert_eq!(
-                snap.counter(
-                    "elections_renewal_failures_total",
-                    &[k, ("kind", "transient")]
-                ),
-                3
-            );
-            assert_eq!(
-                snap.counter(
-                    "elections_losses_total",
-                    &[k, ("cause", "store_unavailable")]
-                ),
-                1
-            );
-            assert_eq!(snap.gauge("elections_leader", &[k]), Some(0.0));
-            leadership.release().await;
-            elections.cleanup().await;
-        });
+    measured(async |snapshotter| {
+        let storage = FaultyStorage::new(Arc::new(MemStorage::new()));
+        let elections = Elections::with_killer(storage.clone(), RecordingKiller::new());
+        let leadership = elections
+            .acquire_leadership(&key, "node-1", Duration::from_secs(20))
+            .await
+            .unwrap()
+            .expect("free key");
+        Snapshot::take(snapshotter);
+        // Every renewal from now on fails (there are only three).
+        storage.inject(Op::Cas, Fault::Transient, 100);
+        leadership.ended().await;
+        let snap = Snapshot::take(snapshotter);
+        assert_eq!(
+            snap.counter(
+                "elections_renewal_failures_total",
+                &[k, ("kind", "transient")]
+            ),
+            3
+        );
+        assert_eq!(
+            snap.counter(
+                "elections_losses_total",
+                &[k, ("cause", "store_unavailable")]
+            ),
+            1
+        );
+        assert_eq!(snap.gauge("elections_leader", &[k]), Some(0.0));
+        leadership.release().await;
+        elections.cleanup().await;
     });
 }

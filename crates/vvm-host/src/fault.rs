@@ -21,24 +21,17 @@ use std::{
 };
 
 use async_trait::async_trait;
-use ttl_storage::{DynTtlStorage, Key, StorageError, Ttl, TtlStorage};
+use ttl_storage::{DynTtlStorage, Key, StorageError};
+
+use crate::observed_storage::{Call, Gate, Observed, Observer, Outcome, Started};
 
 /// The environment variable that enables the hook.
 pub(crate) const FAULT_FILE_VAR: &str = "VVM_HOST_FAULT_FILE";
 
-/// `inner`, with the faults the file asks for.
+/// The faults the file asks for, around each storage call.
 pub(crate) struct FaultyStorage {
-    inner: DynTtlStorage,
     file: PathBuf,
     last_write: PathBuf,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Fault {
-    None,
-    Hang,
-    Error,
-    Lost,
 }
 
 impl FaultyStorage {
@@ -56,28 +49,13 @@ impl FaultyStorage {
         let file = PathBuf::from(file);
         let mut last_write = file.clone().into_os_string();
         last_write.push(".last-write");
-        std::sync::Arc::new(FaultyStorage {
+        Observed::wrap(
             inner,
-            file,
-            last_write: PathBuf::from(last_write),
-        })
-    }
-
-    async fn fault(&self) -> Result<Fault, StorageError> {
-        let text = tokio::fs::read_to_string(&self.file)
-            .await
-            .unwrap_or_default();
-        let fault = match text.trim() {
-            "hang" => Fault::Hang,
-            "error" => Fault::Error,
-            "lost" => Fault::Lost,
-            _ => Fault::None,
-        };
-        match fault {
-            Fault::Hang => std::future::pending().await,
-            Fault::Error => Err(StorageError::transient("injected storage fault")),
-            other => Ok(other),
-        }
+            FaultyStorage {
+                file,
+                last_write: PathBuf::from(last_write),
+            },
+        )
     }
 
     async fn wrote(&self, started: SystemTime) {
@@ -98,51 +76,25 @@ async fn write_atomically(path: &Path, text: String) {
 }
 
 #[async_trait]
-impl TtlStorage for FaultyStorage {
-    async fn insert_if_not_exists(
-        &self,
-        key: &Key,
-        value: &[u8],
-        ttl: Ttl,
-    ) -> ttl_storage::Result<bool> {
-        self.fault().await?;
-        let started = SystemTime::now();
-        let inserted = self.inner.insert_if_not_exists(key, value, ttl).await?;
-        if inserted {
-            self.wrote(started).await;
+impl Observer for FaultyStorage {
+    /// `hang` never returns, `error` fails the call, `lost` answers a
+    /// compare-and-swap "another value".
+    async fn before(&self, _call: Call) -> ttl_storage::Result<Gate> {
+        let text = tokio::fs::read_to_string(&self.file)
+            .await
+            .unwrap_or_default();
+        match text.trim() {
+            "hang" => std::future::pending().await,
+            "error" => Err(StorageError::transient("injected storage fault")),
+            "lost" => Ok(Gate::SwapLost),
+            _ => Ok(Gate::Through),
         }
-        Ok(inserted)
     }
 
-    async fn compare_and_swap(
-        &self,
-        key: &Key,
-        old: &[u8],
-        new: &[u8],
-        ttl: Ttl,
-    ) -> ttl_storage::Result<bool> {
-        if self.fault().await? == Fault::Lost {
-            return Ok(false);
+    /// Keeps the start of each successful write.
+    async fn after(&self, _key: &Key, started: Started, outcome: Outcome<'_>) {
+        if let Outcome::Wrote = outcome {
+            self.wrote(started.wall).await;
         }
-        let started = SystemTime::now();
-        let swapped = self.inner.compare_and_swap(key, old, new, ttl).await?;
-        if swapped {
-            self.wrote(started).await;
-        }
-        Ok(swapped)
-    }
-
-    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> ttl_storage::Result<bool> {
-        self.fault().await?;
-        self.inner.compare_and_delete(key, value).await
-    }
-
-    async fn get(&self, key: &Key) -> ttl_storage::Result<Option<Vec<u8>>> {
-        self.fault().await?;
-        self.inner.get(key).await
-    }
-
-    fn watch(&self, key: &Key) -> Result<ttl_storage::Watch, ttl_storage::WatchUnsupported> {
-        self.inner.watch(key)
     }
 }

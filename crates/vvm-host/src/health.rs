@@ -11,8 +11,10 @@ use std::{
 
 use async_trait::async_trait;
 use tokio::{sync::watch, time::Instant};
-use ttl_storage::{DynTtlStorage, Key, Ttl, TtlStorage};
+use ttl_storage::{DynTtlStorage, Key};
 use vvm_orch::VvmStatus;
+
+use crate::observed_storage::{Observed, Observer, Outcome, Started};
 
 /// The state `/healthz` reports, shared by the host, the storage wrapper
 /// and the HTTP handler.
@@ -139,73 +141,23 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A storage that tells [`Health`] how each call went.
-pub(crate) struct HealthStorage {
-    inner: DynTtlStorage,
-    health: Arc<Health>,
-}
+/// Tells [`Health`] how each storage call went.
+pub(crate) struct HealthStorage(Arc<Health>);
 
 impl HealthStorage {
     /// `inner`, reporting to `health`.
     pub(crate) fn wrap(inner: DynTtlStorage, health: Arc<Health>) -> DynTtlStorage {
-        Arc::new(HealthStorage { inner, health })
-    }
-
-    fn write(&self, key: &Key, started: Instant, result: &ttl_storage::Result<bool>) {
-        self.health.stored(match result {
-            Ok(true) => Ok(Some((key, started))),
-            Ok(false) => Ok(None),
-            Err(err) => Err(err.to_string()),
-        });
+        Observed::wrap(inner, HealthStorage(health))
     }
 }
 
 #[async_trait]
-impl TtlStorage for HealthStorage {
-    async fn insert_if_not_exists(
-        &self,
-        key: &Key,
-        value: &[u8],
-        ttl: Ttl,
-    ) -> ttl_storage::Result<bool> {
-        let started = Instant::now();
-        let result = self.inner.insert_if_not_exists(key, value, ttl).await;
-        self.write(key, started, &result);
-        result
-    }
-
-    async fn compare_and_swap(
-        &self,
-        key: &Key,
-        old: &[u8],
-        new: &[u8],
-        ttl: Ttl,
-    ) -> ttl_storage::Result<bool> {
-        let started = Instant::now();
-        let result = self.inner.compare_and_swap(key, old, new, ttl).await;
-        self.write(key, started, &result);
-        result
-    }
-
-    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> ttl_storage::Result<bool> {
-        let result = self.inner.compare_and_delete(key, value).await;
-        self.health.stored(match &result {
-            Ok(_) => Ok(None),
-            Err(err) => Err(err.to_string()),
+impl Observer for HealthStorage {
+    async fn after(&self, key: &Key, started: Started, outcome: Outcome<'_>) {
+        self.0.stored(match outcome {
+            Outcome::Wrote => Ok(Some((key, started.instant))),
+            Outcome::Answered => Ok(None),
+            Outcome::Failed(err) => Err(err.to_string()),
         });
-        result
-    }
-
-    async fn get(&self, key: &Key) -> ttl_storage::Result<Option<Vec<u8>>> {
-        let result = self.inner.get(key).await;
-        self.health.stored(match &result {
-            Ok(_) => Ok(None),
-            Err(err) => Err(err.to_string()),
-        });
-        result
-    }
-
-    fn watch(&self, key: &Key) -> Result<ttl_storage::Watch, ttl_storage::WatchUnsupported> {
-        self.inner.watch(key)
     }
 }

@@ -29,6 +29,7 @@ mod job;
 mod killer;
 mod log;
 mod observe;
+mod observed_storage;
 mod program;
 mod signals;
 mod status;

@@ -5,6 +5,24 @@ use std::io;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+/// The signals that shut vvm-host down: SIGINT, SIGTERM, SIGHUP, SIGQUIT.
+pub(crate) fn shutdown_kinds() -> [SignalKind; 4] {
+    [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+        SignalKind::quit(),
+    ]
+}
+
+/// Listens to `kinds` without ever reading them: their default action
+/// (ending or stopping the process) no longer applies while the returned
+/// listeners live. Handlers, unlike ignored signals, are reset when a child
+/// execs: a command started later gets the defaults.
+pub(crate) fn disarm(kinds: impl IntoIterator<Item = SignalKind>) -> io::Result<Vec<Signal>> {
+    kinds.into_iter().map(signal).collect()
+}
+
 /// Listens to the shutdown signals (which replaces their default action).
 pub(crate) struct ShutdownSignals {
     interrupt: Signal,

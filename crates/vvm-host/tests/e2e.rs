@@ -7,10 +7,7 @@ mod common;
 use std::process::{ExitStatus, Stdio};
 
 use common::*;
-use nix::{
-    sys::signal::{Signal, kill},
-    unistd::Pid,
-};
+use nix::sys::signal::Signal;
 
 #[test]
 fn exit_status_of_a_short_command_is_propagated() {
@@ -54,38 +51,20 @@ fn run_and_signal(
         .spawn()
         .unwrap();
     let (out_rx, out) = lines(child.stdout.take().unwrap());
-    let (_err_rx, err) = lines(child.stderr.take().unwrap());
-    let pid_line = wait_for_line(&out_rx, "pid=");
-    let pid: i32 = pid_line.trim_start_matches("pid=").parse().unwrap();
+    let (_, err) = lines(child.stderr.take().unwrap());
+    let pid = read_number(&out_rx, "pid=");
     wait_for_line(&out_rx, "ready");
-    kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), signal).unwrap();
-    let status = wait_with_limit(&mut child);
-    (status, pid, out.join().unwrap(), err.join().unwrap())
+    let (status, log) = stop(&mut child, signal, err);
+    (status, pid, out.join().unwrap(), log)
 }
 
-/// SIGINT (Ctrl-C) to vvm-host: the command gets SIGTERM (not SIGINT: the
-/// guard keeps it out of the terminal's group), stops, and only then is
-/// leadership released.
-#[test]
-fn sigint_stops_the_command_then_releases_leadership() {
+/// `signal` to vvm-host while its command traps SIGTERM: the command gets
+/// SIGTERM, stops, and only then is leadership released; exit 0. The log.
+fn stops_the_command_then_releases_leadership(signal: Signal) -> String {
     let (status, pid, stdout, log) = run_and_signal(
         &["--grace-period", "30s"],
         "echo pid=$$; trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
-        Signal::SIGINT,
-    );
-    assert_eq!(status.code(), Some(0), "{log}");
-    assert!(stdout.contains("got-term"), "{stdout}");
-    assert_gone(pid);
-    let stopped = log.find("command stopped").expect(&log);
-    let released = log.find("leadership released").expect(&log);
-    assert!(stopped < released, "{log}");
-}
-
-#[test]
-fn sigterm_stops_the_command_then_releases_leadership() {
-    let (status, pid, stdout, log) = run_and_terminate(
-        &["--grace-period", "30s"],
-        "echo pid=$$; trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+        signal,
     );
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(stdout.contains("got-term"), "{stdout}");
@@ -94,6 +73,20 @@ fn sigterm_stops_the_command_then_releases_leadership() {
     let stopped = log.find("command stopped").expect(&log);
     let released = log.find("leadership released").expect(&log);
     assert!(stopped < released, "{log}");
+    log
+}
+
+/// SIGINT (Ctrl-C) to vvm-host: the command gets SIGTERM (not SIGINT: the
+/// guard keeps it out of the terminal's group), stops, and only then is
+/// leadership released.
+#[test]
+fn sigint_stops_the_command_then_releases_leadership() {
+    stops_the_command_then_releases_leadership(Signal::SIGINT);
+}
+
+#[test]
+fn sigterm_stops_the_command_then_releases_leadership() {
+    let log = stops_the_command_then_releases_leadership(Signal::SIGTERM);
     assert!(!log.contains("SIGKILL"), "{log}");
 }
 
@@ -116,31 +109,14 @@ fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
 fn run_without_the_double_dash_leads_and_stops_on_sigint() {
     // The default storage: a redb file under $XDG_DATA_HOME/vvm-host/.
     let data = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(bin())
-        .args([
-            "run",
-            "--address",
-            "e2e",
-            NAME,
-            "sh",
-            "-c",
-            "echo key=$VVM_HOST_KEY; exec sleep 1000",
-        ])
-        .env("XDG_DATA_HOME", data.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (out_rx, _) = lines(child.stdout.take().unwrap());
-    let (_, err) = lines(child.stderr.take().unwrap());
+    let (mut child, out_rx, err) = spawn_piped(
+        std::process::Command::new(bin())
+            .args(["run", "--address", "e2e", NAME, "sh", "-c"])
+            .arg("echo key=$VVM_HOST_KEY; exec sleep 1000")
+            .env("XDG_DATA_HOME", data.path()),
+    );
     assert_eq!(wait_for_line(&out_rx, "key="), "key=e2e/1");
-    kill(
-        Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        Signal::SIGINT,
-    )
-    .unwrap();
-    let status = wait_with_limit(&mut child);
-    let log = err.join().unwrap();
+    let (status, log) = stop(&mut child, Signal::SIGINT, err);
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(log.contains("leadership released"), "{log}");
     let file = data.path().join("vvm-host").join("vvm-host.redb");
@@ -213,13 +189,7 @@ fn an_exclusive_redb_file_held_by_another_vvm_host_is_refused() {
         "redb://{}?mode=exclusive",
         dir.path().join("leases.redb").display()
     );
-    let mut first = vvm_host(&["--storage", &url, "--", "sleep", "1000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (err_rx, err) = lines(first.stderr.take().unwrap());
-    wait_for_line(&err_rx, "command started");
+    let (mut first, _, err) = spawn_started(&["--storage", &url, "--", "sleep", "1000"]);
 
     let second = vvm_host(&["--storage", &url, "--", "true"])
         .output()
@@ -228,13 +198,7 @@ fn an_exclusive_redb_file_held_by_another_vvm_host_is_refused() {
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.contains("already open"), "{stderr}");
 
-    kill(
-        Pid::from_raw(i32::try_from(first.id()).unwrap()),
-        Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = wait_with_limit(&mut first);
-    let log = err.join().unwrap();
+    let (status, log) = stop(&mut first, Signal::SIGTERM, err);
     assert_eq!(status.code(), Some(0), "{log}");
 }
 
@@ -255,13 +219,7 @@ fn after_a_crash_the_next_vvm_host_waits_for_the_lease() {
         "1000",
     ];
 
-    let mut crashed = vvm_host(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (err_rx, _err) = lines(crashed.stderr.take().unwrap());
-    wait_for_line(&err_rx, "command started");
+    let (mut crashed, _, _) = spawn_started(&args);
     crashed.kill().unwrap(); // SIGKILL: no release
     crashed.wait().unwrap();
     assert!(
@@ -269,25 +227,14 @@ fn after_a_crash_the_next_vvm_host_waits_for_the_lease() {
         "the record outlives the crash"
     );
 
-    let mut next = vvm_host(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (err_rx, err) = lines(next.stderr.take().unwrap());
+    let (mut next, err_rx, err) = spawn_logging(&mut vvm_host(&args));
     let standby = wait_for_line(&err_rx, "key held by another node");
     assert!(
         standby.contains("holder=\"e2e#pid") && standby.contains("waiting indefinitely"),
         "{standby}"
     );
     wait_for_line(&err_rx, "command started");
-    kill(
-        Pid::from_raw(i32::try_from(next.id()).unwrap()),
-        Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = wait_with_limit(&mut next);
-    let log = err.join().unwrap();
+    let (status, log) = stop(&mut next, Signal::SIGTERM, err);
     assert_eq!(status.code(), Some(0), "{log}");
     assert_eq!(stored_key1(&file), None, "{log}");
 }

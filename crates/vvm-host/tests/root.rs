@@ -22,7 +22,7 @@ const ROOT: &str =
     "needs root (loop mount, fsfreeze, ns_last_pid, cgroups): run with --ignored as root";
 
 struct Host {
-    child: Child,
+    child: Reaped,
     out: std::sync::mpsc::Receiver<String>,
     dir: tempfile::TempDir,
 }
@@ -37,30 +37,21 @@ impl Host {
     /// processes that use it), its log sent to `log`.
     fn start_in(dir: tempfile::TempDir, extra: &[&str], script: &str, log: Stdio) -> Host {
         assert!(is_root(), "{ROOT}");
-        let url = format!("redb://{}", dir.path().join("leases.redb").display());
-        let lease = format!("{}s", LEASE.as_secs());
-        let mut args = vec!["--storage", &url, "--leadership-duration", &lease];
-        args.extend(extra);
-        args.extend(["--", "bash", "-c", script]);
-        let mut child = vvm_host(&args)
-            .env("VVM_HOST_FAULT_FILE", dir.path().join("fault"))
+        let mut child = faulty_host(dir.path(), LEASE, extra, script)
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
             .unwrap();
         let (out, _) = lines(child.stdout.take().unwrap());
-        Host { child, out, dir }
+        Host {
+            child: Reaped(child),
+            out,
+            dir,
+        }
     }
 
     fn lease_end(&self) -> SystemTime {
-        last_write(&self.dir.path().join("fault")) + LEASE
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        lease_end(self.dir.path(), LEASE)
     }
 }
 

@@ -38,12 +38,7 @@ impl Host {
     fn start(extra: &[&str], script: &str) -> Host {
         let dir = tempfile::tempdir().unwrap();
         let fault = dir.path().join("fault");
-        let url = format!("redb://{}", dir.path().join("leases.redb").display());
-        let lease = format!("{}s", LEASE.as_secs());
-        let mut args = vec!["--storage", &url, "--leadership-duration", &lease];
-        args.extend(extra);
-        args.extend(["--", "bash", "-c", script]);
-        let (child, out, log) = spawn_piped(vvm_host(&args).env("VVM_HOST_FAULT_FILE", &fault));
+        let (child, out, log) = spawn_piped(&mut faulty_host(dir.path(), LEASE, extra, script));
         Host {
             child,
             out,
@@ -66,6 +61,35 @@ impl Host {
 
     fn lease_end(&self) -> SystemTime {
         last_write(&self.fault) + LEASE
+    }
+}
+
+impl Host {
+    /// [`Host::start`] with the job [`job_with_escaping_grandchild`]`(rest)`,
+    /// once the job is ready: the host and the pids of the command and of
+    /// its escaped grandchild.
+    fn start_job(extra: &[&str], rest: &str) -> (Host, i32, i32) {
+        let host = Host::start(extra, &job_with_escaping_grandchild(rest));
+        let (pid, grandchild) = job_pids(&host.out);
+        (host, pid, grandchild)
+    }
+
+    /// The job `pids` of this vvm-host, stopped now (SIGSTOP), are killed
+    /// by the guard alone before the lease the last write granted ends;
+    /// continued, vvm-host exits 123.
+    fn assert_the_guard_alone_kills(mut self, pids: [i32; 2]) {
+        for pid in pids {
+            wait_gone(pid);
+        }
+        let lease_end = self.lease_end();
+        signal(&self.child, Signal::SIGCONT);
+        let (code, log) = self.finish();
+        assert_gone_before(pids, lease_end, &log);
+        assert!(
+            log.contains("the leadership deadline passed without word from vvm-host"),
+            "{log}"
+        );
+        assert_eq!(code, Some(123), "{log}");
     }
 }
 
@@ -94,9 +118,8 @@ fn assert_gone_before(pids: [i32; 2], lease_end: SystemTime, log: &str) {
     ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
 )]
 fn a_store_that_hangs_gets_the_whole_command_killed_before_the_lease_expires() {
-    let script = job_with_escaping_grandchild("trap '' TERM; exec sleep 1000");
-    let mut host = Host::start(&["--grace-period", "60s"], &script);
-    let (pid, grandchild) = job_pids(&host.out);
+    let (mut host, pid, grandchild) =
+        Host::start_job(&["--grace-period", "60s"], "trap '' TERM; exec sleep 1000");
     host.inject("hang");
     for pid in [pid, grandchild] {
         wait_gone(pid);
@@ -115,23 +138,10 @@ fn a_store_that_hangs_gets_the_whole_command_killed_before_the_lease_expires() {
     ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
 )]
 fn a_stopped_vvm_host_has_its_command_killed_by_the_guard_before_the_lease_expires() {
-    let script = job_with_escaping_grandchild("trap '' TERM; exec sleep 1000");
-    let mut host = Host::start(&[], &script);
-    let (pid, grandchild) = job_pids(&host.out);
+    let (host, pid, grandchild) = Host::start_job(&[], "trap '' TERM; exec sleep 1000");
     signal(&host.child, Signal::SIGSTOP);
-    for pid in [pid, grandchild] {
-        wait_gone(pid);
-    }
     // vvm-host was stopped all along: the guard acted alone.
-    let lease_end = host.lease_end();
-    signal(&host.child, Signal::SIGCONT);
-    let (code, log) = host.finish();
-    assert_gone_before([pid, grandchild], lease_end, &log);
-    assert!(
-        log.contains("the leadership deadline passed without word from vvm-host"),
-        "{log}"
-    );
-    assert_eq!(code, Some(123), "{log}");
+    host.assert_the_guard_alone_kills([pid, grandchild]);
 }
 
 /// The earliest stop there is: the command itself stops vvm-host (its
@@ -147,7 +157,7 @@ fn a_vvm_host_stopped_as_the_command_starts_still_has_it_killed_in_time() {
         "read -r _ _ _ host _ < /proc/$PPID/stat; kill -STOP $host; echo stopped=$host; {}",
         job_with_escaping_grandchild("trap '' TERM; exec sleep 1000")
     );
-    let mut host = Host::start(&[], &script);
+    let host = Host::start(&[], &script);
     let stopped = read_number(&host.out, "stopped=");
     let (pid, grandchild) = job_pids(&host.out);
     assert_eq!(
@@ -155,25 +165,12 @@ fn a_vvm_host_stopped_as_the_command_starts_still_has_it_killed_in_time() {
         i32::try_from(host.child.id()).unwrap(),
         "the script stopped vvm-host"
     );
-    for pid in [pid, grandchild] {
-        wait_gone(pid);
-    }
-    let lease_end = host.lease_end();
-    signal(&host.child, Signal::SIGCONT);
-    let (code, log) = host.finish();
-    assert_gone_before([pid, grandchild], lease_end, &log);
-    assert!(
-        log.contains("the leadership deadline passed without word from vvm-host"),
-        "{log}"
-    );
-    assert_eq!(code, Some(123), "{log}");
+    host.assert_the_guard_alone_kills([pid, grandchild]);
 }
 
 #[test]
 fn sigkill_of_vvm_host_kills_the_command_and_its_escaped_grandchild() {
-    let script = job_with_escaping_grandchild("trap '' TERM; exec sleep 1000");
-    let mut host = Host::start(&[], &script);
-    let (pid, grandchild) = job_pids(&host.out);
+    let (mut host, pid, grandchild) = Host::start_job(&[], "trap '' TERM; exec sleep 1000");
     assert!(exists(pid) && exists(grandchild));
     signal(&host.child, Signal::SIGKILL);
     let (code, _log) = host.finish();
@@ -189,11 +186,10 @@ fn sigkill_of_vvm_host_kills_the_command_and_its_escaped_grandchild() {
     ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
 )]
 fn a_failing_store_ends_in_an_orderly_stop_and_the_lost_status() {
-    let script = job_with_escaping_grandchild(
+    let (mut host, pid, grandchild) = Host::start_job(
+        &["--grace-period", "60s"],
         "trap 'echo got-term; exit 0' TERM; while :; do sleep 0.05; done",
     );
-    let mut host = Host::start(&["--grace-period", "60s"], &script);
-    let (pid, grandchild) = job_pids(&host.out);
     host.inject("error");
     wait_for_line(&host.out, "got-term");
     let (code, log) = host.finish();
@@ -214,9 +210,10 @@ fn a_failing_store_ends_in_an_orderly_stop_and_the_lost_status() {
     ignore = "VVM_HOST_FAULT_FILE works in debug builds only"
 )]
 fn a_lease_taken_away_stops_the_command_with_the_configured_status() {
-    let script = job_with_escaping_grandchild("trap 'exit 0' TERM; while :; do sleep 0.05; done");
-    let mut host = Host::start(&["--exit-code-lost", "99"], &script);
-    let (pid, grandchild) = job_pids(&host.out);
+    let (mut host, pid, grandchild) = Host::start_job(
+        &["--exit-code-lost", "99"],
+        "trap 'exit 0' TERM; while :; do sleep 0.05; done",
+    );
     host.inject("lost");
     let (code, log) = host.finish();
     assert_gone_before([pid, grandchild], host.lease_end(), &log);
@@ -230,11 +227,10 @@ fn a_lease_taken_away_stops_the_command_with_the_configured_status() {
 #[test]
 fn sighup_and_sigquit_shut_down_in_order() {
     for sig in [Signal::SIGHUP, Signal::SIGQUIT] {
-        let script = job_with_escaping_grandchild(
+        let (mut host, pid, grandchild) = Host::start_job(
+            &[],
             "trap 'echo got-term; exit 0' TERM; while :; do sleep 0.05; done",
         );
-        let mut host = Host::start(&[], &script);
-        let (pid, grandchild) = job_pids(&host.out);
         signal(&host.child, sig);
         wait_for_line(&host.out, "got-term");
         let (code, log) = host.finish();
@@ -251,9 +247,7 @@ fn sighup_and_sigquit_shut_down_in_order() {
 /// warning in the log).
 #[test]
 fn a_command_that_exits_leaves_nothing_behind_and_its_status_passes_through() {
-    let script = job_with_escaping_grandchild("exit 123");
-    let mut host = Host::start(&[], &script);
-    let (_pid, grandchild) = job_pids(&host.out);
+    let (mut host, _pid, grandchild) = Host::start_job(&[], "exit 123");
     let (code, log) = host.finish();
     assert_eq!(code, Some(123), "{log}");
     assert!(

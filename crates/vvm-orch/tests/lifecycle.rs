@@ -9,16 +9,17 @@ use std::{
     time::Duration,
 };
 
-use elections::{ArmReason, record::leader_value};
+use elections::{ArmReason, RecordingKiller, record::leader_value};
 use elections_testsuite::{Fault, FaultyStorage, Op};
 use storage_mem::MemStorage;
 use tokio::time::Instant;
-use ttl_storage::{Key, Ttl, TtlStorage};
+use ttl_storage::{Ttl, TtlStorage};
 mod common;
 
 use common::{Error, config, idle, key1, launch};
 use vvm_orch::{
-    ConfigError, ServiceContext, ServicePipeline, Vvm, VvmProblem, VvmStatus, service_fn,
+    ConfigError, LaunchedVvm, ProblemSignal, ServiceContext, ServicePipeline, Vvm, VvmProblem,
+    VvmStatus, service_fn,
 };
 
 /// Runs until asked to stop, and records what it saw.
@@ -43,6 +44,26 @@ fn probing(probe: Arc<Probe>, storage: MemStorage) -> impl ServicePipeline {
             Ok::<_, Error>(())
         }
     })
+}
+
+/// A VVM `vvm` on fresh storage whose service is a [`Probe`], once it
+/// leads: the storage, the probe, and what [`launch`] returns.
+async fn leading_with_a_probe() -> (
+    MemStorage,
+    Arc<Probe>,
+    LaunchedVvm,
+    ProblemSignal,
+    Arc<RecordingKiller>,
+) {
+    let storage = MemStorage::new();
+    let probe = Arc::new(Probe::default());
+    let (vvm, problem, killer) = launch(
+        config("vvm"),
+        storage.clone(),
+        probing(probe.clone(), storage.clone()),
+    );
+    vvm.wait_for_leadership().await.unwrap();
+    (storage, probe, vvm, problem, killer)
 }
 
 /// Another writer replaces the leader's record.
@@ -111,14 +132,7 @@ async fn basic() {
 /// VVM reports `LeadershipLost`, stops its services, and shuts down cleanly.
 #[tokio::test(start_paused = true)]
 async fn shutdown_on_leadership_loss() {
-    let storage = MemStorage::new();
-    let probe = Arc::new(Probe::default());
-    let (vvm, problem, killer) = launch(
-        config("vvm"),
-        storage.clone(),
-        probing(probe.clone(), storage.clone()),
-    );
-    vvm.wait_for_leadership().await.unwrap();
+    let (storage, probe, vvm, problem, killer) = leading_with_a_probe().await;
     intrude(&storage).await;
 
     problem.raised().await;
@@ -150,14 +164,7 @@ async fn shutdown_on_leadership_loss() {
 /// after the services have stopped.
 #[tokio::test(start_paused = true)]
 async fn shutdown_releases_leadership_after_services_stop() {
-    let storage = MemStorage::new();
-    let probe = Arc::new(Probe::default());
-    let (vvm, problem, killer) = launch(
-        config("vvm"),
-        storage.clone(),
-        probing(probe.clone(), storage.clone()),
-    );
-    vvm.wait_for_leadership().await.unwrap();
+    let (storage, probe, vvm, problem, killer) = leading_with_a_probe().await;
     tokio::time::sleep(Duration::from_secs(60)).await; // a few renewals
     let value = vvm.value().to_owned();
 
@@ -410,40 +417,18 @@ async fn interrupted_shutdown_completes_in_the_background() {
     assert_eq!(storage.get(&key1()).await.unwrap(), None);
 }
 
-/// A storage that refuses everything permanently (bad credentials, say).
-struct Refusing;
-
-#[async_trait::async_trait]
-impl TtlStorage for Refusing {
-    async fn insert_if_not_exists(&self, _: &Key, _: &[u8], _: Ttl) -> ttl_storage::Result<bool> {
-        Err(ttl_storage::StorageError::permanent("access denied"))
-    }
-    async fn compare_and_swap(
-        &self,
-        _: &Key,
-        _: &[u8],
-        _: &[u8],
-        _: Ttl,
-    ) -> ttl_storage::Result<bool> {
-        Err(ttl_storage::StorageError::permanent("access denied"))
-    }
-    async fn compare_and_delete(&self, _: &Key, _: &[u8]) -> ttl_storage::Result<bool> {
-        Err(ttl_storage::StorageError::permanent("access denied"))
-    }
-    async fn get(&self, _: &Key) -> ttl_storage::Result<Option<Vec<u8>>> {
-        Err(ttl_storage::StorageError::permanent("access denied"))
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn permanent_storage_errors_fail_the_launch_at_once() {
+    // A storage that refuses everything permanently (bad credentials, say).
+    let refusing = FaultyStorage::new(Arc::new(MemStorage::new()));
+    refusing.set_refused(true);
     let started = Instant::now();
-    let (vvm, problem, _) = launch(config("vvm"), Refusing, idle());
+    let (vvm, problem, _) = launch(config("vvm"), refusing, idle());
     problem.raised().await;
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(vvm.status(), VvmStatus::Failed);
     let err = vvm.shutdown().await.unwrap_err();
-    assert!(err.to_string().contains("access denied"), "{err}");
+    assert!(err.to_string().contains("injected: refused"), "{err}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -466,31 +451,6 @@ fn invalid_config_is_refused() {
     config.cluster_size = 0;
     let err = Vvm::provide(config, MemStorage::new(), idle()).unwrap_err();
     assert!(matches!(err, ConfigError::ClusterSize { size: 0, .. }));
-}
-
-/// Hides the watch capability of the storage it wraps: waiters must poll.
-struct Polled(MemStorage);
-
-#[async_trait::async_trait]
-impl TtlStorage for Polled {
-    async fn insert_if_not_exists(&self, k: &Key, v: &[u8], t: Ttl) -> ttl_storage::Result<bool> {
-        self.0.insert_if_not_exists(k, v, t).await
-    }
-    async fn compare_and_swap(
-        &self,
-        k: &Key,
-        old: &[u8],
-        new: &[u8],
-        t: Ttl,
-    ) -> ttl_storage::Result<bool> {
-        self.0.compare_and_swap(k, old, new, t).await
-    }
-    async fn compare_and_delete(&self, k: &Key, v: &[u8]) -> ttl_storage::Result<bool> {
-        self.0.compare_and_delete(k, v).await
-    }
-    async fn get(&self, k: &Key) -> ttl_storage::Result<Option<Vec<u8>>> {
-        self.0.get(k).await
-    }
 }
 
 /// A leader shuts down gracefully while a standby pauses between rounds;
@@ -528,7 +488,10 @@ async fn a_graceful_release_wakes_the_standby_at_once() {
 #[tokio::test(start_paused = true)]
 async fn without_watch_the_standby_polls() {
     let storage = MemStorage::new();
-    let took = handover_with(Polled(storage.clone()), storage).await;
+    // The standby's storage hides the watch capability: it must poll.
+    let polled = FaultyStorage::new(Arc::new(storage.clone()));
+    polled.set_watch_hidden(true);
+    let took = handover_with(polled, storage).await;
     assert!(
         took >= Duration::from_secs(5),
         "the standby took over after {took:?}"

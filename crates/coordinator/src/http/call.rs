@@ -13,13 +13,14 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::HeaderValue;
 use http::request::Parts;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::coordinator::Coordinator;
 use super::errors::{ApiError, has_dot_segment};
 use super::forward::ForwardError;
 use super::hook::CallResult;
 use super::pod::STALE_OWNER;
-use super::request_body::{CappedBody, RetryableBody};
+use super::request_body::RetryableBody;
 use super::response_body::GuardedBody;
 use super::{REQUEST_ID_HEADER, STALE_OWNER_HEADER, STALE_OWNER_STATUS};
 use crate::error::Error;
@@ -55,7 +56,16 @@ impl Call {
                 if declared.is_some_and(|n| n > limit) {
                     return Err(ApiError::PayloadTooLarge);
                 }
-                Body::new(CappedBody::new(body, limit, too_large.clone()))
+                // past the limit the stream fails, and the flag turns the
+                // forward's failure into a 413
+                let tripped = too_large.clone();
+                let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+                Body::new(Limited::new(body, limit).map_err(move |err| {
+                    if err.is::<LengthLimitError>() {
+                        tripped.store(true, Ordering::Relaxed);
+                    }
+                    axum::Error::new(err)
+                }))
             }
         };
         Ok(Self {

@@ -6,8 +6,8 @@
 //! forwarding step the routes share and its one retry after a refused
 //! connection, the member for the retry being the registry's choice),
 //! `forward` + `pool` (the HTTP client to pods), `request_body` /
-//! `response_body` (retryable and capped request bodies, the response body
-//! that cancels on early drop), `extract` (path id extractors), `errors`
+//! `response_body` (the retryable request body, the response body that
+//! cancels on early drop), `extract` (path id extractors), `errors`
 //! (the JSON answers), `pod` (the pod side).
 
 mod call;

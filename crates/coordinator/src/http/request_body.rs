@@ -1,6 +1,6 @@
-//! Request body wrappers: a body that can be retried until first polled
-//! (so a forward that failed to connect can go to another pod with the same,
-//! unbuffered body), and a body capped at a size.
+//! A request body that can be retried until first polled (so a forward that
+//! failed to connect can go to another pod with the same, unbuffered body).
+//! The cap on a body's size is `http_body_util::Limited` (in `call.rs`).
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -106,59 +106,5 @@ impl http_body::Body for OnceBody {
             Some(b) => b.size_hint(),
             None => self.hint,
         }
-    }
-}
-
-/// A request body cut off after `limit` bytes: past it, the stream fails
-/// and `tripped` is set, so the handler can answer 413.
-pub(crate) struct CappedBody {
-    inner: Body,
-    left: u64,
-    tripped: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl CappedBody {
-    pub(crate) fn new(
-        inner: Body,
-        limit: u64,
-        tripped: Arc<std::sync::atomic::AtomicBool>,
-    ) -> Self {
-        Self {
-            inner,
-            left: limit,
-            tripped,
-        }
-    }
-}
-
-impl http_body::Body for CappedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            let n = data.len() as u64;
-            if n > self.left {
-                self.tripped
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                return Poll::Ready(Some(Err(axum::Error::new("request body too large"))));
-            }
-            self.left -= n;
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }

@@ -43,12 +43,12 @@ impl Script {
     }
 }
 
-/// Reads a destination set, its epoch and the records of its members in one
-/// step. Dead members are removed from the set when at least one member is
-/// live (which bumps the epoch).
-/// KEYS: destination set, epoch key. ARGV: member key prefix, prune flag ("1"/"0").
-/// Reply: `[total, ndead, epoch, dead..., (id, address, load)...]`.
-const RESOLVE: &str = r#"
+/// The Lua that starts [`RESOLVE`] and [`LIVE_MEMBERS`]: splits the ids of
+/// the set `KEYS[1]` into `live`, `(id, address, load)` triples of the
+/// members whose record `ARGV[1] .. id` exists, and `dead`, the others.
+macro_rules! split_members {
+    () => {
+        r#"
 local ids = redis.call('SMEMBERS', KEYS[1])
 local live = {}
 local dead = {}
@@ -61,7 +61,18 @@ for _, id in ipairs(ids) do
   else
     dead[#dead + 1] = id
   end
-end
+end"#
+    };
+}
+
+/// Reads a destination set, its epoch and the records of its members in one
+/// step. Dead members are removed from the set when at least one member is
+/// live (which bumps the epoch).
+/// KEYS: destination set, epoch key. ARGV: member key prefix, prune flag ("1"/"0").
+/// Reply: `[total, ndead, epoch, dead..., (id, address, load)...]`.
+const RESOLVE: &str = concat!(
+    split_members!(),
+    r#"
 if ARGV[2] == '1' and #live > 0 and #dead > 0 then
   redis.call('SREM', KEYS[1], unpack(dead))
   redis.call('INCR', KEYS[2])
@@ -71,31 +82,23 @@ local out = { tostring(#ids), tostring(#dead), epoch }
 for _, id in ipairs(dead) do out[#out + 1] = id end
 for _, x in ipairs(live) do out[#out + 1] = x end
 return out
-"#;
+"#
+);
 
 /// Lists live members and removes the ids of dead ones from the members set.
 /// KEYS: members set. ARGV: member key prefix.
 /// Reply: `[npruned, (id, address, load)...]`.
-const LIVE_MEMBERS: &str = r#"
-local ids = redis.call('SMEMBERS', KEYS[1])
-local out = { '0' }
-local dead = {}
-for _, id in ipairs(ids) do
-  local v = redis.call('HMGET', ARGV[1] .. id, 'address', 'load')
-  if v[1] then
-    out[#out + 1] = id
-    out[#out + 1] = v[1]
-    out[#out + 1] = v[2] or '0'
-  else
-    dead[#dead + 1] = id
-  end
-end
+const LIVE_MEMBERS: &str = concat!(
+    split_members!(),
+    r#"
 if #dead > 0 then
   redis.call('SREM', KEYS[1], unpack(dead))
 end
-out[1] = tostring(#dead)
+local out = { tostring(#dead) }
+for _, x in ipairs(live) do out[#out + 1] = x end
 return out
-"#;
+"#
+);
 
 /// Reads a lock record and its owner's member record.
 /// KEYS: lock key. ARGV: member key prefix.

@@ -3,6 +3,10 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
+mod server;
+
+pub use server::*;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,7 +25,7 @@ use coordinator::http::{
 use coordinator::strategy::{DynStrategy, RoundRobin};
 use coordinator::{
     CacheConfig, DestinationId, LockId, Member, MemberAddress, MemberConfig, MemberId, Registry,
-    RegistryConfig, SaturationConfig, ValkeyClient,
+    RegistryConfig, Resolution, ResolveOptions, SaturationConfig, ValkeyClient,
 };
 use fred::prelude::*;
 use http_body_util::{BodyExt, Full};
@@ -83,6 +87,17 @@ pub async fn smembers(client: &ValkeyClient, key: &str) -> BTreeSet<String> {
 
 pub async fn exists(client: &ValkeyClient, key: &str) -> bool {
     client.exists::<i64, _>(key).await.unwrap() > 0
+}
+
+/// Waits up to `within` for `key` to leave Valkey (a record expiring).
+pub async fn gone_within(client: &ValkeyClient, key: &str, within: Duration) -> bool {
+    eventually(within, || async { !exists(client, key).await }).await
+}
+
+/// Waits up to `within` for `pod`'s member record to expire.
+pub async fn member_record_expires(client: &ValkeyClient, pod: &TestPod, within: Duration) -> bool {
+    let key = pod.member.keys().member(pod.id());
+    gone_within(client, &key, within).await
 }
 
 /// What a test pod observed.
@@ -527,65 +542,39 @@ impl Http {
     }
 }
 
-/// The TLS port and CA file of the `VALKEY_URL` server: from
-/// `VALKEY_TLS_URL` + `VALKEY_TLS_CA` if set, else asked from the server
-/// itself (`cargo xtask test-drivers` starts it with a TLS port and a test CA).
-pub async fn tls_endpoint(plain: &ValkeyClient) -> (String, std::path::PathBuf) {
-    if let (Ok(url), Ok(ca)) = (
-        std::env::var("VALKEY_TLS_URL"),
-        std::env::var("VALKEY_TLS_CA"),
-    ) {
-        return (url, ca.into());
-    }
-    let config = |name: &'static str| async move {
-        let reply: Vec<String> = plain
-            .custom(
-                fred::types::CustomCommand::new_static(
-                    "CONFIG",
-                    fred::types::ClusterHash::FirstKey,
-                    false,
-                ),
-                vec!["GET", name],
-            )
-            .await
-            .expect("CONFIG GET");
-        reply.get(1).cloned().unwrap_or_default()
-    };
-    let port = config("tls-port").await;
-    let ca = config("tls-ca-cert-file").await;
-    assert!(
-        !port.is_empty() && port != "0" && !ca.is_empty(),
-        "the Valkey server has no TLS port: run `cargo xtask test-drivers --engine valkey` \
-         or set VALKEY_TLS_URL and VALKEY_TLS_CA"
-    );
-    let ca = std::path::PathBuf::from(ca);
-    assert!(ca.is_absolute(), "tls-ca-cert-file {ca:?} is not absolute");
-    (format!("rediss://127.0.0.1:{port}"), ca)
+/// A pod `pod-a` bound to destination `hot`, and a registry with a cache
+/// that has not looked `hot` up yet, but has run its lookup script once (so
+/// the next lookup is one round trip: EVALSHA may need a second trip once).
+pub async fn pod_and_a_cold_destination(p: &str) -> (TestPod, Registry) {
+    let pod = TestPod::start(p, "pod-a", PodOptions::default()).await;
+    let reg = registry(p, Some(Default::default()), Arc::new(RoundRobin::new())).await;
+    pod.member.add_to_destination(&dest("warm")).await.unwrap();
+    reg.route(&dest("warm"), ResolveOptions::default())
+        .await
+        .unwrap();
+    pod.member.add_to_destination(&dest("hot")).await.unwrap();
+    (pod, reg)
 }
 
-/// The test server certificate and key (for `localhost` / `127.0.0.1`,
-/// signed by the test CA of [`tls_endpoint`]): from `VALKEY_TLS_CERT` +
-/// `VALKEY_TLS_KEY` if set, else asked from the Valkey server.
-pub async fn tls_server_files(plain: &ValkeyClient) -> (std::path::PathBuf, std::path::PathBuf) {
-    if let (Ok(cert), Ok(key)) = (
-        std::env::var("VALKEY_TLS_CERT"),
-        std::env::var("VALKEY_TLS_KEY"),
-    ) {
-        return (cert.into(), key.into());
+/// Resolves `dest` in `n` tasks released at once; their answers.
+pub async fn resolve_at_once(
+    reg: &Registry,
+    dest: &DestinationId,
+    n: usize,
+) -> Vec<coordinator::Result<Resolution>> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (reg, barrier, dest) = (reg.clone(), barrier.clone(), dest.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                reg.route(&dest, ResolveOptions::default()).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
     }
-    let config = |name: &'static str| async move {
-        let reply: Vec<String> = plain
-            .custom(
-                fred::types::CustomCommand::new_static(
-                    "CONFIG",
-                    fred::types::ClusterHash::FirstKey,
-                    false,
-                ),
-                vec!["GET", name],
-            )
-            .await
-            .expect("CONFIG GET");
-        std::path::PathBuf::from(reply.get(1).cloned().unwrap_or_default())
-    };
-    (config("tls-cert-file").await, config("tls-key-file").await)
+    answers
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use coordinator::http::{EPOCH_HEADER, ROUTED_DESTINATION_HEADER};
 use coordinator::strategy::RoundRobin;
-use coordinator::{CacheConfig, LEASE_FRACTION};
+use coordinator::{CacheConfig, DestinationId, LEASE_FRACTION, ValkeyClient};
 
 use crate::common::*;
 
@@ -28,6 +28,54 @@ fn warm() -> CoordinatorOptions {
         strategy: std::sync::Arc::new(RoundRobin::new()),
         ..CoordinatorOptions::default()
     }
+}
+
+/// Two of each: pods a and b (fenced), coordinators c1 and c2 (warm
+/// caches); and destination `name`, an HTTP client and the destination's
+/// URL through c1 and c2. Nothing bound yet.
+async fn two_of_each(name: &str) -> TwoOfEach {
+    let p = prefix();
+    let a = TestPod::start(&p, "a", fenced()).await;
+    let b = TestPod::start(&p, "b", fenced()).await;
+    let c1 = TestCoordinator::start(&p, warm()).await;
+    let c2 = TestCoordinator::start(&p, warm()).await;
+    let urls = [&c1, &c2].map(|c| format!("{}/destinations/{name}", c.base));
+    (a, b, c1, c2, dest(name), Http::new(), urls)
+}
+
+type TwoOfEach = (
+    TestPod,
+    TestPod,
+    TestCoordinator,
+    TestCoordinator,
+    DestinationId,
+    Http,
+    [String; 2],
+);
+
+/// `d` bound to pod a through c1, whose cache then routes `url1` to a; a is
+/// cut from Valkey long enough for its record to expire, and another
+/// coordinator (`url2`) fails the destination over to b. The epoch of the
+/// binding to a.
+async fn failed_over_behind_c1(
+    valkey: &ValkeyClient,
+    a: &mut TestPod,
+    c1: &TestCoordinator,
+    d: &DestinationId,
+    http: &Http,
+    [url1, url2]: [&str; 2],
+) -> u64 {
+    let bound = c1.registry.add_pod_to_destination(d, a.id()).await.unwrap();
+    assert_eq!(http.send("GET", url1).await, (StatusCode::OK, "a".into()));
+    cut_from_valkey(a, valkey).await;
+    assert_eq!(http.send("GET", url2).await, (StatusCode::OK, "b".into()));
+    bound
+}
+
+/// `pod` loses Valkey but stays reachable: waits until its record expired.
+async fn cut_from_valkey(pod: &mut TestPod, valkey: &ValkeyClient) {
+    pod.stop_heartbeat().await;
+    assert!(member_record_expires(valkey, pod, Duration::from_secs(5)).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,34 +145,12 @@ async fn a_pod_that_cannot_heartbeat_stops_accepting_at_four_fifths_of_its_ttl()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn a_warm_cache_pointing_at_the_old_pod_after_failover_is_refused_and_rerouted() {
-    let p = prefix();
     let valkey = valkey().await;
-    let mut a = TestPod::start(&p, "a", fenced()).await;
-    let b = TestPod::start(&p, "b", fenced()).await;
-    let d = dest("moved");
-    let c1 = TestCoordinator::start(&p, warm()).await;
-    let c2 = TestCoordinator::start(&p, warm()).await;
-    let before = c1
-        .registry
-        .add_pod_to_destination(&d, a.id())
-        .await
-        .unwrap();
-    let http = Http::new();
-    let url1 = format!("{}/destinations/moved", c1.base);
-    assert_eq!(http.send("GET", &url1).await, (StatusCode::OK, "a".into()));
-
-    // a loses Valkey but stays reachable; its record expires
-    a.stop_heartbeat().await;
-    let member_key = a.member.keys().member(a.id());
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            !exists(&valkey, &member_key).await
-        })
-        .await
-    );
-    // another coordinator fails the destination over to b
-    let url2 = format!("{}/destinations/moved", c2.base);
-    assert_eq!(http.send("GET", &url2).await, (StatusCode::OK, "b".into()));
+    let (mut a, b, c1, c2, d, http, [url1, url2]) = two_of_each("moved").await;
+    // a loses Valkey but stays reachable; its record expires; another
+    // coordinator fails the destination over to b
+    let urls = [url1.as_str(), url2.as_str()];
+    let before = failed_over_behind_c1(&valkey, &mut a, &c1, &d, &http, urls).await;
     let route = c2.registry.route(&d, Default::default()).await.unwrap();
     let after = route.route().unwrap().epoch;
     assert!(
@@ -147,16 +173,8 @@ async fn a_warm_cache_pointing_at_the_old_pod_after_failover_is_refused_and_rero
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn an_older_epoch_is_refused_after_a_newer_one_was_seen() {
-    let p = prefix();
-    let a = TestPod::start(&p, "a", fenced()).await;
-    let b = TestPod::start(&p, "b", fenced()).await;
-    let d = dest("grown");
-    let c1 = TestCoordinator::start(&p, warm()).await;
-    let c2 = TestCoordinator::start(&p, warm()).await;
+    let (a, b, c1, _c2, d, http, [url1, url2]) = two_of_each("grown").await;
     a.member.add_to_destination(&d).await.unwrap();
-    let http = Http::new();
-    let url1 = format!("{}/destinations/grown", c1.base);
-    let url2 = format!("{}/destinations/grown", c2.base);
     // c1 caches {a} at the first epoch
     assert_eq!(http.send("GET", &url1).await, (StatusCode::OK, "a".into()));
     // the set grows (a fan-out): a newer epoch; c2 reads it and a sees it
@@ -237,33 +255,12 @@ async fn client_sent_fence_headers_never_reach_the_pod() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn a_pod_back_from_a_lapse_refuses_routes_cached_before_it() {
-    let p = prefix();
     let valkey = valkey().await;
-    let mut a = TestPod::start(&p, "a", fenced()).await;
-    let b = TestPod::start(&p, "b", fenced()).await;
-    let d = dest("healed");
-    let c1 = TestCoordinator::start(&p, warm()).await;
-    let c2 = TestCoordinator::start(&p, warm()).await;
-    c1.registry
-        .add_pod_to_destination(&d, a.id())
-        .await
-        .unwrap();
-    let http = Http::new();
-    let url1 = format!("{}/destinations/healed", c1.base);
-    let url2 = format!("{}/destinations/healed", c2.base);
-    assert_eq!(http.send("GET", &url1).await, (StatusCode::OK, "a".into()));
-
+    let (mut a, b, c1, _c2, d, http, [url1, url2]) = two_of_each("healed").await;
     // a is cut from Valkey long enough for its record to expire and for
     // another coordinator to move the destination to b
-    a.stop_heartbeat().await;
-    let member_key = a.member.keys().member(a.id());
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            !exists(&valkey, &member_key).await
-        })
-        .await
-    );
-    assert_eq!(http.send("GET", &url2).await, (StatusCode::OK, "b".into()));
+    let urls = [url1.as_str(), url2.as_str()];
+    failed_over_behind_c1(&valkey, &mut a, &c1, &d, &http, urls).await;
 
     // the partition heals: a heartbeats again and its lease is back
     a.restart_heartbeat();

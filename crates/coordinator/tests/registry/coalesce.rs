@@ -12,30 +12,12 @@ use crate::common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn concurrent_misses_of_one_destination_make_one_valkey_lookup() {
-    let p = prefix();
-    let mut pod = TestPod::start(&p, "pod-a", PodOptions::default()).await;
-    let reg = registry(&p, Some(Default::default()), Arc::new(RoundRobin::new())).await;
-    // load the script first (EVALSHA may need a second trip once)
-    pod.member.add_to_destination(&dest("warm")).await.unwrap();
-    reg.route(&dest("warm"), ResolveOptions::default())
-        .await
-        .unwrap();
-    pod.member.add_to_destination(&dest("hot")).await.unwrap();
+    let (mut pod, reg) = pod_and_a_cold_destination(&prefix()).await;
 
     let before = reg.metrics().valkey_round_trips;
     let n = 40;
-    let barrier = Arc::new(tokio::sync::Barrier::new(n));
-    let tasks: Vec<_> = (0..n)
-        .map(|_| {
-            let (reg, barrier) = (reg.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                reg.route(&dest("hot"), ResolveOptions::default()).await
-            })
-        })
-        .collect();
-    for t in tasks {
-        match t.await.unwrap().unwrap() {
+    for answer in resolve_at_once(&reg, &dest("hot"), n).await {
+        match answer.unwrap() {
             Resolution::Routed(r) => assert_eq!(r.member.id.as_str(), "pod-a"),
             other => panic!("not routed: {other:?}"),
         }

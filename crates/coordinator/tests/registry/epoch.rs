@@ -52,13 +52,7 @@ async fn every_change_of_a_pod_set_bumps_its_epoch_and_it_only_grows() {
     let d2 = dest("e2");
     let first = a.member.add_to_destination(&d2).await.unwrap();
     a.stop_heartbeat().await;
-    let member_key = a.member.keys().member(a.id());
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            !exists(&valkey, &member_key).await
-        })
-        .await
-    );
+    assert!(member_record_expires(&valkey, &a, Duration::from_secs(5)).await);
     let moved = reg.route(&d2, ResolveOptions::default()).await.unwrap();
     assert_eq!(moved.route().unwrap().member.id, *b.id());
     let reassigned = epoch(&moved);

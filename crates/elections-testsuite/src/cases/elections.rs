@@ -28,6 +28,26 @@ pub(super) async fn ended_within(l: &Leadership, within: Duration) -> EndReason 
     reason
 }
 
+/// Someone else swaps the record of `l` for `value` (the swap must win):
+/// the leadership ends as stolen by `value` at its next renewal.
+pub(super) async fn assert_stolen_by_a_swap(ctx: &Ctx, k: &Key, l: &Leadership, value: &[u8]) {
+    let d = ctx.lease();
+    let ttl = Ttl::new(d).unwrap();
+    let swapped = ctx
+        .storage
+        .compare_and_swap(k, l.record_value(), value, ttl);
+    assert!(swapped.await.unwrap());
+    let reason = ended_within(l, d / 4 + d / 10 + ctx.margin()).await;
+    let by = Some(value.to_vec());
+    assert_eq!(reason, EndReason::Stolen { by });
+}
+
+/// Someone else deletes the record of `l` (the delete must win).
+pub(super) async fn delete_behind(ctx: &Ctx, k: &Key, l: &Leadership) {
+    let deleted = ctx.storage.compare_and_delete(k, l.record_value());
+    assert!(deleted.await.unwrap());
+}
+
 pub(super) fn count(events: &[ArmEvent], reason: ArmReason) -> usize {
     events.iter().filter(|e| e.reason == reason).count()
 }
@@ -83,19 +103,7 @@ pub async fn elections_handle_fires_when_key_changed(ctx: Ctx) {
     let k = ctx.key("leader");
     let d = ctx.lease();
     let l = acquire(&e, &k, "me", d).await;
-    assert!(
-        ctx.storage
-            .compare_and_swap(&k, l.record_value(), b"intruder", Ttl::new(d).unwrap())
-            .await
-            .unwrap()
-    );
-    let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
-    assert_eq!(
-        reason,
-        EndReason::Stolen {
-            by: Some(b"intruder".to_vec())
-        }
-    );
+    assert_stolen_by_a_swap(&ctx, &k, &l, b"intruder").await;
     // The loss neither deletes the other's record nor disarms the killer.
     assert_eq!(
         ctx.storage.get(&k).await.unwrap(),
@@ -124,12 +132,7 @@ pub async fn elections_handle_fires_when_key_deleted(ctx: Ctx) {
     let k = ctx.key("leader");
     let d = ctx.lease();
     let l = acquire(&e, &k, "me", d).await;
-    assert!(
-        ctx.storage
-            .compare_and_delete(&k, l.record_value())
-            .await
-            .unwrap()
-    );
+    delete_behind(&ctx, &k, &l).await;
     let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
     assert_eq!(reason, EndReason::Expired);
     e.cleanup().await;

@@ -8,7 +8,7 @@ use ttl_storage::Key;
 
 use crate::{Ctx, ctx::sleep};
 
-use super::elections::{acquire, count, ended_within};
+use super::elections::{acquire, count, delete_behind, ended_within};
 
 /// The killer is armed at the right moments with the right deadlines.
 pub async fn elections_killer_deadlines(ctx: Ctx) {
@@ -90,12 +90,7 @@ async fn lose_to_a_delete(ctx: &Ctx) -> (Elections, Arc<RecordingKiller>, Key) {
     let (e, killer) = ctx.elections();
     let k = ctx.key("leader");
     let l = acquire(&e, &k, "me", d).await;
-    assert!(
-        ctx.storage
-            .compare_and_delete(&k, l.record_value())
-            .await
-            .unwrap()
-    );
+    delete_behind(ctx, &k, &l).await;
     ended_within(&l, d / 2 + ctx.margin()).await;
     (e, killer, k)
 }

@@ -1,11 +1,10 @@
 //! Renewal cases: transient errors retried, three failures end the
 //! leadership, and writes whose outcome is unknown resolved by reading back.
 use elections::{ArmReason, EndReason, record};
-use ttl_storage::Ttl;
 
 use crate::{Ctx, Fault, Op, ctx::sleep};
 
-use super::elections::{acquire, count, ended_within};
+use super::elections::{acquire, assert_stolen_by_a_swap, count, ended_within};
 
 /// Transient renewal errors are retried; leadership is kept when a retry succeeds.
 pub async fn elections_transient_errors_retried(ctx: Ctx) {
@@ -89,19 +88,7 @@ pub async fn elections_outcome_unknown_renewal_not_applied(ctx: Ctx) {
     let k = ctx.key("leader");
     let l = acquire(&e, &k, "me", d).await;
     faulty.inject(Op::Cas, Fault::UnknownNotApplied, 1);
-    assert!(
-        ctx.storage
-            .compare_and_swap(&k, l.record_value(), b"other", Ttl::new(d).unwrap())
-            .await
-            .unwrap()
-    );
-    let reason = ended_within(&l, d / 4 + d / 10 + ctx.margin()).await;
-    assert_eq!(
-        reason,
-        EndReason::Stolen {
-            by: Some(b"other".to_vec())
-        }
-    );
+    assert_stolen_by_a_swap(&ctx, &k, &l, b"other").await;
     assert_eq!(faulty.calls(Op::Cas), 2, "confirming write + one attempt");
     assert_eq!(count(&killer.events(), ArmReason::BeforeRenewal), 1);
     e.cleanup().await;

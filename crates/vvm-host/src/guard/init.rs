@@ -34,6 +34,8 @@ use tokio::{
     signal::unix::{SignalKind, signal},
 };
 
+use crate::signals;
+
 /// The first argument that makes `vvm-host` act as the namespace's init.
 pub(crate) const INIT_ARG: &str = "__vvm-host-init";
 
@@ -68,16 +70,7 @@ async fn init(program: OsString, args: Vec<OsString>) -> io::Result<()> {
     let mut children = signal(SignalKind::child())?;
     // Signals meant for vvm-host must not end the job's init: listening to
     // them replaces their default action; they are never read.
-    let mut ignored = Vec::new();
-    for kind in [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
-        SignalKind::quit(),
-    ] {
-        ignored.push(signal(kind)?);
-    }
-    let _ignored = ignored;
+    let _ignored = signals::disarm(signals::shutdown_kinds())?;
 
     let command = Command::new(&program)
         .args(&args)

@@ -52,7 +52,7 @@ use tokio::{
 };
 
 use self::{job::Job, report::Reporter};
-use crate::containment::Mode;
+use crate::{containment::Mode, signals};
 
 /// The first argument that makes `vvm-host` act as the guard.
 pub(crate) const GUARD_ARG: &str = "__vvm-host-guard";
@@ -219,22 +219,13 @@ async fn guard(
 ) -> io::Result<()> {
     let lifeline = UnixStream::from_std(lifeline)?;
     // Signals meant for vvm-host, and the terminal's job-control signals,
-    // must not end or stop the guard: listening to them replaces their
-    // default action. (Handlers, unlike ignored signals, are reset when a
-    // child execs: the command gets the defaults.)
-    let mut ignored = Vec::new();
-    for kind in [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
-        SignalKind::quit(),
-        SignalKind::from_raw(nix::libc::SIGTSTP),
-        SignalKind::from_raw(nix::libc::SIGTTIN),
-        SignalKind::from_raw(nix::libc::SIGTTOU),
-    ] {
-        ignored.push(signal(kind)?);
-    }
-    let _ignored = ignored;
+    // must not end or stop the guard (the command gets the defaults).
+    let job_control = [nix::libc::SIGTSTP, nix::libc::SIGTTIN, nix::libc::SIGTTOU];
+    let _ignored = signals::disarm(
+        signals::shutdown_kinds()
+            .into_iter()
+            .chain(job_control.map(SignalKind::from_raw)),
+    )?;
     let mut children = signal(SignalKind::child())?;
     let mut lines = BufReader::new(lifeline).lines();
     let mut lifeline_open = true;

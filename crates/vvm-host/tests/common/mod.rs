@@ -52,22 +52,41 @@ pub fn vvm_host(args: &[&str]) -> Command {
 /// A vvm-host leading on `url` for a minute (its command `sleep 1000`),
 /// once its command has started; its log is read and dropped.
 pub fn leader_on(url: &str) -> Child {
-    let mut leader = vvm_host(&[
-        "--storage",
-        url,
-        "--leadership-duration",
-        "60s",
-        "--",
-        "sleep",
-        "1000",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let (err_rx, _err) = lines(leader.stderr.take().unwrap());
-    wait_for_line(&err_rx, "command started");
-    leader
+    let args = ["--storage", url, "--leadership-duration", "60s"];
+    spawn_started(&[&args[..], &["--", "sleep", "1000"]].concat()).0
+}
+
+/// Spawns `command` with its stdout dropped: `(child, its log line by
+/// line, all of its log once it closes)`.
+pub fn spawn_logging(
+    command: &mut Command,
+) -> (Child, mpsc::Receiver<String>, thread::JoinHandle<String>) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (log_rx, log) = lines(child.stderr.take().unwrap());
+    (child, log_rx, log)
+}
+
+/// [`vvm_host`] with `args`, spawned by [`spawn_logging`], once it has
+/// started its command.
+pub fn spawn_started(args: &[&str]) -> (Child, mpsc::Receiver<String>, thread::JoinHandle<String>) {
+    let (child, log_rx, log) = spawn_logging(&mut vvm_host(args));
+    wait_for_line(&log_rx, "command started");
+    (child, log_rx, log)
+}
+
+/// Sends `sig` to `child`, waits for it to exit: its status and `log`.
+pub fn stop(
+    child: &mut Child,
+    sig: Signal,
+    log: thread::JoinHandle<String>,
+) -> (ExitStatus, String) {
+    signal(child, sig);
+    let status = wait_with_limit(child);
+    (status, log.join().unwrap())
 }
 
 /// The record of key 1 in a redb file vvm-host has exited from.
@@ -195,6 +214,55 @@ pub fn job_with_escaping_grandchild(rest: &str) -> String {
 /// Sends `signal` to the child process.
 pub fn signal(child: &Child, signal: Signal) {
     kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), signal).unwrap();
+}
+
+/// `vvm-host` on `dir`'s redb file, leading for `lease` (whole seconds),
+/// with storage faults injected through `dir/fault` (which also records the
+/// writes), running `bash -c script`.
+pub fn faulty_host(
+    dir: &std::path::Path,
+    lease: Duration,
+    extra: &[&str],
+    script: &str,
+) -> Command {
+    let url = format!("redb://{}", dir.join("leases.redb").display());
+    let lease = format!("{}s", lease.as_secs());
+    let mut args = vec!["--storage", &url, "--leadership-duration", &lease];
+    args.extend(extra);
+    args.extend(["--", "bash", "-c", script]);
+    let mut command = vvm_host(&args);
+    command.env("VVM_HOST_FAULT_FILE", dir.join("fault"));
+    command
+}
+
+/// When the lease granted by the last write of a [`faulty_host`] on `dir`
+/// ends.
+pub fn lease_end(dir: &std::path::Path, lease: Duration) -> std::time::SystemTime {
+    last_write(&dir.join("fault")) + lease
+}
+
+/// A child process killed and reaped when dropped, so that a failed
+/// assertion leaves nothing running.
+pub struct Reaped(pub Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The wall-clock start of the last successful write that vvm-host's
