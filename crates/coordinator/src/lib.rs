@@ -68,8 +68,10 @@
 //!
 //! - One Valkey/Redis primary (or a cluster with a hash-tag prefix such as
 //!   `{coordinator}`, so every key lives in one slot); Lua scripting on.
-//! - Concurrent first-touch claims or reassignments may add several members
-//!   to a destination: all of them are valid serving pods (design invariant).
+//! - Of concurrent first-touch claims or reassignments of a destination
+//!   (two coordinators, or two calls of one), one adds its member; the
+//!   others read the set again and route to that member. Only a fan-out
+//!   (or an explicit bind) gives a destination several pods.
 //! - Pods speak HTTP/1.1 (or h2c with
 //!   [`http::ForwardConfig::http2_prior_knowledge`]), or HTTPS.
 //!

@@ -15,6 +15,9 @@ use crate::strategy::PickPurpose;
 use crate::telemetry;
 use crate::valkey::replies;
 
+/// Reads of a destination after claims lost to concurrent ones, at most.
+const CLAIM_ATTEMPTS: usize = 3;
+
 /// What to do when a destination has no usable pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ResolveOptions {
@@ -190,16 +193,39 @@ impl Registry {
     /// - live members: pick one with the strategy; dead members of the set
     ///   are removed (`SREM`) in the same atomic script;
     /// - empty or missing set: [`Resolution::Unbound`], or with
-    ///   `claim_on_miss` a first-touch claim (`SADD` of a picked live member;
-    ///   concurrent claimers may each add theirs, all valid);
+    ///   `claim_on_miss` a first-touch claim (`SADD` of a picked live member,
+    ///   only while the set is still empty: of concurrent claimers, one
+    ///   wins and the others read its member);
     /// - all members dead: [`Resolution::NoLiveMember`], or with
     ///   `reassign_orphans` `SREM` the dead and `SADD` a fresh live member
-    ///   in one `MULTI`, reported as [`RouteSource::Reassigned`].
+    ///   in one script, reported as [`RouteSource::Reassigned`], unless a
+    ///   concurrent reassignment filled the set first (then its member is
+    ///   read and used).
     pub async fn resolve_destination(
         &self,
         dest: &DestinationId,
         opts: ResolveOptions,
     ) -> Result<Resolution> {
+        // a claim lost to another coordinator's is followed by a fresh read
+        // of the set the winner wrote
+        for _ in 1..CLAIM_ATTEMPTS {
+            if let Some(resolution) = self.resolve_once(dest, opts).await? {
+                return Ok(resolution);
+            }
+        }
+        Ok(self
+            .resolve_once(dest, opts)
+            .await?
+            .unwrap_or(Resolution::NoLiveMember))
+    }
+
+    /// One read of the set and, when needed, one claim; `None` when the
+    /// claim was lost to a concurrent one.
+    async fn resolve_once(
+        &self,
+        dest: &DestinationId,
+        opts: ResolveOptions,
+    ) -> Result<Option<Resolution>> {
         let i = &self.inner;
         let (raw, rt): (Vec<String>, u64) = i
             .scripts
@@ -220,63 +246,68 @@ impl Registry {
             }
             let set: PodSet = reply.live.into();
             i.cache.insert(dest.clone(), set.clone(), reply.epoch);
-            return Ok(self.pick_from(
+            return Ok(Some(self.pick_from(
                 dest,
                 set,
                 reply.epoch,
                 PickPurpose::Request,
                 RouteSource::Bound,
-            ));
+            )));
         }
 
         if reply.total == 0 {
             if !opts.claim_on_miss {
-                return Ok(Resolution::Unbound);
+                return Ok(Some(Resolution::Unbound));
             }
-            return self.claim(dest).await;
+            return self.claim(dest, &[], PickPurpose::FirstTouch).await;
         }
 
         if !opts.reassign_orphans {
-            return Ok(Resolution::NoLiveMember);
+            return Ok(Some(Resolution::NoLiveMember));
         }
-        self.reassign(dest, &reply.dead).await
+        self.claim(dest, &reply.dead, PickPurpose::Failover).await
     }
 
-    async fn claim(&self, dest: &DestinationId) -> Result<Resolution> {
+    /// First touch (`dead` empty) or failover: picks a live member and adds
+    /// it to the set of `dest` after removing `dead`, unless another
+    /// coordinator's claim filled the set meanwhile (`None`: read it again).
+    async fn claim(
+        &self,
+        dest: &DestinationId,
+        dead: &[String],
+        purpose: PickPurpose,
+    ) -> Result<Option<Resolution>> {
         let i = &self.inner;
         let live: PodSet = self.list_live_members().await?.into();
-        let res = self.pick_from(dest, live, 0, PickPurpose::FirstTouch, RouteSource::Claimed);
-        let Resolution::Routed(mut route) = res else {
-            return Ok(res);
+        let source = match purpose {
+            PickPurpose::Failover => RouteSource::Reassigned,
+            _ => RouteSource::Claimed,
         };
-        route.epoch = self.change_set(dest, Some(&route.member.id), &[]).await?;
-        Counters::add(&i.counters.claims, 1);
-        tracing::info!(destination = %dest, member = %route.member.id, epoch = route.epoch, "first-touch claim");
+        let res = self.pick_from(dest, live, 0, purpose, source);
+        let Resolution::Routed(mut route) = res else {
+            return Ok(Some(res));
+        };
+        let (won, epoch, rt) = i
+            .scripts
+            .claim(&i.client, &i.keys, dest, &route.member.id, dead)
+            .await?;
+        self.round_trips(rt);
+        if !won {
+            tracing::info!(destination = %dest, member = %route.member.id, "claim lost to a concurrent one; reading the set again");
+            return Ok(None);
+        }
+        route.epoch = epoch;
+        if dead.is_empty() {
+            Counters::add(&i.counters.claims, 1);
+            tracing::info!(destination = %dest, member = %route.member.id, epoch, "first-touch claim");
+        } else {
+            Counters::add(&i.counters.reassignments, 1);
+            Counters::add(&i.counters.pruned, dead.len() as u64);
+            tracing::info!(destination = %dest, member = %route.member.id, ?dead, epoch, "reassigned orphaned destination");
+        }
         route.set = Arc::from(vec![route.member.clone()]);
         i.cache.insert(dest.clone(), route.set.clone(), route.epoch);
-        Ok(Resolution::Routed(route))
-    }
-
-    async fn reassign(&self, dest: &DestinationId, dead: &[String]) -> Result<Resolution> {
-        let i = &self.inner;
-        let live: PodSet = self.list_live_members().await?.into();
-        let res = self.pick_from(
-            dest,
-            live,
-            0,
-            PickPurpose::Failover,
-            RouteSource::Reassigned,
-        );
-        let Resolution::Routed(mut route) = res else {
-            return Ok(res);
-        };
-        route.epoch = self.change_set(dest, Some(&route.member.id), dead).await?;
-        Counters::add(&i.counters.reassignments, 1);
-        Counters::add(&i.counters.pruned, dead.len() as u64);
-        tracing::info!(destination = %dest, member = %route.member.id, ?dead, epoch = route.epoch, "reassigned orphaned destination");
-        route.set = Arc::from(vec![route.member.clone()]);
-        i.cache.insert(dest.clone(), route.set.clone(), route.epoch);
-        Ok(Resolution::Routed(route))
+        Ok(Some(Resolution::Routed(route)))
     }
 
     /// Adds `add` to and removes `remove` from the pod set of `dest` in one

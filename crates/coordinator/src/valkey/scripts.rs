@@ -154,6 +154,31 @@ end
 return tonumber(redis.call('GET', KEYS[2]) or '0')
 "#;
 
+/// Claims a destination for one member only if nobody else did: removes
+/// the members read as dead, then adds the claimer (bumping the epoch)
+/// only when the set is empty. Two coordinators racing first touch or
+/// failover thus leave exactly one member in the set; the loser re-reads
+/// it.
+/// KEYS: destination set, epoch key. ARGV: member to add, then member ids
+/// to remove.
+/// Reply: `[won (1 or 0), epoch after the call]`.
+const CLAIM: &str = r#"
+local removed = 0
+if #ARGV > 1 then
+  local gone = {}
+  for i = 2, #ARGV do gone[#gone + 1] = ARGV[i] end
+  removed = redis.call('SREM', KEYS[1], unpack(gone))
+end
+if redis.call('SCARD', KEYS[1]) > 0 then
+  if removed > 0 then
+    return { 0, redis.call('INCR', KEYS[2]) }
+  end
+  return { 0, tonumber(redis.call('GET', KEYS[2]) or '0') }
+end
+redis.call('SADD', KEYS[1], ARGV[1])
+return { 1, redis.call('INCR', KEYS[2]) }
+"#;
+
 /// After a pod's lease ran out: re-reads the epochs of destinations, bumping
 /// those whose set still holds the pod (so routes cached before the lapse
 /// carry an older epoch than the pod then requires).
@@ -181,6 +206,7 @@ pub(crate) struct Scripts {
     pub(crate) lock: Script,
     pub(crate) register_lock: Script,
     pub(crate) change_set: Script,
+    claim: Script,
     reaffirm: Script,
 }
 
@@ -206,6 +232,32 @@ impl Scripts {
         let epoch =
             u64::try_from(epoch).map_err(|_| Error::Protocol(format!("negative epoch {epoch}")))?;
         Ok((epoch, rt))
+    }
+
+    /// Runs [`CLAIM`] on the pod set of `dest`: removes `dead`, then adds
+    /// `member` only if the set is empty. Returns whether `member` was
+    /// added, the epoch after the call and the round trips taken.
+    pub(crate) async fn claim(
+        &self,
+        client: &Client,
+        keys: &KeySpace,
+        dest: &DestinationId,
+        member: &MemberId,
+        dead: &[String],
+    ) -> Result<(bool, u64, u64)> {
+        let mut args = Vec::with_capacity(1 + dead.len());
+        args.push(member.as_str().to_owned());
+        args.extend(dead.iter().cloned());
+        let (reply, rt): (Vec<i64>, u64) = self
+            .claim
+            .run(client, vec![keys.destination(dest), keys.epoch(dest)], args)
+            .await?;
+        let [won, epoch] = reply[..] else {
+            return Err(Error::Protocol(format!("claim reply {reply:?}")));
+        };
+        let epoch =
+            u64::try_from(epoch).map_err(|_| Error::Protocol(format!("negative epoch {epoch}")))?;
+        Ok((won == 1, epoch, rt))
     }
 
     /// Runs [`REAFFIRM`] for `dests` as member `me`, in batches: the epoch
@@ -246,6 +298,7 @@ impl Scripts {
             lock: Script::new(LOCK),
             register_lock: Script::new(REGISTER_LOCK),
             change_set: Script::new(CHANGE_SET),
+            claim: Script::new(CLAIM),
             reaffirm: Script::new(REAFFIRM),
         }
     }
