@@ -2,7 +2,7 @@
 //! Valkey, a client load, and faults from outside; then a history check
 //! that no destination was served by two pods at once.
 //!
-//! [`run`] starts `pods` `chaos-pod` processes (each a `coordinator::Member`
+//! [`run()`] starts `pods` `chaos-pod` processes (each a `coordinator::Member`
 //! behind the public ownership fence, `coordinator::http::pod::fenced`,
 //! reaching Valkey through its own [`FaultProxy`](crate::proxy::FaultProxy))
 //! and `coordinators` `chaos-coordinator` processes (the crate's routes,

@@ -265,7 +265,11 @@ impl Registry {
         if !opts.reassign_orphans {
             return Ok(Some(Resolution::NoLiveMember));
         }
-        self.claim(dest, &reply.dead, PickPurpose::Failover).await
+        // members with a record the policy rejects count as dead: removed
+        // with the dead, or the set would never be empty for the claim
+        let mut gone = reply.dead;
+        gone.extend(reply.rejected);
+        self.claim(dest, &gone, PickPurpose::Failover).await
     }
 
     /// First touch (`dead` empty) or failover: picks a live member and adds
