@@ -7,6 +7,11 @@
 //! nodes are SIGKILLed and restarted, SIGSTOPped and continued, and cut off
 //! on their storage port with iptables, one at a time
 //! ([`engines::node_faults`]).
+//!
+//! `--engine coordinator` is coordinator chaos (the chaos crate's
+//! `chaos-fleet`): pod and coordinator processes of the `coordinator` crate
+//! on one Valkey, pods killed, paused and cut from Valkey, coordinators
+//! killed; it fails when a destination was served by two pods at once.
 
 use std::{
     io::{BufRead, BufReader},
@@ -62,6 +67,8 @@ const SUPPORTED: &[(&str, &str, &str)] = &[
     ("valkey-sentinel", "valkey-sentinel", "VALKEY_URL"),
     // The same, each write confirmed by the replica (`WAIT 1`).
     ("valkey-sentinel-wait", "valkey-sentinel", "VALKEY_URL"),
+    // Coordinator chaos: pods and coordinators on one Valkey (`chaos-fleet`).
+    ("coordinator", "valkey", "VALKEY_URL"),
 ];
 
 /// Engines whose leader member or primary is SIGKILLed and failed over
@@ -159,29 +166,36 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let failover = FAILOVER.contains(&name.as_str());
         let cluster = *name == "cassandra-3" || failover;
         let lease = args.lease.unwrap_or_else(|| default_lease(name));
-        let mut harness = Command::new(&cargo)
-            .args(["run", "-q", "-p", "chaos", "--bin", "chaos", "--"])
-            .args(["--url", &url, "--engine", name])
-            .args(["--duration-secs", &args.duration.to_string()])
-            .args(["--lease-secs", &lease.to_string()])
-            .args(["--contenders", &args.contenders.to_string()])
-            .args(args.unfenced.then_some("--unfenced"))
-            .args([
-                "--takeover-slack-secs",
-                &takeover_slack(name, args.duration, lease).to_string(),
-            ])
-            .args(
-                args.clock_rate
-                    .map(|rate| ["--clock-rate".to_string(), rate.to_string()])
-                    .into_iter()
-                    .flatten(),
-            )
-            .args(cluster.then_some("--direct"))
-            .arg("--work-dir")
-            .arg(work_dir.join(format!("chaos-{name}")))
-            .arg("--summary")
-            .arg(&summary)
-            .envs(local_aws_credentials(name))
+        let mut command = if *name == "coordinator" {
+            fleet_command(&cargo, &url, &args, &work_dir, &summary)
+        } else {
+            let mut command = Command::new(&cargo);
+            command
+                .args(["run", "-q", "-p", "chaos", "--bin", "chaos", "--"])
+                .args(["--url", &url, "--engine", name])
+                .args(["--duration-secs", &args.duration.to_string()])
+                .args(["--lease-secs", &lease.to_string()])
+                .args(["--contenders", &args.contenders.to_string()])
+                .args(args.unfenced.then_some("--unfenced"))
+                .args([
+                    "--takeover-slack-secs",
+                    &takeover_slack(name, args.duration, lease).to_string(),
+                ])
+                .args(
+                    args.clock_rate
+                        .map(|rate| ["--clock-rate".to_string(), rate.to_string()])
+                        .into_iter()
+                        .flatten(),
+                )
+                .args(cluster.then_some("--direct"))
+                .arg("--work-dir")
+                .arg(work_dir.join(format!("chaos-{name}")))
+                .arg("--summary")
+                .arg(&summary)
+                .envs(local_aws_credentials(name));
+            command
+        };
+        let mut harness = command
             .stdout(Stdio::piped())
             .spawn()
             .context("running the chaos harness")?;
@@ -259,6 +273,29 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     anyhow::ensure!(failed.is_empty(), "chaos failed on {failed:?}");
     Ok(())
+}
+
+/// `chaos-fleet` (coordinator chaos, `chaos::fleet` in the chaos crate):
+/// pods and coordinators on the started Valkey; `--lease`, `--contenders`
+/// and `--clock-rate` do not apply.
+fn fleet_command(
+    cargo: &str,
+    url: &str,
+    args: &Args,
+    work_dir: &std::path::Path,
+    summary: &std::path::Path,
+) -> Command {
+    let mut command = Command::new(cargo);
+    command
+        .args(["run", "-q", "-p", "chaos", "--bin", "chaos-fleet", "--"])
+        .args(["--url", url])
+        .args(["--duration-secs", &args.duration.to_string()])
+        .args(args.unfenced.then_some("--unfenced"))
+        .arg("--work-dir")
+        .arg(work_dir.join(format!("chaos-coordinator-{}", std::process::id())))
+        .arg("--summary")
+        .arg(summary);
+    command
 }
 
 /// Whether the harness has exited (its status kept in `status`).

@@ -20,6 +20,11 @@
 //! token reached the resource. `--unfenced` turns the resource's check off
 //! as a negative control: the run must then fail.
 //!
+//! Coordinator chaos (`cargo xtask chaos --engine coordinator`) is the
+//! [`fleet`] module: pod and coordinator processes of the `coordinator`
+//! crate on one Valkey, checked for destinations served by two pods at
+//! once.
+//!
 //! ## What the run checks ([`check`])
 //!
 //! - no stale write accepted (the resource's log never shows a token lower
@@ -74,6 +79,7 @@ pub mod check;
 pub mod clock;
 pub mod contender;
 pub mod event;
+pub mod fleet;
 pub mod guarded;
 pub mod harness;
 pub mod proxy;

@@ -68,12 +68,10 @@
 //!
 //! - One Valkey/Redis primary (or a cluster with a hash-tag prefix such as
 //!   `{coordinator}`, so every key lives in one slot); Lua scripting on.
-//! - First-touch claims and reassignments are exclusive (one script adds the
-//!   picked member only if the destination's epoch is unchanged since its
-//!   set was read, a compare-and-set): coordinators racing
-//!   for a destination end on one pod. Fan-out, bind and
-//!   [`Registry::add_pod_to_destination`] add further members, all valid
-//!   serving pods.
+//! - Of concurrent first-touch claims or reassignments of a destination
+//!   (two coordinators, or two calls of one), one adds its member; the
+//!   others read the set again and route to that member. Only a fan-out
+//!   (or an explicit bind) gives a destination several pods.
 //! - Pods speak HTTP/1.1 (or h2c with
 //!   [`http::ForwardConfig::http2_prior_knowledge`]), or HTTPS.
 //!

@@ -15,6 +15,9 @@ use crate::strategy::PickPurpose;
 use crate::telemetry;
 use crate::valkey::replies;
 
+/// Reads of a destination after claims lost to concurrent ones, at most.
+const CLAIM_ATTEMPTS: usize = 3;
+
 /// What to do when a destination has no usable pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ResolveOptions {
@@ -191,18 +194,38 @@ impl Registry {
     ///   are removed (`SREM`) in the same atomic script;
     /// - empty or missing set: [`Resolution::Unbound`], or with
     ///   `claim_on_miss` a first-touch claim (`SADD` of a picked live member,
-    ///   only if the destination's epoch is still the one read: of
-    ///   concurrent claimers one wins, the others route by its claim);
+    ///   only while the set is still empty: of concurrent claimers, one
+    ///   wins and the others read its member);
     /// - all members dead: [`Resolution::NoLiveMember`], or with
     ///   `reassign_orphans` `SREM` the dead and `SADD` a fresh live member
-    ///   in one script, only if the epoch is still the one read (of
-    ///   concurrent failovers one wins, the others route by its pick),
-    ///   reported as [`RouteSource::Reassigned`].
+    ///   in one script, reported as [`RouteSource::Reassigned`], unless a
+    ///   concurrent reassignment filled the set first (then its member is
+    ///   read and used).
     pub async fn resolve_destination(
         &self,
         dest: &DestinationId,
         opts: ResolveOptions,
     ) -> Result<Resolution> {
+        // a claim lost to another coordinator's is followed by a fresh read
+        // of the set the winner wrote
+        for _ in 1..CLAIM_ATTEMPTS {
+            if let Some(resolution) = self.resolve_once(dest, opts).await? {
+                return Ok(resolution);
+            }
+        }
+        Ok(self
+            .resolve_once(dest, opts)
+            .await?
+            .unwrap_or(Resolution::NoLiveMember))
+    }
+
+    /// One read of the set and, when needed, one claim; `None` when the
+    /// claim was lost to a concurrent one.
+    async fn resolve_once(
+        &self,
+        dest: &DestinationId,
+        opts: ResolveOptions,
+    ) -> Result<Option<Resolution>> {
         let i = &self.inner;
         let (raw, rt): (Vec<String>, u64) = i
             .scripts
@@ -223,104 +246,72 @@ impl Registry {
             }
             let set: PodSet = reply.live.into();
             i.cache.insert(dest.clone(), set.clone(), reply.epoch);
-            return Ok(self.pick_from(
+            return Ok(Some(self.pick_from(
                 dest,
                 set,
                 reply.epoch,
                 PickPurpose::Request,
                 RouteSource::Bound,
-            ));
+            )));
         }
 
         if reply.total == 0 {
             if !opts.claim_on_miss {
-                return Ok(Resolution::Unbound);
+                return Ok(Some(Resolution::Unbound));
             }
-            return self.claim(dest, reply.epoch).await;
+            return self.claim(dest, &[], PickPurpose::FirstTouch).await;
         }
 
         if !opts.reassign_orphans {
-            return Ok(Resolution::NoLiveMember);
+            return Ok(Some(Resolution::NoLiveMember));
         }
-        self.reassign(dest, reply.epoch, &reply.dead).await
+        // members with a record the policy rejects count as dead: removed
+        // with the dead, or the set would never be empty for the claim
+        let mut gone = reply.dead;
+        gone.extend(reply.rejected);
+        self.claim(dest, &gone, PickPurpose::Failover).await
     }
 
-    async fn claim(&self, dest: &DestinationId, read_at: u64) -> Result<Resolution> {
-        let i = &self.inner;
-        let live: PodSet = self.list_live_members().await?.into();
-        let res = self.pick_from(dest, live, 0, PickPurpose::FirstTouch, RouteSource::Claimed);
-        let Resolution::Routed(route) = res else {
-            return Ok(res);
-        };
-        let Some(route) = self.take(dest, read_at, route, &[]).await? else {
-            return self.after_lost_claim(dest).await;
-        };
-        Counters::add(&i.counters.claims, 1);
-        tracing::info!(destination = %dest, member = %route.member.id, epoch = route.epoch, "first-touch claim");
-        Ok(Resolution::Routed(route))
-    }
-
-    async fn reassign(
+    /// First touch (`dead` empty) or failover: picks a live member and adds
+    /// it to the set of `dest` after removing `dead`, unless another
+    /// coordinator's claim filled the set meanwhile (`None`: read it again).
+    async fn claim(
         &self,
         dest: &DestinationId,
-        read_at: u64,
         dead: &[String],
-    ) -> Result<Resolution> {
+        purpose: PickPurpose,
+    ) -> Result<Option<Resolution>> {
         let i = &self.inner;
         let live: PodSet = self.list_live_members().await?.into();
-        let res = self.pick_from(
-            dest,
-            live,
-            0,
-            PickPurpose::Failover,
-            RouteSource::Reassigned,
-        );
-        let Resolution::Routed(route) = res else {
-            return Ok(res);
+        let source = match purpose {
+            PickPurpose::Failover => RouteSource::Reassigned,
+            _ => RouteSource::Claimed,
         };
-        let Some(route) = self.take(dest, read_at, route, dead).await? else {
-            return self.after_lost_claim(dest).await;
+        let res = self.pick_from(dest, live, 0, purpose, source);
+        let Resolution::Routed(mut route) = res else {
+            return Ok(Some(res));
         };
-        Counters::add(&i.counters.reassignments, 1);
-        Counters::add(&i.counters.pruned, dead.len() as u64);
-        tracing::info!(destination = %dest, member = %route.member.id, ?dead, epoch = route.epoch, "reassigned orphaned destination");
-        Ok(Resolution::Routed(route))
-    }
-
-    /// Claims `dest` for `route`'s member exclusively, removing `dead`: the
-    /// route, cached, if the set was unchanged since it was read at epoch
-    /// `read_at`; `None` if it changed (another coordinator claimed first).
-    async fn take(
-        &self,
-        dest: &DestinationId,
-        read_at: u64,
-        mut route: Route,
-        dead: &[String],
-    ) -> Result<Option<Route>> {
-        let i = &self.inner;
-        let (added, epoch, rt) = i
+        let (won, epoch, rt) = i
             .scripts
-            .claim(&i.client, &i.keys, dest, read_at, &route.member.id, dead)
+            .claim(&i.client, &i.keys, dest, &route.member.id, dead)
             .await?;
         self.round_trips(rt);
-        if !added {
+        if !won {
+            tracing::info!(destination = %dest, member = %route.member.id, "claim lost to a concurrent one; reading the set again");
             return Ok(None);
         }
         route.epoch = epoch;
+        if dead.is_empty() {
+            Counters::add(&i.counters.claims, 1);
+            tracing::info!(destination = %dest, member = %route.member.id, epoch, "first-touch claim");
+        } else {
+            Counters::add(&i.counters.reassignments, 1);
+            Counters::add(&i.counters.pruned, dead.len() as u64);
+            tracing::info!(destination = %dest, member = %route.member.id, ?dead, epoch, "reassigned orphaned destination");
+        }
         route.set = Arc::from(vec![route.member.clone()]);
         i.cache.insert(dest.clone(), route.set.clone(), route.epoch);
-        Ok(Some(route))
-    }
-
-    /// A racing coordinator claimed `dest` first: route by its claim (one
-    /// more read, which neither claims nor reassigns again).
-    async fn after_lost_claim(&self, dest: &DestinationId) -> Result<Resolution> {
-        tracing::debug!(destination = %dest, "another coordinator claimed first");
-        let read = ResolveOptions {
-            claim_on_miss: false,
-            reassign_orphans: false,
-        };
-        Box::pin(self.resolve_destination(dest, read)).await
+        Ok(Some(Resolution::Routed(route)))
     }
 
     /// Adds `add` to and removes `remove` from the pod set of `dest` in one

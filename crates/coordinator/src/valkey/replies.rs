@@ -19,6 +19,9 @@ pub(crate) struct ResolveReply {
     pub(crate) dead: Vec<String>,
     /// Members whose record is present and valid, sorted by id.
     pub(crate) live: Vec<MemberRecord>,
+    /// Members whose record is present but not usable (an address outside
+    /// the policy, a malformed record): treated as dead.
+    pub(crate) rejected: Vec<String>,
 }
 
 fn count(raw: Option<&String>) -> Result<usize> {
@@ -53,11 +56,18 @@ pub(crate) fn parse_resolve(raw: Vec<String>, policy: &AddressPolicy) -> Result<
         .ok_or_else(|| Error::Protocol("short resolve reply".into()))?
         .to_vec();
     let live = parse_triples(&raw[dead_end..], policy)?;
+    let rejected = raw[dead_end..]
+        .iter()
+        .step_by(3)
+        .filter(|id| !live.iter().any(|m| m.id.as_str() == id.as_str()))
+        .cloned()
+        .collect();
     Ok(ResolveReply {
         total,
         epoch,
         dead,
         live,
+        rejected,
     })
 }
 

@@ -157,26 +157,29 @@ end
 return tonumber(redis.call('GET', KEYS[2]) or '0')
 "#;
 
-/// Claims a destination for one member, exclusively: first touch and
-/// failover. A compare-and-set on the destination's epoch: only if the
-/// epoch is still the one the claimer read its set at (nothing changed the
-/// set since, no racing coordinator claimed first) are the given dead
-/// members removed, the member added and the epoch bumped.
-/// KEYS: destination set, epoch key. ARGV: the epoch read, the member to
-/// add, then dead member ids to remove.
-/// Reply: {1 if the member was added else 0, the epoch after the call}.
+/// Claims a destination for one member only if nobody else did: removes
+/// the members read as dead, then adds the claimer (bumping the epoch)
+/// only when the set is empty. Two coordinators racing first touch or
+/// failover thus leave exactly one member in the set; the loser re-reads
+/// it.
+/// KEYS: destination set, epoch key. ARGV: member to add, then member ids
+/// to remove.
+/// Reply: `[won (1 or 0), epoch after the call]`.
 const CLAIM: &str = r#"
-local now = tonumber(redis.call('GET', KEYS[2]) or '0')
-if now ~= tonumber(ARGV[1]) then
-  return {0, now}
-end
-if #ARGV > 2 then
+local removed = 0
+if #ARGV > 1 then
   local gone = {}
-  for i = 3, #ARGV do gone[#gone + 1] = ARGV[i] end
-  redis.call('SREM', KEYS[1], unpack(gone))
+  for i = 2, #ARGV do gone[#gone + 1] = ARGV[i] end
+  removed = redis.call('SREM', KEYS[1], unpack(gone))
 end
-redis.call('SADD', KEYS[1], ARGV[2])
-return {1, redis.call('INCR', KEYS[2])}
+if redis.call('SCARD', KEYS[1]) > 0 then
+  if removed > 0 then
+    return { 0, redis.call('INCR', KEYS[2]) }
+  end
+  return { 0, tonumber(redis.call('GET', KEYS[2]) or '0') }
+end
+redis.call('SADD', KEYS[1], ARGV[1])
+return { 1, redis.call('INCR', KEYS[2]) }
 "#;
 
 /// After a pod's lease ran out: re-reads the epochs of destinations, bumping
@@ -234,32 +237,30 @@ impl Scripts {
         Ok((epoch, rt))
     }
 
-    /// Runs [`CLAIM`] on the pod set of `dest`: if its epoch is still
-    /// `read_at`, removes `dead` and adds `member`. Returns whether it was
+    /// Runs [`CLAIM`] on the pod set of `dest`: removes `dead`, then adds
+    /// `member` only if the set is empty. Returns whether `member` was
     /// added, the epoch after the call and the round trips taken.
     pub(crate) async fn claim(
         &self,
         client: &Client,
         keys: &KeySpace,
         dest: &DestinationId,
-        read_at: u64,
         member: &MemberId,
         dead: &[String],
     ) -> Result<(bool, u64, u64)> {
-        let mut args = Vec::with_capacity(2 + dead.len());
-        args.push(read_at.to_string());
+        let mut args = Vec::with_capacity(1 + dead.len());
         args.push(member.as_str().to_owned());
         args.extend(dead.iter().cloned());
         let (reply, rt): (Vec<i64>, u64) = self
             .claim
             .run(client, vec![keys.destination(dest), keys.epoch(dest)], args)
             .await?;
-        let [added, epoch] = reply[..] else {
-            return Err(Error::Protocol(format!("claim replied {reply:?}")));
+        let [won, epoch] = reply[..] else {
+            return Err(Error::Protocol(format!("claim reply {reply:?}")));
         };
         let epoch =
             u64::try_from(epoch).map_err(|_| Error::Protocol(format!("negative epoch {epoch}")))?;
-        Ok((added == 1, epoch, rt))
+        Ok((won == 1, epoch, rt))
     }
 
     /// Runs [`REAFFIRM`] for `dests` as member `me`, in batches: the epoch

@@ -1,0 +1,68 @@
+//! A coordinator for coordinator chaos ([`chaos::fleet`]): the crate's
+//! `Registry` and `Coordinator` routes with their defaults (first touch,
+//! failover, a 5 s route cache, round-robin), reaching Valkey and the pods
+//! directly. Prints `listening <address>` on stdout once it accepts calls.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use clap::Parser;
+use coordinator::{
+    CacheConfig, Registry, RegistryConfig,
+    http::{Coordinator, CoordinatorConfig, ForwardConfig, Forwarder, ServeConfig},
+    strategy::RoundRobin,
+};
+
+/// A chaos coordinator.
+#[derive(Parser)]
+struct Args {
+    /// Valkey URL (direct).
+    #[arg(long)]
+    valkey: String,
+    /// Key prefix shared with the pods.
+    #[arg(long)]
+    prefix: String,
+    /// How long a resolved route is cached, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    cache_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let valkey = coordinator::connect(&args.valkey, Duration::from_secs(1))
+        .await
+        .context("connecting to Valkey")?;
+    let config = RegistryConfig {
+        prefix: args.prefix,
+        cache: Some(CacheConfig {
+            ttl: Duration::from_millis(args.cache_ms),
+            ..CacheConfig::default()
+        }),
+        ..RegistryConfig::default()
+    };
+    let registry = Registry::new(valkey, config, Arc::new(RoundRobin::new()))?;
+    // a paused pod must not hold a call for the default 30 s
+    let forwarder = Forwarder::new(ForwardConfig {
+        connect_timeout: Duration::from_millis(500),
+        response_timeout: Duration::from_secs(2),
+        ..ForwardConfig::default()
+    })?;
+    let app = Coordinator::new(registry, forwarder, CoordinatorConfig::default()).router();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    println!("listening {}", listener.local_addr()?);
+    coordinator::http::serve(
+        listener,
+        app,
+        ServeConfig::default(),
+        std::future::pending(),
+    )
+    .await?;
+    Ok(())
+}
