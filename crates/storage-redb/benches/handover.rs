@@ -23,7 +23,7 @@ use std::{
 use elections::Elections;
 use storage_mem::MemStorage;
 use storage_redb::SharedRedbStorage;
-use support::{fmt, percentiles, spawn_self};
+use support::{fmt, parent_benchmarking, report, report_head, runtime, spawn_self};
 use ttl_storage::{DynTtlStorage, Key, TtlStorage};
 
 /// Set in the child processes: `id:watch:path`.
@@ -198,28 +198,13 @@ async fn child(spec: &str) {
     .await;
 }
 
-fn report(name: &str, mut samples: Vec<Duration>) {
-    let n = samples.len();
-    let (p50, p99, max) = percentiles(&mut samples);
-    println!(
-        "{name:<46} {n:>5} {:>9} {:>9} {:>9}",
-        fmt(p50),
-        fmt(p99),
-        fmt(max)
-    );
-}
-
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if let Ok(spec) = std::env::var(CHILD_ENV) {
-        runtime.block_on(child(&spec));
-        return;
-    }
-    if !std::env::args().any(|arg| arg == "--bench") {
+    let runtime = runtime();
+    if !parent_benchmarking(
+        &runtime,
+        CHILD_ENV,
+        |spec| async move { child(&spec).await },
+    ) {
         return;
     }
     runtime.block_on(async {
@@ -229,7 +214,7 @@ fn main() {
             fmt(PAUSE),
             fmt(LEASE)
         );
-        println!("{:<46} {:>5} {:>9} {:>9} {:>9}", "case", "n", "p50", "p99", "max");
+        report_head();
         report("mem, 2 tasks, watch", mem_case(100).await);
         let path = dir.path().join("handover.redb");
         drop(SharedRedbStorage::open(&path).await.unwrap());

@@ -21,7 +21,7 @@ use std::{
 };
 
 use storage_redb::{RedbStorage, SharedRedbStorage};
-use support::{fmt, percentiles, spawn_self};
+use support::{columns, fmt, parent_benchmarking, runtime, spawn_self};
 use ttl_storage::{DynTtlStorage, Key, Ttl};
 
 /// Set in the child processes of the multi-process case: `path:seconds`.
@@ -108,28 +108,16 @@ async fn child(spec: &str) {
 
 fn report(name: &str, mut samples: Vec<Duration>, elapsed: Duration) {
     let ops = samples.len() as f64 / elapsed.as_secs_f64();
-    let (p50, p99, max) = percentiles(&mut samples);
-    println!(
-        "{name:<44} {:>9} {:>9} {:>9} {ops:>10.0}",
-        fmt(p50),
-        fmt(p99),
-        fmt(max)
-    );
+    println!("{name:<44} {} {ops:>10.0}", columns(&mut samples));
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if let Ok(spec) = std::env::var(CHILD_ENV) {
-        runtime.block_on(child(&spec));
-        return;
-    }
-    // `cargo bench` passes `--bench`; `cargo test --benches` does not: then
-    // only check that the benchmark starts.
-    if !std::env::args().any(|arg| arg == "--bench") {
+    let runtime = runtime();
+    if !parent_benchmarking(
+        &runtime,
+        CHILD_ENV,
+        |spec| async move { child(&spec).await },
+    ) {
         return;
     }
     runtime.block_on(async {

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each bench uses a part
 
 use std::{
+    future::Future,
     io::{BufRead, BufReader},
     process::{Child, Command, Stdio},
     sync::mpsc,
@@ -18,6 +19,52 @@ pub(crate) fn percentiles(samples: &mut [Duration]) -> (Duration, Duration, Dura
         samples[index]
     };
     (at(0.50), at(0.99), at(1.0))
+}
+
+/// p50, p99 and max of `samples` (sorted in place) as three columns.
+pub(crate) fn columns(samples: &mut [Duration]) -> String {
+    let (p50, p99, max) = percentiles(samples);
+    format!("{:>9} {:>9} {:>9}", fmt(p50), fmt(p99), fmt(max))
+}
+
+/// Prints a row of the latency table of the hand-over benchmarks.
+pub(crate) fn report(name: &str, mut samples: Vec<Duration>) {
+    let n = samples.len();
+    println!("{name:<46} {n:>5} {}", columns(&mut samples));
+}
+
+/// The head of the table [`report`] prints rows of.
+pub(crate) fn report_head() {
+    println!(
+        "{:<46} {:>5} {:>9} {:>9} {:>9}",
+        "case", "n", "p50", "p99", "max"
+    );
+}
+
+/// The benchmarks' runtime: two worker threads, as the machines they
+/// compare against.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// In a child started by [`spawn_self`] (`env` set), runs `child` with the
+/// spec and returns false; returns false too without `--bench` (`cargo
+/// bench` passes it, `cargo test --benches` does not: then the benchmark
+/// only checks that it starts). True: run the benchmark.
+pub(crate) fn parent_benchmarking<F: Future<Output = ()>>(
+    runtime: &tokio::runtime::Runtime,
+    env: &str,
+    child: impl FnOnce(String) -> F,
+) -> bool {
+    if let Ok(spec) = std::env::var(env) {
+        runtime.block_on(child(spec));
+        return false;
+    }
+    std::env::args().any(|arg| arg == "--bench")
 }
 
 /// Formats a duration in the unit that suits it.
