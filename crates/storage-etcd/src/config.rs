@@ -213,12 +213,7 @@ impl EtcdConfigBuilder {
             ("timeout", self.request_timeout),
             ("connect_timeout", self.connect_timeout),
         ] {
-            if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
-                return Err(ConfigError::BadDuration {
-                    name,
-                    value: humantime::format_duration(timeout).to_string(),
-                });
-            }
+            ttl_storage::kit::query::check_timeout(name, timeout, MAX_TIMEOUT)?;
         }
         Ok(EtcdConfig {
             endpoints,

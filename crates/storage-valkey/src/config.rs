@@ -353,18 +353,17 @@ impl ValkeyConfigBuilder {
 }
 
 fn check_timeout(name: &'static str, timeout: Duration) -> Result<(), ConfigError> {
-    if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
-        return Err(ConfigError::BadDuration {
-            name,
-            value: humantime::format_duration(timeout).to_string(),
-        });
-    }
-    Ok(())
+    Ok(ttl_storage::kit::query::check_timeout(
+        name,
+        timeout,
+        MAX_TIMEOUT,
+    )?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ttl_storage::kit::UrlError;
 
     #[test]
     fn validation() {
@@ -397,10 +396,10 @@ mod tests {
                 .host("h")
                 .request_timeout(Duration::ZERO)
                 .build(),
-            Err(ConfigError::BadDuration {
+            Err(ConfigError::Url(UrlError::BadDuration {
                 name: "timeout",
                 ..
-            })
+            }))
         ));
     }
 
