@@ -66,13 +66,58 @@ pub fn decode(text: &str, what: &'static str) -> Result<String, UrlError> {
 /// );
 /// ```
 pub fn params(url: &::url::Url, repeatable: &[&str]) -> Result<Vec<(String, String)>, UrlError> {
-    let mut seen = std::collections::HashSet::new();
-    let mut params = Vec::new();
-    for (name, value) in url.query_pairs() {
-        if !repeatable.contains(&name.as_ref()) && !seen.insert(name.to_string()) {
-            return Err(UrlError::DuplicateParameter(name.into_owned()));
+    let mut once = Once::new(repeatable, &[]);
+    url.query_pairs()
+        .map(|(name, value)| {
+            once.check(&name)?;
+            Ok((name.into_owned(), value.into_owned()))
+        })
+        .collect()
+}
+
+/// The check that a parameter is given at most once, for drivers that read
+/// the query themselves: names in `repeatable` may repeat, and an alias
+/// (`("timeout_ms", "timeout")`) counts as the name it stands for.
+///
+/// ```
+/// use ttl_storage::kit::{UrlError, url::Once};
+///
+/// let mut once = Once::new(&[], &[("timeout_ms", "timeout")]);
+/// once.check("timeout_ms").unwrap();
+/// assert_eq!(once.check("timeout"), Err(UrlError::DuplicateParameter("timeout".into())));
+/// ```
+#[derive(Debug)]
+pub struct Once<'a> {
+    seen: std::collections::HashSet<String>,
+    repeatable: &'a [&'a str],
+    aliases: &'a [(&'a str, &'a str)],
+}
+
+impl<'a> Once<'a> {
+    /// Nothing seen yet.
+    pub fn new(repeatable: &'a [&'a str], aliases: &'a [(&'a str, &'a str)]) -> Self {
+        Once {
+            seen: std::collections::HashSet::new(),
+            repeatable,
+            aliases,
         }
-        params.push((name.into_owned(), value.into_owned()));
     }
-    Ok(params)
+
+    /// [`UrlError::DuplicateParameter`] if `name` (or a name it is an
+    /// alias of, or an alias of it) was seen before and may not repeat.
+    pub fn check(&mut self, name: &str) -> Result<(), UrlError> {
+        if self.repeatable.contains(&name) {
+            return Ok(());
+        }
+        let canonical = self
+            .aliases
+            .iter()
+            .find(|(alias, _)| *alias == name)
+            .map_or(name, |(_, canonical)| *canonical);
+        if self.seen.insert(canonical.to_owned()) {
+            Ok(())
+        } else {
+            Err(UrlError::DuplicateParameter(name.to_owned()))
+        }
+    }
 }
