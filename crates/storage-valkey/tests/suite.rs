@@ -22,6 +22,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use elections_testsuite::network;
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface};
 use storage_valkey::ValkeyStorage;
 use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
@@ -271,17 +272,11 @@ fn tls_url() -> String {
 async fn tls_round_trip_and_certificate_check() {
     let s = ValkeyStorage::from_url(&tls_url()).await.unwrap();
     assert!(s.config().tls().is_some());
-    let k = key("tls");
-    assert!(s.insert_if_not_exists(&k, b"t", ttl(5)).await.unwrap());
-    assert!(s.compare_and_swap(&k, b"t", b"u", ttl(5)).await.unwrap());
-    assert_eq!(s.get(&k).await.unwrap().as_deref(), Some(&b"u"[..]));
-    assert!(s.compare_and_delete(&k, b"u").await.unwrap());
-
     let other_ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ca.pem");
     let mut wrong = url::Url::parse(&tls_url()).unwrap();
     wrong.set_query(Some(&format!("tls_ca_file={other_ca}")));
-    let err = ValkeyStorage::from_url(wrong.as_str()).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    let wrong_ca = ValkeyStorage::from_url(wrong.as_str());
+    network::tls_round_trip_and_certificate_check(&s, &key("tls"), wrong_ca).await;
 }
 
 /// What a `rediss://` client sends first is a TLS ClientHello, never a
@@ -314,14 +309,10 @@ async fn rediss_sends_a_tls_client_hello_first() {
 /// A server that refuses connections is a transient error, at connect time.
 #[tokio::test]
 async fn refused_connection_is_transient() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let err = ValkeyStorage::from_url(&format!("redis://127.0.0.1:{port}"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    network::refused_connection_is_transient(|port| async move {
+        ValkeyStorage::from_url(&format!("redis://127.0.0.1:{port}")).await
+    })
+    .await;
 }
 
 /// A write whose answer is lost after it was sent is outcome unknown (and
@@ -339,16 +330,8 @@ async fn lost_answers_and_lost_connections() {
     let s = ValkeyStorage::from_url(&url).await.unwrap();
     let k = key("lost");
     assert!(s.insert_if_not_exists(&k, b"a", ttl(10)).await.unwrap());
-
-    proxy.swallow_answers(true);
-    let err = s
-        .compare_and_swap(&k, b"a", b"b", ttl(10))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
-    assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
-    let err = s.get(&k).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    network::lost_answer_of_a_write_is_outcome_unknown(&s, &direct, &proxy, &k, ttl(10), true)
+        .await;
 
     proxy.shut_down();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
