@@ -1,7 +1,7 @@
 //! Validated configuration: server, database, credentials, TLS, key prefix
 //! and timeouts.
 
-use std::{fmt, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use crate::{
     error::ConfigError,
@@ -25,20 +25,7 @@ const MAX_PREFIX_LEN: usize = 256;
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// User name (optional, for Redis 6 ACLs) and password for `AUTH`.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Credentials {
-    pub(crate) user: Option<String>,
-    pub(crate) password: String,
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("user", &self.user)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
+pub(crate) type Credentials = ttl_storage::kit::Credentials<Option<String>>;
 
 /// TLS settings. TLS is all or nothing: a TLS configuration never falls
 /// back to plaintext.

@@ -10,7 +10,9 @@
 //! - [`UrlError`]: the configuration errors every driver shares, wrapped
 //!   by each driver's own `ConfigError`.
 //! - [`tls`]: trust roots and the rustls client configuration.
+//! - [`Credentials`]: a user name and a password that `Debug` never shows.
 
+mod credentials;
 mod op;
 pub mod query;
 #[cfg(feature = "kit-tls")]
@@ -18,5 +20,6 @@ pub mod tls;
 pub mod url;
 mod url_error;
 
+pub use credentials::Credentials;
 pub use op::Op;
 pub use url_error::UrlError;
