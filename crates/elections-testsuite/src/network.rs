@@ -17,9 +17,59 @@
 
 use std::{future::Future, time::Duration};
 
-use ttl_storage::{ErrorKind, Key, StorageError, Ttl, TtlStorage};
+use ttl_storage::{ErrorKind, Key, StorageError, Ttl, TtlStorage, Watch};
 
 use crate::proxy::Proxy;
+
+/// The engine's URL from the environment variable `var`, which `cargo
+/// xtask test-drivers --engine <engine>` sets; panics saying so, with an
+/// `example` to set by hand, when it is not set.
+pub fn env_url(var: &str, engine: &str, example: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!(
+            "{var} is not set: run `cargo xtask test-drivers --engine {engine}`, or set \
+             {var}={example}"
+        )
+    })
+}
+
+/// Waits at most `bound` for `watch`; true when it completed.
+pub async fn completes_within(watch: Watch, bound: Duration) -> bool {
+    tokio::time::timeout(bound, watch).await.is_ok()
+}
+
+/// `watcher` and `deleter` are two connections to one engine (two
+/// processes, in production). A watch on `key`, which `deleter` holds with
+/// no expiry, is woken neither by a swap (a renewal) within `quiet` nor by
+/// a compare-and-delete that does not match, and is woken within 10 s by
+/// the delete.
+pub async fn watch_wakes_on_a_delete_by_another_connection(
+    watcher: &impl TtlStorage,
+    deleter: &impl TtlStorage,
+    key: &Key,
+    quiet: Duration,
+) {
+    assert!(ok(deleter
+        .insert_if_not_exists(key, b"a", Ttl::NEVER)
+        .await));
+    let mut watch = ok(watcher.watch(key).map_err(|err| {
+        StorageError::permanent(format!("the engine must support watching: {err}"))
+    }));
+    assert!(ok(deleter
+        .compare_and_swap(key, b"a", b"b", Ttl::NEVER)
+        .await));
+    assert!(
+        tokio::time::timeout(quiet, &mut watch).await.is_err(),
+        "the watch completed although the record is still there"
+    );
+    assert!(!ok(deleter.compare_and_delete(key, b"a").await));
+    assert!(ok(deleter.compare_and_delete(key, b"b").await));
+    assert!(
+        completes_within(watch, Duration::from_secs(10)).await,
+        "the delete did not wake the watcher"
+    );
+    assert_eq!(ok(watcher.get(key).await), None);
+}
 
 /// A port of 127.0.0.1 that nothing listens on (bound, then let go).
 pub fn unused_port() -> u16 {

@@ -26,12 +26,7 @@ use storage_etcd::EtcdStorage;
 use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
 
 fn base_url() -> String {
-    std::env::var("ETCD_URL").unwrap_or_else(|_| {
-        panic!(
-            "ETCD_URL is not set: run `cargo xtask test-drivers --engine etcd`, or set \
-             ETCD_URL=etcd://host:2379"
-        )
-    })
+    network::env_url("ETCD_URL", "etcd", "etcd://host:2379")
 }
 
 async fn connect_url(url: &str) -> EtcdStorage {

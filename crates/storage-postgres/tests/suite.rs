@@ -26,12 +26,11 @@ use storage_postgres::PostgresStorage;
 use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
 
 fn base_url() -> String {
-    std::env::var("POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "POSTGRES_URL is not set: run `cargo xtask test-drivers --engine postgres`, or set \
-             POSTGRES_URL=postgres://user:password@host:5432/db"
-        )
-    })
+    network::env_url(
+        "POSTGRES_URL",
+        "postgres",
+        "postgres://user:password@host:5432/db",
+    )
 }
 
 /// `POSTGRES_URL` with only its first server (a multi-host URL, as
@@ -490,11 +489,6 @@ async fn fenced_append_rolled_back_leaves_nothing() {
     );
 }
 
-/// Waits at most `bound` for `watch`; true when it completed.
-async fn completes_within(watch: ttl_storage::Watch, bound: Duration) -> bool {
-    tokio::time::timeout(bound, watch).await.is_ok()
-}
-
 /// A compare-and-delete by another storage (another process, in
 /// production) wakes a watcher; a swap does not, and a record without
 /// expiry is watched without a timer: nothing but the delete wakes it.
@@ -503,33 +497,13 @@ async fn completes_within(watch: ttl_storage::Watch, bound: Duration) -> bool {
 async fn watch_wakes_on_a_delete_by_another_storage() {
     let watcher = connect_url(&base_url()).await;
     let deleter = connect_url(&base_url()).await;
-    let k = key("watch-other");
-    assert!(
-        deleter
-            .insert_if_not_exists(&k, b"a", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    let mut watch = watcher.watch(&k).unwrap();
-    assert!(
-        deleter
-            .compare_and_swap(&k, b"a", b"b", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut watch)
-            .await
-            .is_err(),
-        "the watch completed although the record is still there"
-    );
-    assert!(!deleter.compare_and_delete(&k, b"a").await.unwrap());
-    assert!(deleter.compare_and_delete(&k, b"b").await.unwrap());
-    assert!(
-        completes_within(watch, Duration::from_secs(10)).await,
-        "the delete did not wake the watcher"
-    );
-    assert_eq!(watcher.get(&k).await.unwrap(), None);
+    network::watch_wakes_on_a_delete_by_another_connection(
+        &watcher,
+        &deleter,
+        &key("watch-other"),
+        Duration::from_millis(500),
+    )
+    .await;
 }
 
 /// Compare-and-delete notifies the table's channel with the key, once,
@@ -608,7 +582,7 @@ async fn dead_listener_wakes_and_reports_unsupported() {
     );
     proxy.shut_down();
     assert!(
-        completes_within(watch, Duration::from_secs(10)).await,
+        network::completes_within(watch, Duration::from_secs(10)).await,
         "a watch on a dead listener did not complete"
     );
     assert!(

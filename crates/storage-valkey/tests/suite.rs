@@ -28,12 +28,7 @@ use storage_valkey::ValkeyStorage;
 use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
 
 fn base_url() -> String {
-    std::env::var("VALKEY_URL").unwrap_or_else(|_| {
-        panic!(
-            "VALKEY_URL is not set: run `cargo xtask test-drivers --engine valkey`, or set \
-             VALKEY_URL=redis://host:6379"
-        )
-    })
+    network::env_url("VALKEY_URL", "valkey", "redis://host:6379")
 }
 
 /// One server's URL: `VALKEY_PRIMARY_URL` when `VALKEY_URL` names Sentinels
@@ -408,11 +403,6 @@ async fn fence_set_guards_the_callers_key() {
     assert_eq!(last.as_deref(), Some(&b"16"[..]));
 }
 
-/// Waits at most `bound` for `watch`; true when it completed.
-async fn completes_within(watch: ttl_storage::Watch, bound: Duration) -> bool {
-    tokio::time::timeout(bound, watch).await.is_ok()
-}
-
 /// A compare-and-delete by another connection (another process, in
 /// production) wakes a watcher, and a key without expiry is watched
 /// without a timer: nothing but the delete wakes it.
@@ -421,33 +411,14 @@ async fn completes_within(watch: ttl_storage::Watch, bound: Duration) -> bool {
 async fn watch_wakes_on_a_delete_by_another_connection() {
     let watcher = connect().await;
     let deleter = connect().await;
-    let k = key("watch-other");
-    assert!(
-        deleter
-            .insert_if_not_exists(&k, b"a", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    let mut watch = watcher.watch(&k).unwrap();
     // A renewal (a swap) publishes nothing; there is no timer either.
-    assert!(
-        deleter
-            .compare_and_swap(&k, b"a", b"b", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut watch)
-            .await
-            .is_err(),
-        "the watch completed although the key is still there"
-    );
-    assert!(deleter.compare_and_delete(&k, b"b").await.unwrap());
-    assert!(
-        completes_within(watch, Duration::from_secs(10)).await,
-        "the delete did not wake the watcher"
-    );
-    assert_eq!(watcher.get(&k).await.unwrap(), None);
+    network::watch_wakes_on_a_delete_by_another_connection(
+        &watcher,
+        &deleter,
+        &key("watch-other"),
+        Duration::from_millis(300),
+    )
+    .await;
 }
 
 /// The delete is published on `<prefix>__deleted` with the server key as
@@ -519,7 +490,7 @@ async fn dead_subscriber_wakes_and_reports_unsupported() {
     );
     proxy.shut_down();
     assert!(
-        completes_within(watch, Duration::from_secs(10)).await,
+        network::completes_within(watch, Duration::from_secs(10)).await,
         "a watch on a dead subscription did not complete"
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
