@@ -88,20 +88,29 @@ pub(crate) fn server_error_code(err: &fred::error::Error) -> Option<&str> {
 ///   command may have been written: outcome unknown for a write, transient
 ///   for a read.
 pub(crate) fn classify(err: &fred::error::Error, op: Op) -> ErrorKind {
+    known_kind(err).unwrap_or_else(|| match err.kind() {
+        fred::error::ErrorKind::Backpressure => ErrorKind::Transient,
+        _ => op.lost_answer(),
+    })
+}
+
+/// What any error says for itself, sent or not: a server error code
+/// (retryable or not), or a configuration, authentication, URL, TLS or
+/// argument error (permanent). `None`: it depends on what was sent.
+fn known_kind(err: &fred::error::Error) -> Option<ErrorKind> {
     use fred::error::ErrorKind as F;
     if let Some(code) = server_error_code(err) {
-        return if RETRYABLE_CODES.contains(&code) {
+        return Some(if RETRYABLE_CODES.contains(&code) {
             ErrorKind::Transient
         } else {
             ErrorKind::Permanent
-        };
+        });
     }
     match err.kind() {
         F::Config | F::Auth | F::Url | F::Tls | F::InvalidArgument | F::InvalidCommand => {
-            ErrorKind::Permanent
+            Some(ErrorKind::Permanent)
         }
-        F::Backpressure => ErrorKind::Transient,
-        _ => op.lost_answer(),
+        _ => None,
     }
 }
 
@@ -111,22 +120,14 @@ pub(crate) fn classify(err: &fred::error::Error, op: Op) -> ErrorKind {
 /// not trusted, a plaintext server) and configuration problems are
 /// permanent.
 pub(crate) fn classify_connect(err: &fred::error::Error) -> ErrorKind {
-    use fred::error::ErrorKind as F;
-    if let Some(code) = server_error_code(err) {
-        return if RETRYABLE_CODES.contains(&code) {
-            ErrorKind::Transient
-        } else {
-            ErrorKind::Permanent
-        };
+    if let Some(kind) = known_kind(err) {
+        return kind;
     }
     match err.kind() {
-        F::Config | F::Auth | F::Url | F::Tls | F::InvalidArgument | F::InvalidCommand => {
-            ErrorKind::Permanent
-        }
         // rustls reports handshake failures (unknown issuer, wrong name, a
         // plaintext server) as I/O errors of kind InvalidData, which fred
         // keeps only as text.
-        F::IO if err.details().contains("InvalidData") => ErrorKind::Permanent,
+        fred::error::ErrorKind::IO if err.details().contains("InvalidData") => ErrorKind::Permanent,
         _ => ErrorKind::Transient,
     }
 }
