@@ -23,7 +23,7 @@ use std::{
 use elections::Elections;
 use storage_mem::MemStorage;
 use storage_redb::SharedRedbStorage;
-use support::{fmt, parent_benchmarking, report, report_head, runtime, spawn_self};
+use support::{fmt, main_with_children, report, report_head, spawn_self};
 use ttl_storage::{DynTtlStorage, Key, TtlStorage};
 
 /// Set in the child processes: `id:watch:path`.
@@ -199,35 +199,31 @@ async fn child(spec: &str) {
 }
 
 fn main() {
-    let runtime = runtime();
-    if !parent_benchmarking(
-        &runtime,
+    main_with_children(
         CHILD_ENV,
         |spec| async move { child(&spec).await },
-    ) {
-        return;
-    }
-    runtime.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        println!(
-            "graceful handover: leader's release -> standby holds the key (retry pause {}, lease {})",
-            fmt(PAUSE),
-            fmt(LEASE)
-        );
-        report_head();
-        report("mem, 2 tasks, watch", mem_case(100).await);
-        let path = dir.path().join("handover.redb");
-        drop(SharedRedbStorage::open(&path).await.unwrap());
-        let watched = {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || shared_case(&path, true, 100))
+        || async {
+            let dir = tempfile::tempdir().unwrap();
+            println!(
+                "graceful handover: leader's release -> standby holds the key (retry pause {}, lease {})",
+                fmt(PAUSE),
+                fmt(LEASE)
+            );
+            report_head();
+            report("mem, 2 tasks, watch", mem_case(100).await);
+            let path = dir.path().join("handover.redb");
+            drop(SharedRedbStorage::open(&path).await.unwrap());
+            let watched = {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || shared_case(&path, true, 100))
+                    .await
+                    .unwrap()
+            };
+            report("shared redb, 2 processes, watch", watched);
+            let polled = tokio::task::spawn_blocking(move || shared_case(&path, false, 8))
                 .await
-                .unwrap()
-        };
-        report("shared redb, 2 processes, watch", watched);
-        let polled = tokio::task::spawn_blocking(move || shared_case(&path, false, 8))
-            .await
-            .unwrap();
-        report("shared redb, 2 processes, polling (no watch)", polled);
-    });
+                .unwrap();
+            report("shared redb, 2 processes, polling (no watch)", polled);
+        },
+    );
 }

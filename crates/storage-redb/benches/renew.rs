@@ -21,7 +21,7 @@ use std::{
 };
 
 use storage_redb::{RedbStorage, SharedRedbStorage};
-use support::{columns, fmt, parent_benchmarking, runtime, spawn_self};
+use support::{columns, fmt, main_with_children, spawn_self};
 use ttl_storage::{DynTtlStorage, Key, Ttl};
 
 /// Set in the child processes of the multi-process case: `path:seconds`.
@@ -112,55 +112,52 @@ fn report(name: &str, mut samples: Vec<Duration>, elapsed: Duration) {
 }
 
 fn main() {
-    let runtime = runtime();
-    if !parent_benchmarking(
-        &runtime,
+    main_with_children(
         CHILD_ENV,
         |spec| async move { child(&spec).await },
-    ) {
-        return;
-    }
-    runtime.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        println!(
-            "renewal = compare_and_swap(k, v, v, ttl), durable; {} per case",
-            fmt(RUN)
-        );
-        println!(
-            "{:<44} {:>9} {:>9} {:>9} {:>10}",
-            "case", "p50", "p99", "max", "renewals/s"
-        );
-        for tasks in [1, 16] {
-            let single = RedbStorage::open(dir.path().join(format!("single-{tasks}.redb")))
-                .await
-                .unwrap();
-            let (samples, elapsed) = in_process(Arc::new(single.clone()), tasks).await;
-            report(
-                &format!("redb (one process), {tasks} task(s)"),
-                samples,
-                elapsed,
+        || async {
+            let dir = tempfile::tempdir().unwrap();
+            println!(
+                "renewal = compare_and_swap(k, v, v, ttl), durable; {} per case",
+                fmt(RUN)
             );
-            single.close().await.unwrap();
+            println!(
+                "{:<44} {:>9} {:>9} {:>9} {:>10}",
+                "case", "p50", "p99", "max", "renewals/s"
+            );
+            for tasks in [1, 16] {
+                let single = RedbStorage::open(dir.path().join(format!("single-{tasks}.redb")))
+                    .await
+                    .unwrap();
+                let (samples, elapsed) = in_process(Arc::new(single.clone()), tasks).await;
+                report(
+                    &format!("redb (one process), {tasks} task(s)"),
+                    samples,
+                    elapsed,
+                );
+                single.close().await.unwrap();
 
-            let shared = SharedRedbStorage::open(dir.path().join(format!("shared-{tasks}.redb")))
+                let shared =
+                    SharedRedbStorage::open(dir.path().join(format!("shared-{tasks}.redb")))
+                        .await
+                        .unwrap();
+                let (samples, elapsed) = in_process(Arc::new(shared), tasks).await;
+                report(
+                    &format!("shared redb, 1 process, {tasks} task(s)"),
+                    samples,
+                    elapsed,
+                );
+            }
+            let path = dir.path().join("shared-processes.redb");
+            drop(SharedRedbStorage::open(&path).await.unwrap());
+            let (samples, elapsed) = tokio::task::spawn_blocking(move || across_processes(&path))
                 .await
                 .unwrap();
-            let (samples, elapsed) = in_process(Arc::new(shared), tasks).await;
             report(
-                &format!("shared redb, 1 process, {tasks} task(s)"),
+                &format!("shared redb, {PROCESSES} processes x 1 task"),
                 samples,
                 elapsed,
             );
-        }
-        let path = dir.path().join("shared-processes.redb");
-        drop(SharedRedbStorage::open(&path).await.unwrap());
-        let (samples, elapsed) = tokio::task::spawn_blocking(move || across_processes(&path))
-            .await
-            .unwrap();
-        report(
-            &format!("shared redb, {PROCESSES} processes x 1 task"),
-            samples,
-            elapsed,
-        );
-    });
+        },
+    );
 }

@@ -51,20 +51,24 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// In a child started by [`spawn_self`] (`env` set), runs `child` with the
-/// spec and returns false; returns false too without `--bench` (`cargo
-/// bench` passes it, `cargo test --benches` does not: then the benchmark
-/// only checks that it starts). True: run the benchmark.
-pub(crate) fn parent_benchmarking<F: Future<Output = ()>>(
-    runtime: &tokio::runtime::Runtime,
+/// The `main` of a benchmark that re-runs itself as children: in a child
+/// started by [`spawn_self`] (`env` set), runs `child` with the spec; without
+/// `--bench` (`cargo bench` passes it, `cargo test --benches` does not)
+/// only checks that the benchmark starts; else runs `bench`.
+pub(crate) fn main_with_children<C, B>(
     env: &str,
-    child: impl FnOnce(String) -> F,
-) -> bool {
+    child: impl FnOnce(String) -> C,
+    bench: impl FnOnce() -> B,
+) where
+    C: Future<Output = ()>,
+    B: Future<Output = ()>,
+{
+    let runtime = runtime();
     if let Ok(spec) = std::env::var(env) {
         runtime.block_on(child(spec));
-        return false;
+    } else if std::env::args().any(|arg| arg == "--bench") {
+        runtime.block_on(bench());
     }
-    std::env::args().any(|arg| arg == "--bench")
 }
 
 /// Formats a duration in the unit that suits it.
