@@ -23,7 +23,7 @@ use std::{
 use elections::Elections;
 use storage_mem::MemStorage;
 use storage_redb::SharedRedbStorage;
-use support::{fmt, main_with_children, report, report_head, spawn_self};
+use support::{fmt, main_with_children, report, report_head, run_children};
 use ttl_storage::{DynTtlStorage, Key, TtlStorage};
 
 /// Set in the child processes: `id:watch:path`.
@@ -152,22 +152,14 @@ async fn mem_case(rounds: usize) -> Vec<Duration> {
 
 /// Two child processes over one shared redb file.
 fn shared_case(path: &Path, watch: bool, rounds: usize) -> Vec<Duration> {
-    let (lines_tx, lines_rx) = mpsc::channel();
-    let mut children: Vec<_> = (0..2)
-        .map(|id| {
-            let spec = format!("{id}:{watch}:{rounds}:{}", path.display());
-            spawn_self(CHILD_ENV, &spec, id, lines_tx.clone())
-        })
-        .collect();
-    drop(lines_tx);
+    let lines = run_children(CHILD_ENV, 2, |id| {
+        format!("{id}:{watch}:{rounds}:{}", path.display())
+    });
     let mut events = Vec::new();
-    for (id, line) in lines_rx.iter() {
+    for (id, line) in lines {
         if let Some((event, at)) = line.split_once(' ') {
             events.push((id, event.to_owned(), at.parse::<u128>().unwrap()));
         }
-    }
-    for child in &mut children {
-        assert!(child.wait().unwrap().success());
     }
     events.sort_by_key(|(_, _, at)| *at);
     handovers(&events)

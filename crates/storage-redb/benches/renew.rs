@@ -16,12 +16,12 @@ mod support;
 
 use std::{
     path::Path,
-    sync::{Arc, mpsc},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use storage_redb::{RedbStorage, SharedRedbStorage};
-use support::{columns, fmt, main_with_children, spawn_self};
+use support::{columns, fmt, main_with_children, run_children};
 use ttl_storage::{DynTtlStorage, Key, Ttl};
 
 /// Set in the child processes of the multi-process case: `path:seconds`.
@@ -76,23 +76,15 @@ async fn in_process(storage: DynTtlStorage, tasks: usize) -> (Vec<Duration>, Dur
 
 /// [`PROCESSES`] child processes renew their own keys in one shared file.
 fn across_processes(path: &Path) -> (Vec<Duration>, Duration) {
-    let (lines_tx, lines_rx) = mpsc::channel();
     let started = Instant::now();
-    let mut children: Vec<_> = (0..PROCESSES)
-        .map(|id| {
-            let spec = format!("{id}:{}", path.display());
-            spawn_self(CHILD_ENV, &spec, id, lines_tx.clone())
-        })
-        .collect();
-    drop(lines_tx);
+    let lines = run_children(CHILD_ENV, PROCESSES, |id| {
+        format!("{id}:{}", path.display())
+    });
     let mut samples = Vec::new();
-    for (_, line) in lines_rx.iter() {
+    for (_, line) in lines {
         if let Some(nanos) = line.strip_prefix("LAT ") {
             samples.push(Duration::from_nanos(nanos.parse().unwrap()));
         }
-    }
-    for child in &mut children {
-        assert!(child.wait().unwrap().success());
     }
     (samples, started.elapsed())
 }

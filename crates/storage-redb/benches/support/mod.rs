@@ -106,3 +106,23 @@ pub(crate) fn spawn_self(
     });
     child
 }
+
+/// Runs `n` children of this bench binary ([`spawn_self`], child `id` with
+/// `spec(id)`) to their end; every line they printed, tagged with its child,
+/// in the order received. Panics if a child fails.
+pub(crate) fn run_children(
+    env: &str,
+    n: usize,
+    spec: impl Fn(usize) -> String,
+) -> Vec<(usize, String)> {
+    let (lines_tx, lines_rx) = mpsc::channel();
+    let mut children: Vec<_> = (0..n)
+        .map(|id| spawn_self(env, &spec(id), id, lines_tx.clone()))
+        .collect();
+    drop(lines_tx);
+    let lines = lines_rx.iter().collect();
+    for child in &mut children {
+        assert!(child.wait().unwrap().success());
+    }
+    lines
+}
