@@ -171,20 +171,10 @@ impl ValkeyFence {
         value: &[u8],
     ) -> Result<FenceOutcome, StorageError> {
         const WHAT: &str = "fenced set";
-        check_value(value)?;
-        if !self.client.is_connected() {
-            return Err(StorageError::transient(format!("{WHAT}: not connected")));
-        }
         let keys = vec![self.fence_key(resource), key.to_string()];
-        let args = vec![
-            Value::String(token.to_string().into()),
-            Value::Bytes(Bytes::copy_from_slice(value)),
-        ];
         let reply = self
-            .script
-            .run_keys(&self.client, keys, args)
-            .await
-            .map_err(|err| storage_error(classify(&err, Op::Write), WHAT, err))?;
+            .run_guarded(WHAT, &self.script, keys, token, value)
+            .await?;
         let outcome = parse_reply(reply)?;
         if let (FenceOutcome::Accepted, Some(wait)) = (outcome, self.wait) {
             crate::replication::confirm(&self.client, wait, WHAT).await?;
@@ -194,6 +184,32 @@ impl ValkeyFence {
 }
 
 impl ValkeyFence {
+    /// Runs a guarded `script` (`what`, in errors) on `keys` with the token
+    /// and the value as arguments, after checking the value and the
+    /// connection (a write never sent is transient); its errors are a
+    /// write's.
+    async fn run_guarded(
+        &self,
+        what: &str,
+        script: &Script,
+        keys: Vec<String>,
+        token: u64,
+        value: &[u8],
+    ) -> Result<Value, StorageError> {
+        check_value(value)?;
+        if !self.client.is_connected() {
+            return Err(StorageError::transient(format!("{what}: not connected")));
+        }
+        let args = vec![
+            Value::String(token.to_string().into()),
+            Value::Bytes(Bytes::copy_from_slice(value)),
+        ];
+        script
+            .run_keys(&self.client, keys, args)
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Write), what, err))
+    }
+
     /// The list that holds `resource`'s log.
     pub fn log_key(&self, resource: &str) -> String {
         format!("{}fence-log:{resource}", self.prefix)
@@ -212,20 +228,10 @@ impl ValkeyFence {
         value: &[u8],
     ) -> Result<AppendOutcome, StorageError> {
         const WHAT: &str = "fenced append";
-        check_value(value)?;
-        if !self.client.is_connected() {
-            return Err(StorageError::transient(format!("{WHAT}: not connected")));
-        }
         let keys = vec![self.fence_key(resource), self.log_key(resource)];
-        let args = vec![
-            Value::String(token.to_string().into()),
-            Value::Bytes(Bytes::copy_from_slice(value)),
-        ];
         let reply = self
-            .append
-            .run_keys(&self.client, keys, args)
-            .await
-            .map_err(|err| storage_error(classify(&err, Op::Write), WHAT, err))?;
+            .run_guarded(WHAT, &self.append, keys, token, value)
+            .await?;
         let unexpected = |reply: &Value| {
             StorageError::outcome_unknown(format!("{WHAT}: unexpected reply {reply:?}"))
         };
