@@ -55,12 +55,14 @@ use crate::{
     scripts::Script,
 };
 
-/// KEYS[1]: the fence (highest token, decimal); KEYS[2]: the data key.
-/// ARGV[1]: token (decimal, no leading zeros); ARGV[2]: value.
-/// Tokens are compared as decimal strings (length, then bytes) so u64
-/// values beyond Lua's 2^53 stay exact. Reply: {1, token} applied,
-/// {0, highest} refused.
-const GUARDED_SET: &str = r#"
+/// The guard both guarded scripts start with: KEYS[1] is the fence
+/// (highest token, decimal), ARGV[1] the token (decimal, no leading
+/// zeros). Tokens are compared as decimal strings (length, then bytes) so
+/// u64 values beyond Lua's 2^53 stay exact. A lower token returns
+/// {0, highest}; else the token is recorded and the script goes on.
+macro_rules! guard {
+    () => {
+        r#"
 local highest = redis.call('GET', KEYS[1]) or '0'
 local token = ARGV[1]
 local lower = #token < #highest or (#token == #highest and token < highest)
@@ -68,24 +70,28 @@ if lower then
   return {0, highest}
 end
 redis.call('SET', KEYS[1], token)
-redis.call('SET', KEYS[2], ARGV[2])
-return {1, token}
-"#;
+"#
+    };
+}
 
-/// KEYS[1]: the fence; KEYS[2]: the log (a list). ARGV as [`GUARDED_SET`].
-/// Each list element is `<token> <value>`. Reply: {1, seq} appended (seq =
-/// the new list length), {0, highest} refused.
-const GUARDED_APPEND: &str = r#"
-local highest = redis.call('GET', KEYS[1]) or '0'
-local token = ARGV[1]
-local lower = #token < #highest or (#token == #highest and token < highest)
-if lower then
-  return {0, highest}
-end
-redis.call('SET', KEYS[1], token)
-local seq = redis.call('RPUSH', KEYS[2], token .. ' ' .. ARGV[2])
+/// `guard!`, then KEYS[2] (the data key) := ARGV[2] (the value). Reply:
+/// {1, token} applied, {0, highest} refused.
+const GUARDED_SET: &str = concat!(
+    guard!(),
+    r#"redis.call('SET', KEYS[2], ARGV[2])
+return {1, token}
+"#
+);
+
+/// `guard!`, then ARGV[2] appended to KEYS[2] (the log, a list). Each
+/// list element is `<token> <value>`. Reply: {1, seq} appended (seq = the
+/// new list length), {0, highest} refused.
+const GUARDED_APPEND: &str = concat!(
+    guard!(),
+    r#"local seq = redis.call('RPUSH', KEYS[2], token .. ' ' .. ARGV[2])
 return {1, seq}
-"#;
+"#
+);
 
 /// KEYS[1]: the fence; KEYS[2]: the register's value. Reply: {token,
 /// value}, each `false` (nil) if missing.
