@@ -44,6 +44,7 @@
 pub mod cases;
 mod ctx;
 mod faults;
+pub mod network;
 pub mod proxy;
 mod time_left;
 

@@ -124,31 +124,3 @@ pub trait Fence: Send + Sync + fmt::Debug {
 /// A shared fence of any driver, as `storage_url::open_fence` returns it.
 pub type DynFence = Arc<dyn Fence>;
 
-#[async_trait]
-impl<F: Fence + ?Sized> Fence for Arc<F> {
-    async fn write(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<FenceOutcome, StorageError> {
-        (**self).write(resource, token, value).await
-    }
-    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
-        (**self).read(resource).await
-    }
-    async fn append(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
-        (**self).append(resource, token, value).await
-    }
-    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
-        (**self).log(resource).await
-    }
-    fn numbering(&self) -> Numbering {
-        (**self).numbering()
-    }
-}

@@ -280,6 +280,7 @@ impl DynamoConfigBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ttl_storage::kit::UrlError;
 
     #[test]
     fn parses_full_url() {
@@ -311,10 +312,16 @@ mod tests {
     #[test]
     fn rejects_bad_urls() {
         let err = |s: &str| DynamoConfig::from_url(s).unwrap_err();
-        assert!(matches!(err("not a url"), ConfigError::NotAUrl(_)));
+        assert!(matches!(
+            err("not a url"),
+            ConfigError::Url(UrlError::NotAUrl(_))
+        ));
         assert_eq!(
             err("redis://leases"),
-            ConfigError::WrongScheme("redis".into())
+            ConfigError::Url(UrlError::BadScheme {
+                scheme: "redis".into(),
+                expected: "dynamodb://"
+            })
         );
         assert_eq!(err("dynamodb://ab"), ConfigError::InvalidTable("ab".into()));
         assert_eq!(err("dynamodb:///x"), ConfigError::InvalidTable("".into()));
@@ -328,11 +335,11 @@ mod tests {
         );
         assert_eq!(
             err("dynamodb://leases?colour=red"),
-            ConfigError::UnknownParameter("colour".into())
+            ConfigError::Url(UrlError::UnknownParameter("colour".into()))
         );
         assert_eq!(
             err("dynamodb://leases?region=a&region=b"),
-            ConfigError::DuplicateParameter("region".into())
+            ConfigError::Url(UrlError::DuplicateParameter("region".into()))
         );
         assert!(matches!(
             err("dynamodb://leases?expiry=ntp"),

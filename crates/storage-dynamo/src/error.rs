@@ -7,12 +7,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The text is not a URL at all.
-    #[error("not a URL: {0}")]
-    NotAUrl(String),
-    /// The URL's scheme is not `dynamodb`.
-    #[error("URL scheme is {0:?}; expected \"dynamodb\"")]
-    WrongScheme(String),
+    /// What every driver's URL can have wrong (syntax, scheme,
+    /// percent-encoding, parameters unknown or given twice, values).
+    #[error(transparent)]
+    Url(#[from] ttl_storage::kit::UrlError),
     /// The table name breaks DynamoDB's rules (3..=255 of `[A-Za-z0-9_.-]`).
     #[error("invalid table name {0:?}: use 3 to 255 characters of A-Z a-z 0-9 _ - .")]
     InvalidTable(String),
@@ -22,12 +20,6 @@ pub enum ConfigError {
     /// The endpoint is not an `http://` or `https://` URL with a host.
     #[error("invalid endpoint {0:?}: expected http(s)://host[:port]")]
     InvalidEndpoint(String),
-    /// A query parameter the URL form does not know.
-    #[error("unknown URL parameter {0:?}")]
-    UnknownParameter(String),
-    /// A query parameter given twice.
-    #[error("URL parameter {0:?} given more than once")]
-    DuplicateParameter(String),
     /// A query parameter whose value does not parse.
     #[error("URL parameter {name:?} has invalid value {value:?}: {expected}")]
     InvalidParameter {

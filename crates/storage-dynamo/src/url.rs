@@ -2,7 +2,7 @@
 
 use std::{str::FromStr, time::Duration};
 
-use url::Url;
+use ttl_storage::kit::{UrlError, url::Once};
 
 use crate::{ConfigError, DynamoConfig, ExpiryMode};
 
@@ -47,24 +47,26 @@ impl DynamoConfig {
     /// assert_eq!(config.request_timeout(), Duration::from_millis(1500));
     /// ```
     pub fn from_url(text: &str) -> Result<Self, ConfigError> {
-        let url = Url::parse(text).map_err(|e| ConfigError::NotAUrl(e.to_string()))?;
+        let url = ttl_storage::kit::url::parse(text)?;
         if url.scheme() != "dynamodb" {
-            return Err(ConfigError::WrongScheme(url.scheme().to_string()));
+            return Err(ConfigError::Url(UrlError::BadScheme {
+                scheme: url.scheme().to_string(),
+                expected: "dynamodb://",
+            }));
         }
         let table = url.host_str().unwrap_or_default();
         let mut builder = DynamoConfig::builder(table);
-        let mut seen: Vec<String> = Vec::new();
+        // The names of one timeout are one parameter.
+        let mut once = Once::new(
+            &[],
+            &[
+                ("request_timeout", "timeout"),
+                ("request_timeout_ms", "timeout"),
+                ("connect_timeout_ms", "connect_timeout"),
+            ],
+        );
         for (name, value) in url.query_pairs() {
-            // The names of one timeout are one parameter.
-            let canonical = match &*name {
-                "timeout" | "request_timeout" | "request_timeout_ms" => "timeout",
-                "connect_timeout" | "connect_timeout_ms" => "connect_timeout",
-                other => other,
-            };
-            if seen.iter().any(|s| s == canonical) {
-                return Err(ConfigError::DuplicateParameter(name.into_owned()));
-            }
-            seen.push(canonical.to_owned());
+            once.check(&name)?;
             let value = value.into_owned();
             builder = match &*name {
                 "region" => builder.region(value),
@@ -91,7 +93,7 @@ impl DynamoConfig {
                     let n = parse_u64(&name, &value)?;
                     builder.max_attempts(u32::try_from(n).unwrap_or(u32::MAX))
                 }
-                other => return Err(ConfigError::UnknownParameter(other.to_string())),
+                other => return Err(UrlError::UnknownParameter(other.to_string()).into()),
             };
         }
         builder.build()
@@ -208,15 +210,15 @@ mod tests {
             ),
             (
                 "timeout=1s&request_timeout_ms=1000",
-                ConfigError::DuplicateParameter("request_timeout_ms".into()),
+                ConfigError::Url(UrlError::DuplicateParameter("request_timeout_ms".into())),
             ),
             (
                 "request_timeout=1s&timeout=1s",
-                ConfigError::DuplicateParameter("timeout".into()),
+                ConfigError::Url(UrlError::DuplicateParameter("timeout".into())),
             ),
             (
                 "connect_timeout_ms=1&connect_timeout=1s",
-                ConfigError::DuplicateParameter("connect_timeout".into()),
+                ConfigError::Url(UrlError::DuplicateParameter("connect_timeout".into())),
             ),
         ];
         for (query, expected) in cases {

@@ -1,7 +1,7 @@
 //! Validated configuration: endpoints, credentials, TLS, key prefix and
 //! timeouts.
 
-use std::{fmt, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use crate::error::ConfigError;
 
@@ -17,21 +17,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_PREFIX_LEN: usize = 256;
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
-/// User name and password (etcd's auth).
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Credentials {
-    pub(crate) user: String,
-    pub(crate) password: String,
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("user", &self.user)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
+pub(crate) use ttl_storage::kit::Credentials;
 
 /// A validated configuration of [`crate::EtcdStorage`].
 ///
@@ -213,12 +199,7 @@ impl EtcdConfigBuilder {
             ("timeout", self.request_timeout),
             ("connect_timeout", self.connect_timeout),
         ] {
-            if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
-                return Err(ConfigError::BadDuration {
-                    name,
-                    value: humantime::format_duration(timeout).to_string(),
-                });
-            }
+            ttl_storage::kit::query::check_timeout(name, timeout, MAX_TIMEOUT)?;
         }
         Ok(EtcdConfig {
             endpoints,

@@ -11,12 +11,10 @@ use ttl_storage::{ErrorKind, StorageError};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The text is not a URL at all.
-    #[error("not a URL: {0}")]
-    BadUrl(String),
-    /// The URL's scheme is not `etcd` or `etcds`.
-    #[error("URL scheme {0:?} is not etcd:// or etcds://")]
-    BadScheme(String),
+    /// What every driver's URL can have wrong (syntax, scheme,
+    /// percent-encoding, parameters unknown or given twice, values).
+    #[error(transparent)]
+    Url(#[from] ttl_storage::kit::UrlError),
     /// No endpoint was given.
     #[error("at least one endpoint (host[:port]) is required")]
     NoEndpoint,
@@ -26,29 +24,12 @@ pub enum ConfigError {
     /// A user name without a password, or the reverse.
     #[error("credentials need both a user name and a password")]
     BadCredentials,
-    /// A `%` escape in the URL is not UTF-8.
-    #[error("the {0} in the URL is not valid percent-encoded UTF-8")]
-    BadPercentEncoding(&'static str),
     /// The key prefix holds control characters or is too long.
     #[error("bad key prefix {0:?}: use at most 256 bytes without control characters")]
     BadPrefix(String),
     /// A CA file was given for a plaintext connection.
     #[error("tls_ca_file is set but the connection is not TLS (use etcds://)")]
     CaFileWithoutTls,
-    /// A duration that is not a humantime duration within range.
-    #[error("bad {name} {value:?}: expected a duration such as 500ms or 5s, from 1ms to 1h")]
-    BadDuration {
-        /// The parameter name.
-        name: &'static str,
-        /// The rejected value.
-        value: String,
-    },
-    /// A URL query parameter this driver does not know (typos are errors).
-    #[error("unknown URL parameter {0:?}")]
-    UnknownParameter(String),
-    /// A URL parameter given twice.
-    #[error("URL parameter {0:?} given twice")]
-    DuplicateParameter(String),
 }
 
 /// What a request does (the driver kit's one type, with the lost-answer

@@ -1,9 +1,10 @@
 //! Parsing `etcd://` / `etcds://` URLs into an [`EtcdConfig`].
 
-use std::{collections::HashSet, time::Duration};
-
-use percent_encoding::percent_decode_str;
-use url::Url;
+use ttl_storage::kit::{
+    UrlError,
+    query::duration_param,
+    url::{decode, params, parse},
+};
 
 use crate::{config::EtcdConfig, error::ConfigError};
 
@@ -40,11 +41,17 @@ impl EtcdConfig {
     /// assert_eq!(config.redacted_url(), "etcds://app:***@10.0.0.1:2379,10.0.0.2:2379");
     /// ```
     pub fn from_url(url: &str) -> Result<EtcdConfig, ConfigError> {
-        let parsed = Url::parse(url).map_err(|err| ConfigError::BadUrl(err.to_string()))?;
+        let parsed = parse(url)?;
         let tls = match parsed.scheme() {
             "etcd" => false,
             "etcds" => true,
-            other => return Err(ConfigError::BadScheme(other.to_string())),
+            other => {
+                return Err(UrlError::BadScheme {
+                    scheme: other.to_string(),
+                    expected: "etcd:// or etcds://",
+                }
+                .into());
+            }
         };
         let host = parsed
             .host_str()
@@ -63,38 +70,20 @@ impl EtcdConfig {
             }
             _ => return Err(ConfigError::BadCredentials),
         }
-        let mut seen = HashSet::new();
-        for (name, value) in parsed.query_pairs() {
-            if name != "endpoint" && !seen.insert(name.to_string()) {
-                return Err(ConfigError::DuplicateParameter(name.into_owned()));
-            }
-            builder = match name.as_ref() {
-                "endpoint" => builder.endpoint(value.into_owned()),
-                "prefix" => builder.prefix(value.into_owned()),
-                "timeout" => builder.request_timeout(parse_duration("timeout", &value)?),
+        for (name, value) in params(&parsed, &["endpoint"])? {
+            builder = match name.as_str() {
+                "endpoint" => builder.endpoint(value),
+                "prefix" => builder.prefix(value),
+                "timeout" => builder.request_timeout(duration_param("timeout", &value)?),
                 "connect_timeout" => {
-                    builder.connect_timeout(parse_duration("connect_timeout", &value)?)
+                    builder.connect_timeout(duration_param("connect_timeout", &value)?)
                 }
-                "tls_ca_file" => builder.tls_ca_file(value.into_owned()),
-                _ => return Err(ConfigError::UnknownParameter(name.into_owned())),
+                "tls_ca_file" => builder.tls_ca_file(value),
+                _ => return Err(UrlError::UnknownParameter(name).into()),
             };
         }
         builder.build()
     }
-}
-
-fn decode(text: &str, what: &'static str) -> Result<String, ConfigError> {
-    percent_decode_str(text)
-        .decode_utf8()
-        .map(|s| s.into_owned())
-        .map_err(|_| ConfigError::BadPercentEncoding(what))
-}
-
-fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    ttl_storage::kit::query::parse_duration(value).ok_or_else(|| ConfigError::BadDuration {
-        name,
-        value: value.to_string(),
-    })
 }
 
 #[cfg(test)]
@@ -112,15 +101,22 @@ mod tests {
     #[test]
     fn bad_urls_have_typed_errors() {
         let cases: &[(&str, ConfigError)] = &[
-            ("http://h", ConfigError::BadScheme("http".into())),
+            (
+                "http://h",
+                UrlError::BadScheme {
+                    scheme: "http".into(),
+                    expected: "etcd:// or etcds://",
+                }
+                .into(),
+            ),
             ("etcd://u@h", ConfigError::BadCredentials),
             (
                 "etcd://h?prefx=a",
-                ConfigError::UnknownParameter("prefx".into()),
+                UrlError::UnknownParameter("prefx".into()).into(),
             ),
             (
                 "etcd://h?prefix=a&prefix=b",
-                ConfigError::DuplicateParameter("prefix".into()),
+                UrlError::DuplicateParameter("prefix".into()).into(),
             ),
             (
                 "etcd://h?tls_ca_file=/ca.pem",
@@ -128,10 +124,11 @@ mod tests {
             ),
             (
                 "etcd://h?timeout=5",
-                ConfigError::BadDuration {
+                UrlError::BadDuration {
                     name: "timeout",
                     value: "5".into(),
-                },
+                }
+                .into(),
             ),
             (
                 "etcd://h?endpoint=x:99999",

@@ -21,16 +21,12 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use elections_testsuite::network;
 use storage_etcd::EtcdStorage;
 use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
 
 fn base_url() -> String {
-    std::env::var("ETCD_URL").unwrap_or_else(|_| {
-        panic!(
-            "ETCD_URL is not set: run `cargo xtask test-drivers --engine etcd`, or set \
-             ETCD_URL=etcd://host:2379"
-        )
-    })
+    network::env_url("ETCD_URL", "etcd", "etcd://host:2379")
 }
 
 async fn connect_url(url: &str) -> EtcdStorage {
@@ -153,14 +149,10 @@ async fn records_are_prefixed_keys_on_leases() {
 /// A member that refuses connections is a transient error at connect time.
 #[tokio::test]
 async fn refused_connection_is_transient() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let err = EtcdStorage::from_url(&format!("etcd://127.0.0.1:{port}?connect_timeout=1s"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    network::refused_connection_is_transient(|port| async move {
+        EtcdStorage::from_url(&format!("etcd://127.0.0.1:{port}?connect_timeout=1s")).await
+    })
+    .await;
 }
 
 fn tls_url() -> String {
@@ -179,19 +171,13 @@ fn tls_url() -> String {
 async fn tls_round_trip_and_certificate_check() {
     let s = connect_url(&tls_url()).await;
     assert!(s.config().tls());
-    let k = key("tls");
-    assert!(s.insert_if_not_exists(&k, b"t", ttl(5)).await.unwrap());
-    assert!(s.compare_and_swap(&k, b"t", b"u", ttl(5)).await.unwrap());
-    assert_eq!(s.get(&k).await.unwrap().as_deref(), Some(&b"u"[..]));
-    assert!(s.compare_and_delete(&k, b"u").await.unwrap());
-
     let mut wrong = url::Url::parse(&tls_url()).unwrap();
     wrong.set_query(Some(&format!(
         "tls_ca_file={}/tests/data/ca.pem&connect_timeout=2s",
         env!("CARGO_MANIFEST_DIR")
     )));
-    let err = EtcdStorage::from_url(wrong.as_str()).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    let wrong_ca = EtcdStorage::from_url(wrong.as_str());
+    network::tls_round_trip_and_certificate_check(&s, &key("tls"), wrong_ca).await;
 }
 
 /// `etcds://` to a plaintext member fails; it never falls back to plaintext.
@@ -237,16 +223,8 @@ async fn lost_answers_and_lost_connections() {
     // Ttl::NEVER: no lease grant, so the swallowed request is the
     // transaction itself (a lost grant is rightly transient).
     assert!(s.insert_if_not_exists(&k, b"a", Ttl::NEVER).await.unwrap());
-
-    proxy.swallow_answers(true);
-    let err = s
-        .compare_and_swap(&k, b"a", b"b", Ttl::NEVER)
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
-    assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
-    let err = s.get(&k).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    network::lost_answer_of_a_write_is_outcome_unknown(&s, &direct, &proxy, &k, Ttl::NEVER, true)
+        .await;
 
     proxy.shut_down();
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -417,13 +417,11 @@ fn check_identifier(what: &'static str, name: &str) -> Result<(), ConfigError> {
 }
 
 fn check_timeout(name: &'static str, timeout: Duration) -> Result<(), ConfigError> {
-    if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
-        return Err(ConfigError::BadDuration {
-            name,
-            value: humantime::format_duration(timeout).to_string(),
-        });
-    }
-    Ok(())
+    Ok(ttl_storage::kit::query::check_timeout(
+        name,
+        timeout,
+        MAX_TIMEOUT,
+    )?)
 }
 
 #[cfg(test)]

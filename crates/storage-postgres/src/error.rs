@@ -11,12 +11,10 @@ use ttl_storage::{ErrorKind, StorageError};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The text is not a URL at all.
-    #[error("not a URL: {0}")]
-    BadUrl(String),
-    /// The URL's scheme is not `postgres` or `postgresql`.
-    #[error("URL scheme {0:?} is not postgres:// or postgresql://")]
-    BadScheme(String),
+    /// What every driver's URL can have wrong (syntax, scheme,
+    /// percent-encoding, parameters unknown or given twice, values).
+    #[error(transparent)]
+    Url(#[from] ttl_storage::kit::UrlError),
     /// No host was given.
     #[error("a host is required")]
     NoHost,
@@ -30,9 +28,6 @@ pub enum ConfigError {
     /// The user name is empty.
     #[error("a user name is required")]
     NoUser,
-    /// A `%` escape in the URL is not UTF-8.
-    #[error("the {0} in the URL is not valid percent-encoded UTF-8")]
-    BadPercentEncoding(&'static str),
     /// An unknown `sslmode`.
     #[error("bad sslmode {0:?}: expected disable, require, verify-ca or verify-full")]
     BadSslMode(String),
@@ -57,28 +52,6 @@ pub enum ConfigError {
     /// A pool size of zero or too large.
     #[error("bad pool_size {0:?}: expected 1 to 1024")]
     BadPoolSize(String),
-    /// A boolean parameter that is not `true` or `false`.
-    #[error("bad {name} {value:?}: expected true or false")]
-    BadBool {
-        /// The parameter name.
-        name: &'static str,
-        /// The rejected value.
-        value: String,
-    },
-    /// A duration that is not a humantime duration within range.
-    #[error("bad {name} {value:?}: expected a duration such as 500ms or 5s, from 1ms to 1h")]
-    BadDuration {
-        /// The parameter name.
-        name: &'static str,
-        /// The rejected value.
-        value: String,
-    },
-    /// A URL query parameter this driver does not know (typos are errors).
-    #[error("unknown URL parameter {0:?}")]
-    UnknownParameter(String),
-    /// A URL parameter given twice.
-    #[error("URL parameter {0:?} given twice")]
-    DuplicateParameter(String),
 }
 
 /// What a request does (the driver kit's one type, with the lost-answer

@@ -1,11 +1,15 @@
 //! Parsing `postgres://` URLs into a [`PostgresConfig`].
 
-use std::{collections::HashSet, time::Duration};
-
-use percent_encoding::percent_decode_str;
-use url::Url;
+use ttl_storage::kit::{
+    UrlError,
+    query::{bool_param, duration_param},
+    url::{decode, params, parse},
+};
 
 use crate::{config::PostgresConfig, error::ConfigError};
+
+/// The schemes, as an error message names them.
+const SCHEMES: &str = "postgres:// or postgresql://";
 
 impl PostgresConfig {
     /// Parses a URL:
@@ -54,10 +58,15 @@ impl PostgresConfig {
     /// ```
     pub fn from_url(url: &str) -> Result<PostgresConfig, ConfigError> {
         let (url, other_hosts) = split_hosts(url)?;
-        let parsed = Url::parse(&url).map_err(|err| ConfigError::BadUrl(err.to_string()))?;
+        let parsed = parse(&url)?;
         match parsed.scheme() {
             "postgres" | "postgresql" => {}
-            other => return Err(ConfigError::BadScheme(other.to_string())),
+            other => {
+                return Err(ConfigError::Url(UrlError::BadScheme {
+                    scheme: other.to_string(),
+                    expected: SCHEMES,
+                }));
+            }
         }
         let host = match parsed.host() {
             Some(url::Host::Ipv6(addr)) => addr.to_string(),
@@ -81,31 +90,27 @@ impl PostgresConfig {
         if !dbname.is_empty() {
             builder = builder.dbname(decode(dbname, "database name")?);
         }
-        let mut seen = HashSet::new();
-        for (name, value) in parsed.query_pairs() {
-            if !seen.insert(name.to_string()) {
-                return Err(ConfigError::DuplicateParameter(name.into_owned()));
-            }
-            builder = match name.as_ref() {
+        for (name, value) in params(&parsed, &[])? {
+            builder = match name.as_str() {
                 "sslmode" => builder.ssl_mode(value.parse()?),
-                "sslrootcert" => builder.ssl_root_cert(value.into_owned()),
-                "table" => builder.table(value.into_owned()),
-                "schema" => builder.schema(value.into_owned()),
-                "create_table" => builder.create_table(parse_bool("create_table", &value)?),
+                "sslrootcert" => builder.ssl_root_cert(value),
+                "table" => builder.table(value),
+                "schema" => builder.schema(value),
+                "create_table" => builder.create_table(bool_param("create_table", &value)?),
                 "pool_size" => builder.pool_size(
                     value
                         .parse()
                         .map_err(|_| ConfigError::BadPoolSize(value.to_string()))?,
                 ),
-                "timeout" => builder.request_timeout(parse_duration("timeout", &value)?),
+                "timeout" => builder.request_timeout(duration_param("timeout", &value)?),
                 "connect_timeout" => {
-                    builder.connect_timeout(parse_duration("connect_timeout", &value)?)
+                    builder.connect_timeout(duration_param("connect_timeout", &value)?)
                 }
                 "target_session_attrs" => match value.as_ref() {
                     "read-write" => builder,
                     other => return Err(ConfigError::BadTargetSessionAttrs(other.to_string())),
                 },
-                _ => return Err(ConfigError::UnknownParameter(name.into_owned())),
+                _ => return Err(ConfigError::Url(UrlError::UnknownParameter(name))),
             };
         }
         builder.build()
@@ -159,30 +164,9 @@ fn parse_server(server: &str) -> Result<(String, u16), ConfigError> {
     Ok((host.to_string(), port))
 }
 
-fn decode(text: &str, what: &'static str) -> Result<String, ConfigError> {
-    percent_decode_str(text)
-        .decode_utf8()
-        .map(|s| s.into_owned())
-        .map_err(|_| ConfigError::BadPercentEncoding(what))
-}
-
-fn parse_bool(name: &'static str, value: &str) -> Result<bool, ConfigError> {
-    ttl_storage::kit::query::parse_bool(value).ok_or_else(|| ConfigError::BadBool {
-        name,
-        value: value.to_string(),
-    })
-}
-
-fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    ttl_storage::kit::query::parse_duration(value).ok_or_else(|| ConfigError::BadDuration {
-        name,
-        value: value.to_string(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
+    use std::{path::Path, time::Duration};
 
     use super::*;
     use crate::SslMode;
@@ -226,7 +210,13 @@ mod tests {
     #[test]
     fn bad_urls_have_typed_errors() {
         let cases: &[(&str, ConfigError)] = &[
-            ("mysql://h", ConfigError::BadScheme("mysql".into())),
+            (
+                "mysql://h",
+                ConfigError::Url(UrlError::BadScheme {
+                    scheme: "mysql".into(),
+                    expected: SCHEMES,
+                }),
+            ),
             (
                 "postgres://h?sslmode=prefer",
                 ConfigError::FallbackSslMode("prefer".into()),
@@ -245,11 +235,11 @@ mod tests {
             ),
             (
                 "postgres://h?tabel=x",
-                ConfigError::UnknownParameter("tabel".into()),
+                ConfigError::Url(UrlError::UnknownParameter("tabel".into())),
             ),
             (
                 "postgres://h?table=a&table=b",
-                ConfigError::DuplicateParameter("table".into()),
+                ConfigError::Url(UrlError::DuplicateParameter("table".into())),
             ),
             (
                 "postgres://h?pool_size=x",
@@ -257,21 +247,21 @@ mod tests {
             ),
             (
                 "postgres://h?create_table=yes",
-                ConfigError::BadBool {
+                ConfigError::Url(UrlError::BadBool {
                     name: "create_table",
                     value: "yes".into(),
-                },
+                }),
             ),
             (
                 "postgres://h?timeout=5",
-                ConfigError::BadDuration {
+                ConfigError::Url(UrlError::BadDuration {
                     name: "timeout",
                     value: "5".into(),
-                },
+                }),
             ),
             (
                 "postgres://u:%FF@h",
-                ConfigError::BadPercentEncoding("password"),
+                ConfigError::Url(UrlError::BadPercentEncoding("password")),
             ),
         ];
         for (url, expected) in cases {

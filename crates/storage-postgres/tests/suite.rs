@@ -21,16 +21,16 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use elections_testsuite::network;
 use storage_postgres::PostgresStorage;
 use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
 
 fn base_url() -> String {
-    std::env::var("POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "POSTGRES_URL is not set: run `cargo xtask test-drivers --engine postgres`, or set \
-             POSTGRES_URL=postgres://user:password@host:5432/db"
-        )
-    })
+    network::env_url(
+        "POSTGRES_URL",
+        "postgres",
+        "postgres://user:password@host:5432/db",
+    )
 }
 
 /// `POSTGRES_URL` with only its first server (a multi-host URL, as
@@ -284,11 +284,11 @@ fn tls_url() -> String {
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
 async fn tls_round_trip_and_certificate_check() {
     let s = connect_url(&tls_url()).await;
-    let k = key("tls");
-    assert!(s.insert_if_not_exists(&k, b"t", ttl(5)).await.unwrap());
-    assert!(s.compare_and_swap(&k, b"t", b"u", ttl(5)).await.unwrap());
-    assert_eq!(s.get(&k).await.unwrap().as_deref(), Some(&b"u"[..]));
-    assert!(s.compare_and_delete(&k, b"u").await.unwrap());
+    let other_ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ca.pem");
+    let mut wrong = url::Url::parse(&tls_url()).unwrap();
+    wrong.set_query(Some(&format!("sslmode=verify-full&sslrootcert={other_ca}")));
+    let wrong_ca = PostgresStorage::from_url(wrong.as_str());
+    network::tls_round_trip_and_certificate_check(&s, &key("tls"), wrong_ca).await;
     let client = s.pool().get().await.unwrap();
     let row = client
         .query_one(
@@ -298,12 +298,6 @@ async fn tls_round_trip_and_certificate_check() {
         .await
         .unwrap();
     assert!(row.get::<_, bool>(0), "the session is not encrypted");
-
-    let other_ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ca.pem");
-    let mut wrong = url::Url::parse(&tls_url()).unwrap();
-    wrong.set_query(Some(&format!("sslmode=verify-full&sslrootcert={other_ca}")));
-    let err = PostgresStorage::from_url(wrong.as_str()).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
 }
 
 /// On the wire: with `sslmode=verify-full` the client's first message is
@@ -341,14 +335,10 @@ async fn ssl_request_first_and_no_plaintext_fallback() {
 /// A server that refuses connections is a transient error at connect time.
 #[tokio::test]
 async fn refused_connection_is_transient() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let err = PostgresStorage::from_url(&format!("postgres://u@127.0.0.1:{port}/db"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    network::refused_connection_is_transient(|port| async move {
+        PostgresStorage::from_url(&format!("postgres://u@127.0.0.1:{port}/db")).await
+    })
+    .await;
 }
 
 /// A write whose answer is lost is outcome unknown (and here it was in
@@ -371,27 +361,12 @@ async fn lost_answers_and_lost_connections() {
     // Prepare the swap's statement on the one pooled connection first: a
     // lost answer while preparing is (rightly) transient, not unknown.
     assert!(s.compare_and_swap(&k, b"a", b"a", ttl(30)).await.unwrap());
-
-    proxy.swallow_answers(true);
-    let err = s
-        .compare_and_swap(&k, b"a", b"b", ttl(30))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
-    assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
+    network::lost_answer_of_a_write_is_outcome_unknown(&s, &direct, &proxy, &k, ttl(30), false)
+        .await;
 
     proxy.shut_down();
     // The pooled connection is gone and new ones are refused.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let err = loop {
-        match s.compare_and_delete(&k, b"b").await {
-            Err(err) if err.kind() == ErrorKind::Transient => break err,
-            other => {
-                assert!(tokio::time::Instant::now() < deadline, "{other:?}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
+    let err = network::transient_once_gone(|| s.compare_and_delete(&k, b"b")).await;
     assert!(err.to_string().contains("connect"), "{err}");
     let err = s.get(&k).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
@@ -514,11 +489,6 @@ async fn fenced_append_rolled_back_leaves_nothing() {
     );
 }
 
-/// Waits at most `bound` for `watch`; true when it completed.
-async fn completes_within(watch: ttl_storage::Watch, bound: Duration) -> bool {
-    tokio::time::timeout(bound, watch).await.is_ok()
-}
-
 /// A compare-and-delete by another storage (another process, in
 /// production) wakes a watcher; a swap does not, and a record without
 /// expiry is watched without a timer: nothing but the delete wakes it.
@@ -527,33 +497,13 @@ async fn completes_within(watch: ttl_storage::Watch, bound: Duration) -> bool {
 async fn watch_wakes_on_a_delete_by_another_storage() {
     let watcher = connect_url(&base_url()).await;
     let deleter = connect_url(&base_url()).await;
-    let k = key("watch-other");
-    assert!(
-        deleter
-            .insert_if_not_exists(&k, b"a", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    let mut watch = watcher.watch(&k).unwrap();
-    assert!(
-        deleter
-            .compare_and_swap(&k, b"a", b"b", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut watch)
-            .await
-            .is_err(),
-        "the watch completed although the record is still there"
-    );
-    assert!(!deleter.compare_and_delete(&k, b"a").await.unwrap());
-    assert!(deleter.compare_and_delete(&k, b"b").await.unwrap());
-    assert!(
-        completes_within(watch, Duration::from_secs(10)).await,
-        "the delete did not wake the watcher"
-    );
-    assert_eq!(watcher.get(&k).await.unwrap(), None);
+    network::watch_wakes_on_a_delete_by_another_connection(
+        &watcher,
+        &deleter,
+        &key("watch-other"),
+        Duration::from_millis(500),
+    )
+    .await;
 }
 
 /// Compare-and-delete notifies the table's channel with the key, once,
@@ -632,7 +582,7 @@ async fn dead_listener_wakes_and_reports_unsupported() {
     );
     proxy.shut_down();
     assert!(
-        completes_within(watch, Duration::from_secs(10)).await,
+        network::completes_within(watch, Duration::from_secs(10)).await,
         "a watch on a dead listener did not complete"
     );
     assert!(

@@ -23,7 +23,7 @@ use std::{
 use elections::Elections;
 use storage_mem::MemStorage;
 use storage_redb::SharedRedbStorage;
-use support::{fmt, percentiles, spawn_self};
+use support::{fmt, main_with_children, report, report_head, run_children};
 use ttl_storage::{DynTtlStorage, Key, TtlStorage};
 
 /// Set in the child processes: `id:watch:path`.
@@ -152,22 +152,14 @@ async fn mem_case(rounds: usize) -> Vec<Duration> {
 
 /// Two child processes over one shared redb file.
 fn shared_case(path: &Path, watch: bool, rounds: usize) -> Vec<Duration> {
-    let (lines_tx, lines_rx) = mpsc::channel();
-    let mut children: Vec<_> = (0..2)
-        .map(|id| {
-            let spec = format!("{id}:{watch}:{rounds}:{}", path.display());
-            spawn_self(CHILD_ENV, &spec, id, lines_tx.clone())
-        })
-        .collect();
-    drop(lines_tx);
+    let lines = run_children(CHILD_ENV, 2, |id| {
+        format!("{id}:{watch}:{rounds}:{}", path.display())
+    });
     let mut events = Vec::new();
-    for (id, line) in lines_rx.iter() {
+    for (id, line) in lines {
         if let Some((event, at)) = line.split_once(' ') {
             events.push((id, event.to_owned(), at.parse::<u128>().unwrap()));
         }
-    }
-    for child in &mut children {
-        assert!(child.wait().unwrap().success());
     }
     events.sort_by_key(|(_, _, at)| *at);
     handovers(&events)
@@ -198,51 +190,32 @@ async fn child(spec: &str) {
     .await;
 }
 
-fn report(name: &str, mut samples: Vec<Duration>) {
-    let n = samples.len();
-    let (p50, p99, max) = percentiles(&mut samples);
-    println!(
-        "{name:<46} {n:>5} {:>9} {:>9} {:>9}",
-        fmt(p50),
-        fmt(p99),
-        fmt(max)
-    );
-}
-
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if let Ok(spec) = std::env::var(CHILD_ENV) {
-        runtime.block_on(child(&spec));
-        return;
-    }
-    if !std::env::args().any(|arg| arg == "--bench") {
-        return;
-    }
-    runtime.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        println!(
-            "graceful handover: leader's release -> standby holds the key (retry pause {}, lease {})",
-            fmt(PAUSE),
-            fmt(LEASE)
-        );
-        println!("{:<46} {:>5} {:>9} {:>9} {:>9}", "case", "n", "p50", "p99", "max");
-        report("mem, 2 tasks, watch", mem_case(100).await);
-        let path = dir.path().join("handover.redb");
-        drop(SharedRedbStorage::open(&path).await.unwrap());
-        let watched = {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || shared_case(&path, true, 100))
+    main_with_children(
+        CHILD_ENV,
+        |spec| async move { child(&spec).await },
+        || async {
+            let dir = tempfile::tempdir().unwrap();
+            println!(
+                "graceful handover: leader's release -> standby holds the key (retry pause {}, lease {})",
+                fmt(PAUSE),
+                fmt(LEASE)
+            );
+            report_head();
+            report("mem, 2 tasks, watch", mem_case(100).await);
+            let path = dir.path().join("handover.redb");
+            drop(SharedRedbStorage::open(&path).await.unwrap());
+            let watched = {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || shared_case(&path, true, 100))
+                    .await
+                    .unwrap()
+            };
+            report("shared redb, 2 processes, watch", watched);
+            let polled = tokio::task::spawn_blocking(move || shared_case(&path, false, 8))
                 .await
-                .unwrap()
-        };
-        report("shared redb, 2 processes, watch", watched);
-        let polled = tokio::task::spawn_blocking(move || shared_case(&path, false, 8))
-            .await
-            .unwrap();
-        report("shared redb, 2 processes, polling (no watch)", polled);
-    });
+                .unwrap();
+            report("shared redb, 2 processes, polling (no watch)", polled);
+        },
+    );
 }

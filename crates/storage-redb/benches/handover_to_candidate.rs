@@ -25,7 +25,7 @@ use std::{
 use elections::{Elections, RecordingKiller};
 use storage_mem::MemStorage;
 use storage_redb::SharedRedbStorage;
-use support::{fmt, percentiles};
+use support::{report, report_head, runtime};
 use ttl_storage::{DynTtlStorage, Key};
 
 const LEASE: Duration = Duration::from_secs(5);
@@ -64,28 +64,13 @@ async fn case(a: DynTtlStorage, b: DynTtlStorage, round_key: &str) -> Vec<Durati
     samples
 }
 
-fn report(name: &str, mut samples: Vec<Duration>) {
-    let n = samples.len();
-    let (p50, p99, max) = percentiles(&mut samples);
-    println!(
-        "{name:<46} {n:>5} {:>9} {:>9} {:>9}",
-        fmt(p50),
-        fmt(p99),
-        fmt(max)
-    );
-}
-
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         println!(
             "hand-over gap: hand_over() called -> the candidate's campaign() returns ({ROUNDS} rounds, lease {LEASE:?})"
         );
-        println!("{:<46} {:>5} {:>9} {:>9} {:>9}", "case", "n", "p50", "p99", "max");
+        report_head();
         let mem: DynTtlStorage = Arc::new(MemStorage::new());
         report(
             "storage-mem (watch)",

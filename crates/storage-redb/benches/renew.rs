@@ -16,12 +16,12 @@ mod support;
 
 use std::{
     path::Path,
-    sync::{Arc, mpsc},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use storage_redb::{RedbStorage, SharedRedbStorage};
-use support::{fmt, percentiles, spawn_self};
+use support::{columns, fmt, main_with_children, run_children};
 use ttl_storage::{DynTtlStorage, Key, Ttl};
 
 /// Set in the child processes of the multi-process case: `path:seconds`.
@@ -76,23 +76,15 @@ async fn in_process(storage: DynTtlStorage, tasks: usize) -> (Vec<Duration>, Dur
 
 /// [`PROCESSES`] child processes renew their own keys in one shared file.
 fn across_processes(path: &Path) -> (Vec<Duration>, Duration) {
-    let (lines_tx, lines_rx) = mpsc::channel();
     let started = Instant::now();
-    let mut children: Vec<_> = (0..PROCESSES)
-        .map(|id| {
-            let spec = format!("{id}:{}", path.display());
-            spawn_self(CHILD_ENV, &spec, id, lines_tx.clone())
-        })
-        .collect();
-    drop(lines_tx);
+    let lines = run_children(CHILD_ENV, PROCESSES, |id| {
+        format!("{id}:{}", path.display())
+    });
     let mut samples = Vec::new();
-    for (_, line) in lines_rx.iter() {
+    for (_, line) in lines {
         if let Some(nanos) = line.strip_prefix("LAT ") {
             samples.push(Duration::from_nanos(nanos.parse().unwrap()));
         }
-    }
-    for child in &mut children {
-        assert!(child.wait().unwrap().success());
     }
     (samples, started.elapsed())
 }
@@ -108,71 +100,56 @@ async fn child(spec: &str) {
 
 fn report(name: &str, mut samples: Vec<Duration>, elapsed: Duration) {
     let ops = samples.len() as f64 / elapsed.as_secs_f64();
-    let (p50, p99, max) = percentiles(&mut samples);
-    println!(
-        "{name:<44} {:>9} {:>9} {:>9} {ops:>10.0}",
-        fmt(p50),
-        fmt(p99),
-        fmt(max)
-    );
+    println!("{name:<44} {} {ops:>10.0}", columns(&mut samples));
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if let Ok(spec) = std::env::var(CHILD_ENV) {
-        runtime.block_on(child(&spec));
-        return;
-    }
-    // `cargo bench` passes `--bench`; `cargo test --benches` does not: then
-    // only check that the benchmark starts.
-    if !std::env::args().any(|arg| arg == "--bench") {
-        return;
-    }
-    runtime.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        println!(
-            "renewal = compare_and_swap(k, v, v, ttl), durable; {} per case",
-            fmt(RUN)
-        );
-        println!(
-            "{:<44} {:>9} {:>9} {:>9} {:>10}",
-            "case", "p50", "p99", "max", "renewals/s"
-        );
-        for tasks in [1, 16] {
-            let single = RedbStorage::open(dir.path().join(format!("single-{tasks}.redb")))
-                .await
-                .unwrap();
-            let (samples, elapsed) = in_process(Arc::new(single.clone()), tasks).await;
-            report(
-                &format!("redb (one process), {tasks} task(s)"),
-                samples,
-                elapsed,
+    main_with_children(
+        CHILD_ENV,
+        |spec| async move { child(&spec).await },
+        || async {
+            let dir = tempfile::tempdir().unwrap();
+            println!(
+                "renewal = compare_and_swap(k, v, v, ttl), durable; {} per case",
+                fmt(RUN)
             );
-            single.close().await.unwrap();
+            println!(
+                "{:<44} {:>9} {:>9} {:>9} {:>10}",
+                "case", "p50", "p99", "max", "renewals/s"
+            );
+            for tasks in [1, 16] {
+                let single = RedbStorage::open(dir.path().join(format!("single-{tasks}.redb")))
+                    .await
+                    .unwrap();
+                let (samples, elapsed) = in_process(Arc::new(single.clone()), tasks).await;
+                report(
+                    &format!("redb (one process), {tasks} task(s)"),
+                    samples,
+                    elapsed,
+                );
+                single.close().await.unwrap();
 
-            let shared = SharedRedbStorage::open(dir.path().join(format!("shared-{tasks}.redb")))
+                let shared =
+                    SharedRedbStorage::open(dir.path().join(format!("shared-{tasks}.redb")))
+                        .await
+                        .unwrap();
+                let (samples, elapsed) = in_process(Arc::new(shared), tasks).await;
+                report(
+                    &format!("shared redb, 1 process, {tasks} task(s)"),
+                    samples,
+                    elapsed,
+                );
+            }
+            let path = dir.path().join("shared-processes.redb");
+            drop(SharedRedbStorage::open(&path).await.unwrap());
+            let (samples, elapsed) = tokio::task::spawn_blocking(move || across_processes(&path))
                 .await
                 .unwrap();
-            let (samples, elapsed) = in_process(Arc::new(shared), tasks).await;
             report(
-                &format!("shared redb, 1 process, {tasks} task(s)"),
+                &format!("shared redb, {PROCESSES} processes x 1 task"),
                 samples,
                 elapsed,
             );
-        }
-        let path = dir.path().join("shared-processes.redb");
-        drop(SharedRedbStorage::open(&path).await.unwrap());
-        let (samples, elapsed) = tokio::task::spawn_blocking(move || across_processes(&path))
-            .await
-            .unwrap();
-        report(
-            &format!("shared redb, {PROCESSES} processes x 1 task"),
-            samples,
-            elapsed,
-        );
-    });
+        },
+    );
 }

@@ -148,7 +148,9 @@
 mod driver;
 mod error;
 mod exclusive;
+mod file_options;
 mod fs_check;
+mod handle;
 mod open_checks;
 mod ops;
 mod record;

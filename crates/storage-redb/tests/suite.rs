@@ -1,22 +1,23 @@
-//! The shared `elections-testsuite` against the redb driver, in real time,
-//! each case on a fresh file in its own temporary directory.
+//! The shared `elections-testsuite` against both modes of the redb driver,
+//! in real time, each case on a fresh file in its own temporary directory:
+//! `exclusive` (`RedbStorage`) and `shared` (`SharedRedbStorage`, which
+//! supports watching, so the suite requires it there).
 //! Run with `--test-threads 16` to finish fast (the cases mostly sleep).
 
-use std::sync::Arc;
+use std::{future::Future, path::PathBuf, sync::Arc};
 
 use async_trait::async_trait;
-use storage_redb::RedbStorage;
 use ttl_storage::{DynTtlStorage, Key, Result, Ttl, TtlStorage, Watch, WatchUnsupported};
 
 /// A storage that owns its temporary directory (fields drop in order: the
 /// file is closed before the directory is removed).
-struct TempStorage {
-    storage: RedbStorage,
+struct TempStorage<S> {
+    storage: S,
     _dir: tempfile::TempDir,
 }
 
 #[async_trait]
-impl TtlStorage for TempStorage {
+impl<S: TtlStorage> TtlStorage for TempStorage<S> {
     async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
         self.storage.insert_if_not_exists(key, value, ttl).await
     }
@@ -34,12 +35,38 @@ impl TtlStorage for TempStorage {
     }
 }
 
-async fn make_storage() -> DynTtlStorage {
+/// Opens a fresh file with `open` in a new temporary directory.
+async fn fresh<S, E, F>(open: impl FnOnce(PathBuf) -> F) -> DynTtlStorage
+where
+    S: TtlStorage + 'static,
+    E: std::fmt::Display,
+    F: Future<Output = std::result::Result<S, E>>,
+{
     let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("no temp dir: {err}"));
-    let storage = RedbStorage::open(dir.path().join("suite.redb"))
+    let storage = open(dir.path().join("suite.redb"))
         .await
         .unwrap_or_else(|err| panic!("cannot open the storage: {err}"));
     Arc::new(TempStorage { storage, _dir: dir })
 }
 
-elections_testsuite::testsuite!(real_time, make_storage);
+mod exclusive {
+    use storage_redb::RedbStorage;
+    use ttl_storage::DynTtlStorage;
+
+    async fn make_storage() -> DynTtlStorage {
+        super::fresh(|path| async move { RedbStorage::open(path).await }).await
+    }
+
+    elections_testsuite::testsuite!(real_time, make_storage);
+}
+
+mod shared {
+    use storage_redb::SharedRedbStorage;
+    use ttl_storage::DynTtlStorage;
+
+    async fn make_storage() -> DynTtlStorage {
+        super::fresh(|path| async move { SharedRedbStorage::open(path).await }).await
+    }
+
+    elections_testsuite::testsuite!(real_time, make_storage, watch = required);
+}

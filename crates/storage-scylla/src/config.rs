@@ -1,7 +1,7 @@
 //! Validated configuration: contact points, schema names, replication,
 //! consistency levels, credentials, TLS and timeouts.
 
-use std::{fmt, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use crate::{
     consistency::{Replication, SerialConsistency, WriteConsistency},
@@ -22,21 +22,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest keyspace or table name Cassandra accepts.
 const MAX_IDENTIFIER_LEN: usize = 48;
 
-/// User name and password for Cassandra's `PasswordAuthenticator`.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Credentials {
-    pub(crate) user: String,
-    pub(crate) password: String,
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("user", &self.user)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
+pub(crate) use ttl_storage::kit::Credentials;
 
 /// TLS settings: nodes are verified against a CA certificate file.
 #[derive(Debug, Clone, PartialEq, Eq)]

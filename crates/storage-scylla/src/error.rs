@@ -5,12 +5,13 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// What every driver's URL can have wrong (syntax, scheme,
+    /// percent-encoding, parameters unknown or given twice, values).
+    #[error(transparent)]
+    Url(#[from] ttl_storage::kit::UrlError),
     /// The URL does not start with `scylla://` or `cassandra://`.
     #[error("URL must start with scylla:// or cassandra://")]
     BadScheme,
-    /// The URL does not parse (the `url` crate's reason), or has a fragment.
-    #[error("bad URL: {0}")]
-    BadUrl(String),
     /// No contact point was given.
     #[error("at least one contact point is required")]
     NoContactPoints,
@@ -59,20 +60,6 @@ pub enum ConfigError {
         /// The rejected value.
         value: String,
     },
-    /// A boolean parameter that is not `true` or `false`.
-    #[error("bad {name} {value:?}: expected true or false")]
-    BadBool {
-        /// The parameter name.
-        name: &'static str,
-        /// The rejected value.
-        value: String,
-    },
-    /// A URL query parameter this driver does not know (typos are errors).
-    #[error("unknown URL parameter {0:?}")]
-    UnknownParameter(String),
-    /// A URL parameter given twice.
-    #[error("URL parameter {0:?} given twice")]
-    DuplicateParameter(String),
     /// A `%` escape in the URL that is not two hex digits or not UTF-8.
     #[error("bad percent-encoding in {0:?}")]
     BadPercentEncoding(String),

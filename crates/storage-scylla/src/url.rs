@@ -8,9 +8,10 @@
 //! password, keyspace, parameters) is parsed by `url` with one placeholder
 //! host in the list's place.
 
-use std::{collections::HashSet, time::Duration};
+use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
+use ttl_storage::kit::{UrlError, query::bool_param, url::Once};
 use url::Url;
 
 use crate::{ConfigError, config::ScyllaConfig};
@@ -65,15 +66,15 @@ impl ScyllaConfig {
     /// ```
     pub fn from_url(url: &str) -> Result<ScyllaConfig, ConfigError> {
         let (hosts, rest) = split_hosts(url).ok_or(ConfigError::BadScheme)?;
-        let parsed = Url::parse(&rest).map_err(|err| ConfigError::BadUrl(err.to_string()))?;
+        let parsed = ttl_storage::kit::url::parse(&rest)?;
         match parsed.scheme() {
             "scylla" | "cassandra" => {}
             _ => return Err(ConfigError::BadScheme),
         }
         if parsed.fragment().is_some() {
-            return Err(ConfigError::BadUrl(
+            return Err(ConfigError::Url(UrlError::NotAUrl(
                 "a fragment (#...) is not allowed".into(),
-            ));
+            )));
         }
         if hosts.split(',').all(str::is_empty) {
             return Err(ConfigError::NoContactPoints);
@@ -97,7 +98,14 @@ impl ScyllaConfig {
             }
             (_, None) => return Err(ConfigError::BadCredentials),
         }
-        let mut seen = HashSet::new();
+        // A timeout and its older `_ms` form are one parameter.
+        let mut once = Once::new(
+            &[],
+            &[
+                ("timeout_ms", "timeout"),
+                ("connect_timeout_ms", "connect_timeout"),
+            ],
+        );
         let mut tls = false;
         let mut ca_file = None;
         let query = parsed.query().unwrap_or("");
@@ -105,22 +113,14 @@ impl ScyllaConfig {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             let name = decode(name)?;
             let value = decode(value)?;
-            // A timeout and its older `_ms` form are one parameter.
-            let canonical = match name.as_str() {
-                "timeout_ms" => "timeout",
-                "connect_timeout_ms" => "connect_timeout",
-                other => other,
-            };
-            if !seen.insert(canonical.to_string()) {
-                return Err(ConfigError::DuplicateParameter(name));
-            }
+            once.check(&name)?;
             builder = match name.as_str() {
                 "table" => builder.table(value),
                 "replication" => builder.replication(value.parse()?),
                 "consistency" => builder.consistency(value.parse()?),
                 "serial_consistency" => builder.serial_consistency(value.parse()?),
                 "tls" => {
-                    tls = parse_bool("tls", &value)?;
+                    tls = bool_param("tls", &value)?;
                     builder
                 }
                 "tls_ca_file" => {
@@ -135,8 +135,8 @@ impl ScyllaConfig {
                 "connect_timeout_ms" => {
                     builder.connect_timeout(parse_millis("connect_timeout_ms", &value)?)
                 }
-                "create_schema" => builder.create_schema(parse_bool("create_schema", &value)?),
-                _ => return Err(ConfigError::UnknownParameter(name)),
+                "create_schema" => builder.create_schema(bool_param("create_schema", &value)?),
+                _ => return Err(UrlError::UnknownParameter(name).into()),
             };
         }
         builder = match (tls, ca_file) {
@@ -226,13 +226,6 @@ fn decode(text: &str) -> Result<String, ConfigError> {
         .map_err(|_| bad())
 }
 
-fn parse_bool(name: &'static str, value: &str) -> Result<bool, ConfigError> {
-    ttl_storage::kit::query::parse_bool(value).ok_or_else(|| ConfigError::BadBool {
-        name,
-        value: value.to_string(),
-    })
-}
-
 /// A positive humantime duration (`750ms`, `2s`, `1m 30s`).
 fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
     match ttl_storage::kit::query::parse_duration(value) {
@@ -303,11 +296,11 @@ mod tests {
             ("scylla://u@h/ks", ConfigError::BadCredentials),
             (
                 "scylla://h/ks?tabel=x",
-                ConfigError::UnknownParameter("tabel".into()),
+                ConfigError::Url(UrlError::UnknownParameter("tabel".into())),
             ),
             (
                 "scylla://h/ks?table=a&table=b",
-                ConfigError::DuplicateParameter("table".into()),
+                ConfigError::Url(UrlError::DuplicateParameter("table".into())),
             ),
             ("scylla://h/ks?tls=true", ConfigError::TlsCaRequired),
             ("scylla://h/ks?tls_ca_file=x", ConfigError::TlsCaWithoutTls),
@@ -325,10 +318,10 @@ mod tests {
             ),
             (
                 "scylla://h/ks?tls=yes",
-                ConfigError::BadBool {
+                ConfigError::Url(UrlError::BadBool {
                     name: "tls",
                     value: "yes".into(),
-                },
+                }),
             ),
             (
                 "scylla://h/ks?timeout_ms=0",
@@ -435,11 +428,11 @@ mod tests {
             ("connect_timeout_ms=-5", bad("connect_timeout_ms", "-5")),
             (
                 "timeout=1s&timeout_ms=1000",
-                ConfigError::DuplicateParameter("timeout_ms".into()),
+                ConfigError::Url(UrlError::DuplicateParameter("timeout_ms".into())),
             ),
             (
                 "connect_timeout_ms=1&connect_timeout=1s",
-                ConfigError::DuplicateParameter("connect_timeout".into()),
+                ConfigError::Url(UrlError::DuplicateParameter("connect_timeout".into())),
             ),
         ];
         for (query, expected) in cases {
@@ -476,7 +469,9 @@ mod tests {
         // Only the timeouts have `_ms` forms.
         assert_eq!(
             ScyllaConfig::from_url("scylla://h/ks?table=a&table_ms=b"),
-            Err(ConfigError::UnknownParameter("table_ms".into()))
+            Err(ConfigError::Url(UrlError::UnknownParameter(
+                "table_ms".into()
+            )))
         );
         // An empty password is a password.
         let config = ScyllaConfig::from_url("scylla://u:@h/ks").unwrap();
@@ -496,7 +491,7 @@ mod tests {
         );
         assert!(matches!(
             ScyllaConfig::from_url("scylla://h/ks#frag"),
-            Err(ConfigError::BadUrl(_))
+            Err(ConfigError::Url(UrlError::NotAUrl(_)))
         ));
         assert_eq!(
             ScyllaConfig::from_url("scylla:h/ks"),

@@ -1,7 +1,7 @@
 //! Validated configuration: server, database, credentials, TLS, key prefix
 //! and timeouts.
 
-use std::{fmt, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use crate::{
     error::ConfigError,
@@ -25,20 +25,7 @@ const MAX_PREFIX_LEN: usize = 256;
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// User name (optional, for Redis 6 ACLs) and password for `AUTH`.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Credentials {
-    pub(crate) user: Option<String>,
-    pub(crate) password: String,
-}
-
-impl fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("user", &self.user)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
+pub(crate) type Credentials = ttl_storage::kit::Credentials<Option<String>>;
 
 /// TLS settings. TLS is all or nothing: a TLS configuration never falls
 /// back to plaintext.
@@ -353,18 +340,17 @@ impl ValkeyConfigBuilder {
 }
 
 fn check_timeout(name: &'static str, timeout: Duration) -> Result<(), ConfigError> {
-    if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
-        return Err(ConfigError::BadDuration {
-            name,
-            value: humantime::format_duration(timeout).to_string(),
-        });
-    }
-    Ok(())
+    Ok(ttl_storage::kit::query::check_timeout(
+        name,
+        timeout,
+        MAX_TIMEOUT,
+    )?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ttl_storage::kit::UrlError;
 
     #[test]
     fn validation() {
@@ -397,10 +383,10 @@ mod tests {
                 .host("h")
                 .request_timeout(Duration::ZERO)
                 .build(),
-            Err(ConfigError::BadDuration {
+            Err(ConfigError::Url(UrlError::BadDuration {
                 name: "timeout",
                 ..
-            })
+            }))
         ));
     }
 

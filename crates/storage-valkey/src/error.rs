@@ -9,14 +9,10 @@ use ttl_storage::{ErrorKind, StorageError};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The text is not a URL at all.
-    #[error("not a URL: {0}")]
-    BadUrl(String),
-    /// The URL's scheme is not one of `redis`, `rediss`, `valkey`, `valkeys`.
-    #[error(
-        "URL scheme {0:?} is not redis://, rediss://, valkey://, valkeys:// or redis-sentinel:// (rediss-sentinel://)"
-    )]
-    BadScheme(String),
+    /// What every driver's URL can have wrong (syntax, scheme,
+    /// percent-encoding, parameters unknown or given twice, values).
+    #[error(transparent)]
+    Url(#[from] ttl_storage::kit::UrlError),
     /// No host was given.
     #[error("a host is required")]
     NoHost,
@@ -36,30 +32,12 @@ pub enum ConfigError {
     /// A user name was given without a password.
     #[error("a user name needs a password (redis://user:password@host)")]
     UserWithoutPassword,
-    /// A `%` escape in the user name or password is not UTF-8.
-    #[error("the {0} in the URL is not valid percent-encoded UTF-8")]
-    BadPercentEncoding(&'static str),
-    /// A duration parameter that is not a positive humantime duration
-    /// within the allowed range.
-    #[error("bad {name} {value:?}: expected a duration such as 500ms or 5s, from 1ms to 1h")]
-    BadDuration {
-        /// The parameter name.
-        name: &'static str,
-        /// The rejected value.
-        value: String,
-    },
     /// The key prefix is too long or holds control characters.
     #[error("bad key prefix {0:?}: use at most 256 bytes without control characters")]
     BadPrefix(String),
     /// A CA file was given for a plaintext connection.
     #[error("tls_ca_file is set but the connection is not TLS (use rediss://)")]
     CaFileWithoutTls,
-    /// A URL query parameter this driver does not know (typos are errors).
-    #[error("unknown URL parameter {0:?}")]
-    UnknownParameter(String),
-    /// A URL parameter given twice.
-    #[error("URL parameter {0:?} given twice")]
-    DuplicateParameter(String),
 }
 
 /// What a request does (the driver kit's one type, with the lost-answer
@@ -110,20 +88,29 @@ pub(crate) fn server_error_code(err: &fred::error::Error) -> Option<&str> {
 ///   command may have been written: outcome unknown for a write, transient
 ///   for a read.
 pub(crate) fn classify(err: &fred::error::Error, op: Op) -> ErrorKind {
+    known_kind(err).unwrap_or_else(|| match err.kind() {
+        fred::error::ErrorKind::Backpressure => ErrorKind::Transient,
+        _ => op.lost_answer(),
+    })
+}
+
+/// What any error says for itself, sent or not: a server error code
+/// (retryable or not), or a configuration, authentication, URL, TLS or
+/// argument error (permanent). `None`: it depends on what was sent.
+fn known_kind(err: &fred::error::Error) -> Option<ErrorKind> {
     use fred::error::ErrorKind as F;
     if let Some(code) = server_error_code(err) {
-        return if RETRYABLE_CODES.contains(&code) {
+        return Some(if RETRYABLE_CODES.contains(&code) {
             ErrorKind::Transient
         } else {
             ErrorKind::Permanent
-        };
+        });
     }
     match err.kind() {
         F::Config | F::Auth | F::Url | F::Tls | F::InvalidArgument | F::InvalidCommand => {
-            ErrorKind::Permanent
+            Some(ErrorKind::Permanent)
         }
-        F::Backpressure => ErrorKind::Transient,
-        _ => op.lost_answer(),
+        _ => None,
     }
 }
 
@@ -133,22 +120,14 @@ pub(crate) fn classify(err: &fred::error::Error, op: Op) -> ErrorKind {
 /// not trusted, a plaintext server) and configuration problems are
 /// permanent.
 pub(crate) fn classify_connect(err: &fred::error::Error) -> ErrorKind {
-    use fred::error::ErrorKind as F;
-    if let Some(code) = server_error_code(err) {
-        return if RETRYABLE_CODES.contains(&code) {
-            ErrorKind::Transient
-        } else {
-            ErrorKind::Permanent
-        };
+    if let Some(kind) = known_kind(err) {
+        return kind;
     }
     match err.kind() {
-        F::Config | F::Auth | F::Url | F::Tls | F::InvalidArgument | F::InvalidCommand => {
-            ErrorKind::Permanent
-        }
         // rustls reports handshake failures (unknown issuer, wrong name, a
         // plaintext server) as I/O errors of kind InvalidData, which fred
         // keeps only as text.
-        F::IO if err.details().contains("InvalidData") => ErrorKind::Permanent,
+        fred::error::ErrorKind::IO if err.details().contains("InvalidData") => ErrorKind::Permanent,
         _ => ErrorKind::Transient,
     }
 }

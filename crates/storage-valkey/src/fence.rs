@@ -55,12 +55,14 @@ use crate::{
     scripts::Script,
 };
 
-/// KEYS[1]: the fence (highest token, decimal); KEYS[2]: the data key.
-/// ARGV[1]: token (decimal, no leading zeros); ARGV[2]: value.
-/// Tokens are compared as decimal strings (length, then bytes) so u64
-/// values beyond Lua's 2^53 stay exact. Reply: {1, token} applied,
-/// {0, highest} refused.
-const GUARDED_SET: &str = r#"
+/// The guard both guarded scripts start with: KEYS[1] is the fence
+/// (highest token, decimal), ARGV[1] the token (decimal, no leading
+/// zeros). Tokens are compared as decimal strings (length, then bytes) so
+/// u64 values beyond Lua's 2^53 stay exact. A lower token returns
+/// {0, highest}; else the token is recorded and the script goes on.
+macro_rules! guard {
+    () => {
+        r#"
 local highest = redis.call('GET', KEYS[1]) or '0'
 local token = ARGV[1]
 local lower = #token < #highest or (#token == #highest and token < highest)
@@ -68,24 +70,28 @@ if lower then
   return {0, highest}
 end
 redis.call('SET', KEYS[1], token)
-redis.call('SET', KEYS[2], ARGV[2])
-return {1, token}
-"#;
+"#
+    };
+}
 
-/// KEYS[1]: the fence; KEYS[2]: the log (a list). ARGV as [`GUARDED_SET`].
-/// Each list element is `<token> <value>`. Reply: {1, seq} appended (seq =
-/// the new list length), {0, highest} refused.
-const GUARDED_APPEND: &str = r#"
-local highest = redis.call('GET', KEYS[1]) or '0'
-local token = ARGV[1]
-local lower = #token < #highest or (#token == #highest and token < highest)
-if lower then
-  return {0, highest}
-end
-redis.call('SET', KEYS[1], token)
-local seq = redis.call('RPUSH', KEYS[2], token .. ' ' .. ARGV[2])
+/// `guard!`, then KEYS[2] (the data key) := ARGV[2] (the value). Reply:
+/// {1, token} applied, {0, highest} refused.
+const GUARDED_SET: &str = concat!(
+    guard!(),
+    r#"redis.call('SET', KEYS[2], ARGV[2])
+return {1, token}
+"#
+);
+
+/// `guard!`, then ARGV[2] appended to KEYS[2] (the log, a list). Each
+/// list element is `<token> <value>`. Reply: {1, seq} appended (seq = the
+/// new list length), {0, highest} refused.
+const GUARDED_APPEND: &str = concat!(
+    guard!(),
+    r#"local seq = redis.call('RPUSH', KEYS[2], token .. ' ' .. ARGV[2])
 return {1, seq}
-"#;
+"#
+);
 
 /// KEYS[1]: the fence; KEYS[2]: the register's value. Reply: {token,
 /// value}, each `false` (nil) if missing.
@@ -171,20 +177,10 @@ impl ValkeyFence {
         value: &[u8],
     ) -> Result<FenceOutcome, StorageError> {
         const WHAT: &str = "fenced set";
-        check_value(value)?;
-        if !self.client.is_connected() {
-            return Err(StorageError::transient(format!("{WHAT}: not connected")));
-        }
         let keys = vec![self.fence_key(resource), key.to_string()];
-        let args = vec![
-            Value::String(token.to_string().into()),
-            Value::Bytes(Bytes::copy_from_slice(value)),
-        ];
         let reply = self
-            .script
-            .run_keys(&self.client, keys, args)
-            .await
-            .map_err(|err| storage_error(classify(&err, Op::Write), WHAT, err))?;
+            .run_guarded(WHAT, &self.script, keys, token, value)
+            .await?;
         let outcome = parse_reply(reply)?;
         if let (FenceOutcome::Accepted, Some(wait)) = (outcome, self.wait) {
             crate::replication::confirm(&self.client, wait, WHAT).await?;
@@ -194,6 +190,32 @@ impl ValkeyFence {
 }
 
 impl ValkeyFence {
+    /// Runs a guarded `script` (`what`, in errors) on `keys` with the token
+    /// and the value as arguments, after checking the value and the
+    /// connection (a write never sent is transient); its errors are a
+    /// write's.
+    async fn run_guarded(
+        &self,
+        what: &str,
+        script: &Script,
+        keys: Vec<String>,
+        token: u64,
+        value: &[u8],
+    ) -> Result<Value, StorageError> {
+        check_value(value)?;
+        if !self.client.is_connected() {
+            return Err(StorageError::transient(format!("{what}: not connected")));
+        }
+        let args = vec![
+            Value::String(token.to_string().into()),
+            Value::Bytes(Bytes::copy_from_slice(value)),
+        ];
+        script
+            .run_keys(&self.client, keys, args)
+            .await
+            .map_err(|err| storage_error(classify(&err, Op::Write), what, err))
+    }
+
     /// The list that holds `resource`'s log.
     pub fn log_key(&self, resource: &str) -> String {
         format!("{}fence-log:{resource}", self.prefix)
@@ -212,20 +234,10 @@ impl ValkeyFence {
         value: &[u8],
     ) -> Result<AppendOutcome, StorageError> {
         const WHAT: &str = "fenced append";
-        check_value(value)?;
-        if !self.client.is_connected() {
-            return Err(StorageError::transient(format!("{WHAT}: not connected")));
-        }
         let keys = vec![self.fence_key(resource), self.log_key(resource)];
-        let args = vec![
-            Value::String(token.to_string().into()),
-            Value::Bytes(Bytes::copy_from_slice(value)),
-        ];
         let reply = self
-            .append
-            .run_keys(&self.client, keys, args)
-            .await
-            .map_err(|err| storage_error(classify(&err, Op::Write), WHAT, err))?;
+            .run_guarded(WHAT, &self.append, keys, token, value)
+            .await?;
         let unexpected = |reply: &Value| {
             StorageError::outcome_unknown(format!("{WHAT}: unexpected reply {reply:?}"))
         };

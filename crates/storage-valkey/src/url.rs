@@ -1,11 +1,16 @@
 //! Parsing `redis://` / `rediss://` URLs into a [`ValkeyConfig`].
 
-use std::{collections::HashSet, time::Duration};
-
-use percent_encoding::percent_decode_str;
-use url::Url;
+use ttl_storage::kit::{
+    UrlError,
+    query::duration_param,
+    url::{decode, params, parse},
+};
 
 use crate::{config::ValkeyConfig, error::ConfigError};
+
+/// The schemes, as an error message names them.
+const SCHEMES: &str =
+    "redis://, rediss://, valkey://, valkeys:// or redis-sentinel:// (rediss-sentinel://)";
 
 impl ValkeyConfig {
     /// Parses a URL:
@@ -69,18 +74,23 @@ impl ValkeyConfig {
     /// ```
     pub fn from_url(url: &str) -> Result<ValkeyConfig, ConfigError> {
         let (url, other_hosts) = split_hosts(url)?;
-        let parsed = Url::parse(&url).map_err(|err| ConfigError::BadUrl(err.to_string()))?;
+        let parsed = parse(&url)?;
         let (tls, sentinel) = match parsed.scheme() {
             "redis" | "valkey" => (false, false),
             "rediss" | "valkeys" => (true, false),
             "redis-sentinel" | "valkey-sentinel" => (false, true),
             "rediss-sentinel" | "valkeys-sentinel" => (true, true),
-            other => return Err(ConfigError::BadScheme(other.to_string())),
+            other => {
+                return Err(ConfigError::Url(UrlError::BadScheme {
+                    scheme: other.to_string(),
+                    expected: SCHEMES,
+                }));
+            }
         };
         if !other_hosts.is_empty() && !sentinel {
-            return Err(ConfigError::BadUrl(
+            return Err(ConfigError::Url(UrlError::NotAUrl(
                 "several hosts need redis-sentinel:// (or a single server)".into(),
-            ));
+            )));
         }
         let host = match parsed.host() {
             Some(url::Host::Ipv6(addr)) => addr.to_string(),
@@ -117,18 +127,14 @@ impl ValkeyConfig {
         if let Some(password) = parsed.password() {
             builder = builder.password(decode(password, "password")?);
         }
-        let mut seen = HashSet::new();
-        for (name, value) in parsed.query_pairs() {
-            if !seen.insert(name.to_string()) {
-                return Err(ConfigError::DuplicateParameter(name.into_owned()));
-            }
-            builder = match name.as_ref() {
-                "prefix" => builder.prefix(value.into_owned()),
-                "timeout" => builder.request_timeout(parse_duration("timeout", &value)?),
+        for (name, value) in params(&parsed, &[])? {
+            builder = match name.as_str() {
+                "prefix" => builder.prefix(value),
+                "timeout" => builder.request_timeout(duration_param("timeout", &value)?),
                 "connect_timeout" => {
-                    builder.connect_timeout(parse_duration("connect_timeout", &value)?)
+                    builder.connect_timeout(duration_param("connect_timeout", &value)?)
                 }
-                "tls_ca_file" => builder.tls_ca_file(value.into_owned()),
+                "tls_ca_file" => builder.tls_ca_file(value),
                 "wait_replicas" => {
                     let replicas = value.parse().map_err(|_| ConfigError::BadWaitReplicas)?;
                     let timeout = wait.map_or(crate::DEFAULT_WAIT_TIMEOUT, |w| w.timeout);
@@ -136,12 +142,12 @@ impl ValkeyConfig {
                     builder
                 }
                 "wait_timeout" => {
-                    let timeout = parse_duration("wait_timeout", &value)?;
+                    let timeout = duration_param("wait_timeout", &value)?;
                     let replicas = wait.map_or(0, |w| w.replicas);
                     wait = Some(crate::WaitReplicas { replicas, timeout });
                     builder
                 }
-                _ => return Err(ConfigError::UnknownParameter(name.into_owned())),
+                _ => return Err(ConfigError::Url(UrlError::UnknownParameter(name))),
             };
         }
         if let Some(wait) = wait {
@@ -179,25 +185,9 @@ fn split_hosts(url: &str) -> Result<(String, Vec<(String, u16)>), ConfigError> {
     Ok((format!("{scheme}://{userinfo}{first}{tail}"), others))
 }
 
-/// Percent-decodes a user name or password.
-fn decode(text: &str, what: &'static str) -> Result<String, ConfigError> {
-    percent_decode_str(text)
-        .decode_utf8()
-        .map(|s| s.into_owned())
-        .map_err(|_| ConfigError::BadPercentEncoding(what))
-}
-
-/// Parses a humantime duration (`750ms`, `5s`, `1m 30s`).
-fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    ttl_storage::kit::query::parse_duration(value).ok_or_else(|| ConfigError::BadDuration {
-        name,
-        value: value.to_string(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
+    use std::{path::PathBuf, time::Duration};
 
     use super::*;
 
@@ -247,17 +237,23 @@ mod tests {
     #[test]
     fn bad_urls_have_typed_errors() {
         let cases: &[(&str, ConfigError)] = &[
-            ("http://h", ConfigError::BadScheme("http".into())),
+            (
+                "http://h",
+                ConfigError::Url(UrlError::BadScheme {
+                    scheme: "http".into(),
+                    expected: SCHEMES,
+                }),
+            ),
             ("redis://h/x", ConfigError::BadDatabase("x".into())),
             ("redis://h/256", ConfigError::BadDatabase("256".into())),
             ("redis://u@h", ConfigError::UserWithoutPassword),
             (
                 "redis://h?prefx=a",
-                ConfigError::UnknownParameter("prefx".into()),
+                ConfigError::Url(UrlError::UnknownParameter("prefx".into())),
             ),
             (
                 "redis://h?prefix=a&prefix=b",
-                ConfigError::DuplicateParameter("prefix".into()),
+                ConfigError::Url(UrlError::DuplicateParameter("prefix".into())),
             ),
             (
                 "redis://h?tls_ca_file=/ca.pem",
@@ -265,21 +261,21 @@ mod tests {
             ),
             (
                 "redis://h?timeout=5",
-                ConfigError::BadDuration {
+                ConfigError::Url(UrlError::BadDuration {
                     name: "timeout",
                     value: "5".into(),
-                },
+                }),
             ),
             (
                 "redis://h?connect_timeout=2h",
-                ConfigError::BadDuration {
+                ConfigError::Url(UrlError::BadDuration {
                     name: "connect_timeout",
                     value: "2h".into(),
-                },
+                }),
             ),
             (
                 "redis://:%FF@h",
-                ConfigError::BadPercentEncoding("password"),
+                ConfigError::Url(UrlError::BadPercentEncoding("password")),
             ),
         ];
         for (url, expected) in cases {
@@ -287,7 +283,7 @@ mod tests {
         }
         assert!(matches!(
             ValkeyConfig::from_url("not a url"),
-            Err(ConfigError::BadUrl(_))
+            Err(ConfigError::Url(UrlError::NotAUrl(_)))
         ));
         assert_eq!(
             ValkeyConfig::from_url("redis://").err(),
@@ -338,7 +334,7 @@ mod tests {
         }
         assert!(matches!(
             ValkeyConfig::from_url("redis://a,b"),
-            Err(ConfigError::BadUrl(_))
+            Err(ConfigError::Url(UrlError::NotAUrl(_)))
         ));
         let plain = ValkeyConfig::from_url("redis://h?wait_timeout=200ms&wait_replicas=2").unwrap();
         assert_eq!(

@@ -22,17 +22,13 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use elections_testsuite::network;
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface};
 use storage_valkey::ValkeyStorage;
 use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
 
 fn base_url() -> String {
-    std::env::var("VALKEY_URL").unwrap_or_else(|_| {
-        panic!(
-            "VALKEY_URL is not set: run `cargo xtask test-drivers --engine valkey`, or set \
-             VALKEY_URL=redis://host:6379"
-        )
-    })
+    network::env_url("VALKEY_URL", "valkey", "redis://host:6379")
 }
 
 /// One server's URL: `VALKEY_PRIMARY_URL` when `VALKEY_URL` names Sentinels
@@ -271,17 +267,11 @@ fn tls_url() -> String {
 async fn tls_round_trip_and_certificate_check() {
     let s = ValkeyStorage::from_url(&tls_url()).await.unwrap();
     assert!(s.config().tls().is_some());
-    let k = key("tls");
-    assert!(s.insert_if_not_exists(&k, b"t", ttl(5)).await.unwrap());
-    assert!(s.compare_and_swap(&k, b"t", b"u", ttl(5)).await.unwrap());
-    assert_eq!(s.get(&k).await.unwrap().as_deref(), Some(&b"u"[..]));
-    assert!(s.compare_and_delete(&k, b"u").await.unwrap());
-
     let other_ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ca.pem");
     let mut wrong = url::Url::parse(&tls_url()).unwrap();
     wrong.set_query(Some(&format!("tls_ca_file={other_ca}")));
-    let err = ValkeyStorage::from_url(wrong.as_str()).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    let wrong_ca = ValkeyStorage::from_url(wrong.as_str());
+    network::tls_round_trip_and_certificate_check(&s, &key("tls"), wrong_ca).await;
 }
 
 /// What a `rediss://` client sends first is a TLS ClientHello, never a
@@ -314,14 +304,10 @@ async fn rediss_sends_a_tls_client_hello_first() {
 /// A server that refuses connections is a transient error, at connect time.
 #[tokio::test]
 async fn refused_connection_is_transient() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let err = ValkeyStorage::from_url(&format!("redis://127.0.0.1:{port}"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    network::refused_connection_is_transient(|port| async move {
+        ValkeyStorage::from_url(&format!("redis://127.0.0.1:{port}")).await
+    })
+    .await;
 }
 
 /// A write whose answer is lost after it was sent is outcome unknown (and
@@ -339,16 +325,8 @@ async fn lost_answers_and_lost_connections() {
     let s = ValkeyStorage::from_url(&url).await.unwrap();
     let k = key("lost");
     assert!(s.insert_if_not_exists(&k, b"a", ttl(10)).await.unwrap());
-
-    proxy.swallow_answers(true);
-    let err = s
-        .compare_and_swap(&k, b"a", b"b", ttl(10))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
-    assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
-    let err = s.get(&k).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    network::lost_answer_of_a_write_is_outcome_unknown(&s, &direct, &proxy, &k, ttl(10), true)
+        .await;
 
     proxy.shut_down();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -425,11 +403,6 @@ async fn fence_set_guards_the_callers_key() {
     assert_eq!(last.as_deref(), Some(&b"16"[..]));
 }
 
-/// Waits at most `bound` for `watch`; true when it completed.
-async fn completes_within(watch: ttl_storage::Watch, bound: Duration) -> bool {
-    tokio::time::timeout(bound, watch).await.is_ok()
-}
-
 /// A compare-and-delete by another connection (another process, in
 /// production) wakes a watcher, and a key without expiry is watched
 /// without a timer: nothing but the delete wakes it.
@@ -438,33 +411,14 @@ async fn completes_within(watch: ttl_storage::Watch, bound: Duration) -> bool {
 async fn watch_wakes_on_a_delete_by_another_connection() {
     let watcher = connect().await;
     let deleter = connect().await;
-    let k = key("watch-other");
-    assert!(
-        deleter
-            .insert_if_not_exists(&k, b"a", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    let mut watch = watcher.watch(&k).unwrap();
     // A renewal (a swap) publishes nothing; there is no timer either.
-    assert!(
-        deleter
-            .compare_and_swap(&k, b"a", b"b", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut watch)
-            .await
-            .is_err(),
-        "the watch completed although the key is still there"
-    );
-    assert!(deleter.compare_and_delete(&k, b"b").await.unwrap());
-    assert!(
-        completes_within(watch, Duration::from_secs(10)).await,
-        "the delete did not wake the watcher"
-    );
-    assert_eq!(watcher.get(&k).await.unwrap(), None);
+    network::watch_wakes_on_a_delete_by_another_connection(
+        &watcher,
+        &deleter,
+        &key("watch-other"),
+        Duration::from_millis(300),
+    )
+    .await;
 }
 
 /// The delete is published on `<prefix>__deleted` with the server key as
@@ -536,7 +490,7 @@ async fn dead_subscriber_wakes_and_reports_unsupported() {
     );
     proxy.shut_down();
     assert!(
-        completes_within(watch, Duration::from_secs(10)).await,
+        network::completes_within(watch, Duration::from_secs(10)).await,
         "a watch on a dead subscription did not complete"
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -189,50 +189,44 @@ forward_impl!(Arc<S>, Box<S>, &S);
 mod tests {
     use super::*;
 
-    struct Nothing;
+    /// A test storage whose four required operations answer the same way
+    /// every time, with the extra methods given.
+    macro_rules! fixed_answers {
+        ($ty:ident { $($extra:item)* }) => {
+            struct $ty;
 
-    #[async_trait]
-    impl TtlStorage for Nothing {
-        async fn insert_if_not_exists(&self, _: &Key, _: &[u8], _: Ttl) -> Result<bool> {
-            Ok(true)
-        }
-        async fn compare_and_swap(&self, _: &Key, _: &[u8], _: &[u8], _: Ttl) -> Result<bool> {
-            Ok(false)
-        }
-        async fn compare_and_delete(&self, _: &Key, _: &[u8]) -> Result<bool> {
-            Ok(false)
-        }
-        async fn get(&self, _: &Key) -> Result<Option<Vec<u8>>> {
-            Ok(None)
-        }
+            #[async_trait]
+            impl TtlStorage for $ty {
+                async fn insert_if_not_exists(&self, _: &Key, _: &[u8], _: Ttl) -> Result<bool> {
+                    Ok(true)
+                }
+                async fn compare_and_swap(&self, _: &Key, _: &[u8], _: &[u8], _: Ttl) -> Result<bool> {
+                    Ok(false)
+                }
+                async fn compare_and_delete(&self, _: &Key, _: &[u8]) -> Result<bool> {
+                    Ok(false)
+                }
+                async fn get(&self, _: &Key) -> Result<Option<Vec<u8>>> {
+                    Ok(None)
+                }
+                $($extra)*
+            }
+        };
     }
+
+    // Keeps the default `watch`.
+    fixed_answers!(Nothing {});
+    fixed_answers!(Watching {
+        fn watch(&self, _: &Key) -> Result<Watch, WatchUnsupported> {
+            Ok(Box::pin(async {}))
+        }
+    });
 
     async fn generic<S: TtlStorage>(s: S) -> bool {
         let key = Key::new("k").unwrap();
         s.insert_if_not_exists(&key, b"v", Ttl::NEVER)
             .await
             .unwrap()
-    }
-
-    struct Watching;
-
-    #[async_trait]
-    impl TtlStorage for Watching {
-        async fn insert_if_not_exists(&self, _: &Key, _: &[u8], _: Ttl) -> Result<bool> {
-            Ok(true)
-        }
-        async fn compare_and_swap(&self, _: &Key, _: &[u8], _: &[u8], _: Ttl) -> Result<bool> {
-            Ok(false)
-        }
-        async fn compare_and_delete(&self, _: &Key, _: &[u8]) -> Result<bool> {
-            Ok(false)
-        }
-        async fn get(&self, _: &Key) -> Result<Option<Vec<u8>>> {
-            Ok(None)
-        }
-        fn watch(&self, _: &Key) -> Result<Watch, WatchUnsupported> {
-            Ok(Box::pin(async {}))
-        }
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use std::{
 use super::state::Shared;
 use crate::{
     OpenError, RedbStorage,
-    open_checks::{check_magic, check_path, create_checked, ensure_parent, probe},
+    file_options::{FileOptions, file_option_setters, invalid, on_blocking_thread},
 };
 
 /// Options of a [`RedbStorage`]; [`RedbStorageBuilder::open`] opens the file.
@@ -32,9 +32,7 @@ use crate::{
 pub struct RedbStorageBuilder {
     sweep_interval: Option<Duration>,
     sweep_limit: usize,
-    max_batch: usize,
-    cache_size: usize,
-    create_parent_dirs: bool,
+    file: FileOptions,
     check_integrity: bool,
 }
 
@@ -50,9 +48,9 @@ impl RedbStorageBuilder {
     /// Default most expired records one sweep pass deletes.
     pub const DEFAULT_SWEEP_LIMIT: usize = 1000;
     /// Default most writes committed together in one transaction.
-    pub const DEFAULT_MAX_BATCH: usize = 256;
+    pub const DEFAULT_MAX_BATCH: usize = FileOptions::DEFAULT.max_batch;
     /// Default redb page cache size: 16 MiB.
-    pub const DEFAULT_CACHE_SIZE: usize = 16 * 1024 * 1024;
+    pub const DEFAULT_CACHE_SIZE: usize = FileOptions::DEFAULT.cache_size;
 
     /// The defaults: sweep every 5 s up to 1000 records, batches of up to 256
     /// writes, a 16 MiB cache, parent directories created, integrity checked
@@ -61,9 +59,7 @@ impl RedbStorageBuilder {
         RedbStorageBuilder {
             sweep_interval: Some(Self::DEFAULT_SWEEP_INTERVAL),
             sweep_limit: Self::DEFAULT_SWEEP_LIMIT,
-            max_batch: Self::DEFAULT_MAX_BATCH,
-            cache_size: Self::DEFAULT_CACHE_SIZE,
-            create_parent_dirs: true,
+            file: FileOptions::DEFAULT,
             check_integrity: true,
         }
     }
@@ -88,25 +84,7 @@ impl RedbStorageBuilder {
         self
     }
 
-    /// Most concurrent writes committed together (1 to 65 536). 1 disables
-    /// group commit: one transaction and one fsync per write.
-    pub fn max_batch(&mut self, max: usize) -> &mut Self {
-        self.max_batch = max;
-        self
-    }
-
-    /// redb's page cache size in bytes (at least 64 KiB).
-    pub fn cache_size(&mut self, bytes: usize) -> &mut Self {
-        self.cache_size = bytes;
-        self
-    }
-
-    /// Whether a missing parent directory is created (the default) or
-    /// reported as [`OpenError::MissingParentDir`].
-    pub fn create_parent_dirs(&mut self, create: bool) -> &mut Self {
-        self.create_parent_dirs = create;
-        self
-    }
+    file_option_setters!();
 
     /// Whether every page checksum is verified on open (the default). Without
     /// it redb verifies only after an unclean shutdown, and may panic (caught,
@@ -117,27 +95,15 @@ impl RedbStorageBuilder {
     }
 
     fn validate(&self) -> Result<(), OpenError> {
-        let invalid = |option, reason: &str| {
-            Err(OpenError::InvalidOption {
-                option,
-                reason: reason.to_owned(),
-            })
-        };
         if let Some(interval) = self.sweep_interval
             && (interval < Duration::from_millis(10) || interval > Duration::from_secs(86_400))
         {
-            return invalid("sweep_interval", "must be between 10 ms and 1 day");
+            return Err(invalid("sweep_interval", "must be between 10 ms and 1 day"));
         }
         if !(1..=1_000_000).contains(&self.sweep_limit) {
-            return invalid("sweep_limit", "must be between 1 and 1000000");
+            return Err(invalid("sweep_limit", "must be between 1 and 1000000"));
         }
-        if !(1..=65_536).contains(&self.max_batch) {
-            return invalid("max_batch", "must be between 1 and 65536");
-        }
-        if self.cache_size < 64 * 1024 {
-            return invalid("cache_size", "must be at least 64 KiB");
-        }
-        Ok(())
+        self.file.validate()
     }
 
     /// Opens the storage file at `path`, creating it (and, unless disabled,
@@ -149,32 +115,19 @@ impl RedbStorageBuilder {
     /// thread and the sweep runs as a task of that runtime.
     pub async fn open(&self, path: impl AsRef<Path>) -> Result<RedbStorage, OpenError> {
         self.validate()?;
-        let path = path.as_ref().to_path_buf();
+        let path = path.as_ref();
         let options = self.clone();
-        let opening = {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || options.open_blocking(path))
-        };
-        let shared = opening
-            .await
-            .map_err(|_| OpenError::Interrupted { path: path.clone() })??;
+        let shared = on_blocking_thread(path, move |path| options.open_blocking(path)).await?;
         let sweep = self.sweep_interval.map(|every| (every, self.sweep_limit));
         tracing::debug!(path = %path.display(), "opened storage file");
         Ok(RedbStorage::start(shared, sweep))
     }
 
     fn open_blocking(&self, path: PathBuf) -> Result<Shared, OpenError> {
-        check_path(&path)?;
-        ensure_parent(&path, self.create_parent_dirs)?;
-        check_magic(&path)?;
-        probe(&path, redb::ConcurrencyMode::ExclusiveWriter)?;
-        let db = create_checked(
-            &path,
-            self.cache_size,
-            self.check_integrity,
-            redb::ConcurrencyMode::ExclusiveWriter,
-        )?;
-        Ok(Shared::new(db, path, self.max_batch))
+        self.file.prepare(&path)?;
+        let mode = redb::ConcurrencyMode::ExclusiveWriter;
+        let db = self.file.create(&path, self.check_integrity, mode)?;
+        Ok(Shared::new(db, path, self.file.max_batch))
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use redb::Database;
 
-use crate::writer::Writer;
+use crate::{handle::FileState, writer::Writer};
 
 /// The state every handle and every blocking task shares.
 pub(crate) struct Shared {
@@ -23,9 +23,18 @@ impl Shared {
             path,
         }
     }
+}
 
-    /// The database.
-    pub(crate) fn db(&self) -> &Database {
+impl FileState for Shared {
+    fn db(&self) -> &Database {
         &self.db
+    }
+
+    fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    fn drain(&self) {
+        self.writer.drain(&self.db);
     }
 }

@@ -46,7 +46,7 @@ impl Sweeper {
                 let Some(shared) = shared.upgrade() else {
                     break;
                 };
-                let pass = tokio::task::spawn_blocking(move || sweep_once(shared.db(), limit));
+                let pass = tokio::task::spawn_blocking(move || sweep_once(&shared.db, limit));
                 match pass.await {
                     Ok(Ok(0)) => {}
                     Ok(Ok(removed)) => tracing::debug!(removed, "swept expired records"),

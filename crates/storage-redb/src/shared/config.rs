@@ -6,8 +6,9 @@ use redb::ConcurrencyMode;
 
 use super::storage::Inner;
 use crate::{
-    OpenError, SharedRedbStorage, fs_check,
-    open_checks::{check_magic, check_path, create_checked, ensure_parent, probe},
+    OpenError, SharedRedbStorage,
+    file_options::{FileOptions, file_option_setters, invalid, on_blocking_thread},
+    fs_check,
     watch::{ChangeFeed, EventsFile},
     writer::Writer,
 };
@@ -31,9 +32,7 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct SharedRedbStorageBuilder {
     sweep_limit: usize,
-    max_batch: usize,
-    cache_size: usize,
-    create_parent_dirs: bool,
+    file: FileOptions,
     allow_unreliable_locks: bool,
     watch: bool,
 }
@@ -48,9 +47,9 @@ impl SharedRedbStorageBuilder {
     /// Default most expired records one write batch also deletes.
     pub const DEFAULT_SWEEP_LIMIT: usize = 64;
     /// Default most writes of this process committed together.
-    pub const DEFAULT_MAX_BATCH: usize = 256;
+    pub const DEFAULT_MAX_BATCH: usize = FileOptions::DEFAULT.max_batch;
     /// Default redb page cache: 16 MiB.
-    pub const DEFAULT_CACHE_SIZE: usize = 16 * 1024 * 1024;
+    pub const DEFAULT_CACHE_SIZE: usize = FileOptions::DEFAULT.cache_size;
 
     /// The defaults: each write batch sweeps up to 64 expired records,
     /// batches of up to 256 writes, parent directories created, file systems
@@ -58,9 +57,7 @@ impl SharedRedbStorageBuilder {
     pub fn new() -> Self {
         SharedRedbStorageBuilder {
             sweep_limit: Self::DEFAULT_SWEEP_LIMIT,
-            max_batch: Self::DEFAULT_MAX_BATCH,
-            cache_size: Self::DEFAULT_CACHE_SIZE,
-            create_parent_dirs: true,
+            file: FileOptions::DEFAULT,
             allow_unreliable_locks: false,
             watch: true,
         }
@@ -74,26 +71,9 @@ impl SharedRedbStorageBuilder {
         self
     }
 
-    /// Most concurrent writes of this process committed together in one
-    /// transaction (1 to 65 536).
-    pub fn max_batch(&mut self, max: usize) -> &mut Self {
-        self.max_batch = max;
-        self
-    }
-
-    /// redb's page cache size in bytes (at least 64 KiB). Processes drop
-    /// their cache whenever another process has committed.
-    pub fn cache_size(&mut self, bytes: usize) -> &mut Self {
-        self.cache_size = bytes;
-        self
-    }
-
-    /// Whether a missing parent directory is created (the default) or
-    /// reported as [`OpenError::MissingParentDir`].
-    pub fn create_parent_dirs(&mut self, create: bool) -> &mut Self {
-        self.create_parent_dirs = create;
-        self
-    }
+    // Processes drop their page cache whenever another process has
+    // committed.
+    file_option_setters!();
 
     /// Opens the file even on a file system where OS file locks between
     /// processes are not known to be reliable (NFS, SMB/CIFS, 9P, FUSE, ...),
@@ -115,22 +95,10 @@ impl SharedRedbStorageBuilder {
     }
 
     fn validate(&self) -> Result<(), OpenError> {
-        let invalid = |option, reason: &str| {
-            Err(OpenError::InvalidOption {
-                option,
-                reason: reason.to_owned(),
-            })
-        };
         if !(1..=100_000).contains(&self.sweep_limit) {
-            return invalid("sweep_limit", "must be between 1 and 100000");
+            return Err(invalid("sweep_limit", "must be between 1 and 100000"));
         }
-        if !(1..=65_536).contains(&self.max_batch) {
-            return invalid("max_batch", "must be between 1 and 65536");
-        }
-        if self.cache_size < 64 * 1024 {
-            return invalid("cache_size", "must be at least 64 KiB");
-        }
-        Ok(())
+        self.file.validate()
     }
 
     /// Opens the storage file at `path` for sharing with other processes,
@@ -147,13 +115,8 @@ impl SharedRedbStorageBuilder {
         self.validate()?;
         let path = path.as_ref().to_path_buf();
         let options = self.clone();
-        let opening = {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || options.open_blocking(&path))
-        };
-        let (db, events) = opening
-            .await
-            .map_err(|_| OpenError::Interrupted { path: path.clone() })??;
+        let (db, events) =
+            on_blocking_thread(&path, move |path| options.open_blocking(&path)).await?;
         let feed = if self.watch {
             match ChangeFeed::start(events.path()) {
                 Ok(feed) => Some(feed),
@@ -170,15 +133,14 @@ impl SharedRedbStorageBuilder {
             db,
             path,
             events,
-            writer: Writer::new(self.max_batch),
+            writer: Writer::new(self.file.max_batch),
             sweep_limit: self.sweep_limit,
             feed,
         }))
     }
 
     fn open_blocking(&self, path: &Path) -> Result<(redb::Database, EventsFile), OpenError> {
-        check_path(path)?;
-        ensure_parent(path, self.create_parent_dirs)?;
+        self.file.prepare(path)?;
         self.check_file_system(path)?;
         let io_error = |source| OpenError::Io {
             path: path.to_path_buf(),
@@ -188,9 +150,7 @@ impl SharedRedbStorageBuilder {
         // Processes that open at once must not see each other's half-created
         // file: the checks and the creation run under a lock of the events file.
         let opening = events.lock_for_opening().map_err(io_error)?;
-        check_magic(path)?;
-        probe(path, ConcurrencyMode::MultiWriter)?;
-        let db = create_checked(path, self.cache_size, true, ConcurrencyMode::MultiWriter)?;
+        let db = self.file.create(path, true, ConcurrencyMode::MultiWriter)?;
         drop(opening);
         Ok((db, events))
     }

@@ -7,18 +7,14 @@ use std::{
     time::Duration,
 };
 
-use async_trait::async_trait;
 use redb::Database;
-use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
-use ttl_storage::{
-    Entry, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
-};
+use ttl_storage::{Key, Result};
 
 use crate::{
     CloseError,
-    error::not_applied,
-    ops::{self, Op},
+    handle::{self, CloseOnBlockingThread, FileState, ttl_storage_ops},
+    ops::Op,
     record::{self, NEVER},
     watch::{ChangeFeed, EventsFile},
     writer::{self, Failure, Pending, Writer},
@@ -34,7 +30,21 @@ pub(crate) struct Inner {
     pub(crate) feed: Option<ChangeFeed>,
 }
 
-/// A [`TtlStorage`] in a redb file that **several processes on one host**
+impl FileState for Inner {
+    fn db(&self) -> &Database {
+        &self.db
+    }
+
+    fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    fn drain(&self) {
+        self.writer.drain_with(|batch| commit_batch(self, batch));
+    }
+}
+
+/// A [`TtlStorage`](ttl_storage::TtlStorage) in a redb file that **several processes on one host**
 /// share: the embedded storage for a cluster of processes on one machine.
 /// See the [crate docs](crate#shared-mode) for its guarantees and its cost.
 ///
@@ -76,25 +86,9 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct SharedRedbStorage {
     pub(crate) inner: Arc<Inner>,
-    _close: Arc<CloseOnBlockingThread>,
+    _close: Arc<CloseOnBlockingThread<Inner>>,
     /// Every blocking task of the operations, so closing can wait for them.
     tasks: TaskTracker,
-}
-
-/// Owned by the clones of one handle: when the last one is dropped, hands
-/// its reference to the state to a blocking thread, so that closing the file
-/// (redb writes on close) never runs on the async runtime.
-struct CloseOnBlockingThread(Option<Arc<Inner>>);
-
-impl Drop for CloseOnBlockingThread {
-    fn drop(&mut self) {
-        if let Some(inner) = self.0.take() {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(inner))),
-                Err(_) => drop(inner),
-            }
-        }
-    }
 }
 
 impl std::fmt::Debug for SharedRedbStorage {
@@ -146,59 +140,19 @@ impl SharedRedbStorage {
             return Err(CloseError::InUse { path });
         };
         drop(close.0.take());
-        // Blocking tasks of operations that already returned (a drain that
-        // found the queue empty) or were cancelled may still hold the state.
-        tasks.close();
-        tasks.wait().await;
-        let Ok(inner) = Arc::try_unwrap(inner) else {
-            return Err(CloseError::InUse { path });
-        };
-        let Inner { db, feed, .. } = inner;
+        let Inner { db, feed, .. } = handle::take_state(tasks, inner, &path).await?;
         drop(feed);
-        match tokio::task::spawn_blocking(move || db.close()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(err)) => Err(CloseError::Redb {
-                path,
-                source: Box::new(err.into()),
-            }),
-            Err(_) => Err(CloseError::Interrupted { path }),
-        }
+        handle::close_database(path, db).await
     }
 
     /// Queues a conditional write and waits for its committed answer.
     async fn write(&self, op: Op) -> Result<bool> {
-        let (reply, answer) = oneshot::channel();
-        let inner = Arc::clone(&self.inner);
-        inner.writer.push(Pending { op, reply });
-        // Not awaited: the answer comes through `reply`, possibly from the
-        // task of another operation of the same batch.
-        drop(self.tasks.spawn_blocking(move || {
-            inner.writer.drain_with(|batch| commit_batch(&inner, batch));
-        }));
-        answer.await.unwrap_or_else(|_| {
-            Err(StorageError::outcome_unknown(
-                "the write task panicked or was cancelled before answering",
-            ))
-        })
+        handle::write(&self.tasks, &self.inner, op).await
     }
 
     /// Reads the live record under `key` with its stored expiry.
     async fn read(&self, key: &Key) -> Result<Option<(u64, Vec<u8>)>> {
-        let inner = Arc::clone(&self.inner);
-        let key = key.as_str().to_owned();
-        let read = self.tasks.spawn_blocking(move || {
-            let now = record::now_millis()?;
-            ops::get_record(&inner.db, &key, now)
-        });
-        match read.await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => Err(not_applied("read failed", &Arc::new(err))),
-            Err(err) => Err(StorageError::with_source(
-                ttl_storage::ErrorKind::Permanent,
-                "read task panicked or was cancelled",
-                err,
-            )),
-        }
+        handle::read(&self.tasks, &self.inner, key).await
     }
 }
 
@@ -222,63 +176,21 @@ fn until(expires_at: u64) -> Duration {
     Duration::from_millis(expires_at.saturating_sub(now).saturating_add(1))
 }
 
-#[async_trait]
-impl TtlStorage for SharedRedbStorage {
-    async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
-        check_value(value)?;
-        self.write(Op::Insert {
-            key: key.as_str().to_owned(),
-            value: value.to_vec(),
-            ttl,
-        })
-        .await
-    }
-
-    async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
-        check_value(old)?;
-        check_value(new)?;
-        self.write(Op::Swap {
-            key: key.as_str().to_owned(),
-            old: old.to_vec(),
-            new: new.to_vec(),
-            ttl,
-        })
-        .await
-    }
-
-    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
-        check_value(value)?;
-        self.write(Op::Delete {
-            key: key.as_str().to_owned(),
-            value: value.to_vec(),
-        })
-        .await
-    }
-
-    async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        Ok(self.read(key).await?.map(|(_, value)| value))
-    }
-
-    /// The time left is the stored expiry (wall clock, milliseconds) less
-    /// this process's wall clock.
-    async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
-        Ok(self
-            .read(key)
-            .await?
-            .map(|(expires_at, value)| record::entry(expires_at, value)))
-    }
-
+ttl_storage_ops!(SharedRedbStorage {
     /// Completes when any process deletes a record of this file (inotify on
     /// the events file), at the record's stored expiry (wall clock), at once
     /// when the key holds no live record, and on a read error.
-    fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
+    fn watch(
+        &self,
+        key: &Key,
+    ) -> std::result::Result<ttl_storage::Watch, ttl_storage::WatchUnsupported> {
         // Subscribed before the record is read: a delete after this is seen.
         let mut changes = self
             .inner
             .feed
             .as_ref()
             .and_then(ChangeFeed::subscribe)
-            .ok_or(WatchUnsupported)?;
+            .ok_or(ttl_storage::WatchUnsupported)?;
         let storage = self.clone();
         let key = key.clone();
         Ok(Box::pin(async move {
@@ -300,4 +212,4 @@ impl TtlStorage for SharedRedbStorage {
             }
         }))
     }
-}
+});

@@ -4,13 +4,22 @@
 //! - [`Op`]: the operation kind of a failed request, with the lost-answer
 //!   rule (an answer lost after a write was sent: outcome unknown).
 //! - [`query`]: the values of URL query parameters (booleans, durations).
-//! - [`url`]: URL rewriting shared by the drivers' descriptors.
+//! - [`url`]: reading a storage URL (its parameters, each once unless
+//!   repeatable; percent-decoded user info) and rewriting it for the
+//!   drivers' descriptors.
+//! - [`UrlError`]: the configuration errors every driver shares, wrapped
+//!   by each driver's own `ConfigError`.
 //! - [`tls`]: trust roots and the rustls client configuration.
+//! - [`Credentials`]: a user name and a password that `Debug` never shows.
 
+mod credentials;
 mod op;
 pub mod query;
 #[cfg(feature = "kit-tls")]
 pub mod tls;
 pub mod url;
+mod url_error;
 
+pub use credentials::Credentials;
 pub use op::Op;
+pub use url_error::UrlError;

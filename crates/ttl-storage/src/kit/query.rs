@@ -1,7 +1,10 @@
 //! The values of storage URL query parameters, read the same way by every
-//! driver; each driver says what is wrong in its own error.
+//! driver; what is wrong is a [`UrlError`], which each driver's own
+//! `ConfigError` wraps.
 
 use std::time::Duration;
+
+use super::UrlError;
 
 /// `true`/`1` or `false`/`0`; `None` for anything else.
 ///
@@ -46,4 +49,58 @@ pub fn parse_duration(value: &str) -> Option<Duration> {
 /// ```
 pub fn parse_millis(value: &str) -> Option<Duration> {
     value.parse().ok().map(Duration::from_millis)
+}
+
+/// The boolean value of parameter `name` ([`parse_bool`]), or
+/// [`UrlError::BadBool`].
+///
+/// ```
+/// use ttl_storage::kit::query::bool_param;
+///
+/// assert_eq!(bool_param("create_schema", "1"), Ok(true));
+/// assert!(bool_param("create_schema", "yes").is_err());
+/// ```
+pub fn bool_param(name: &'static str, value: &str) -> Result<bool, UrlError> {
+    parse_bool(value).ok_or_else(|| UrlError::BadBool {
+        name,
+        value: value.to_owned(),
+    })
+}
+
+/// The duration value of parameter `name` ([`parse_duration`]), or
+/// [`UrlError::BadDuration`].
+///
+/// ```
+/// use std::time::Duration;
+/// use ttl_storage::kit::query::duration_param;
+///
+/// assert_eq!(duration_param("timeout", "2s"), Ok(Duration::from_secs(2)));
+/// assert!(duration_param("timeout", "2").is_err());
+/// ```
+pub fn duration_param(name: &'static str, value: &str) -> Result<Duration, UrlError> {
+    parse_duration(value).ok_or_else(|| UrlError::BadDuration {
+        name,
+        value: value.to_owned(),
+    })
+}
+
+/// `timeout` if it lies from 1 ms to `max`, else [`UrlError::BadDuration`]
+/// naming `name`.
+///
+/// ```
+/// use std::time::Duration;
+/// use ttl_storage::kit::query::check_timeout;
+///
+/// let hour = Duration::from_secs(3600);
+/// assert!(check_timeout("timeout", Duration::from_secs(5), hour).is_ok());
+/// assert!(check_timeout("timeout", Duration::ZERO, hour).is_err());
+/// ```
+pub fn check_timeout(name: &'static str, timeout: Duration, max: Duration) -> Result<(), UrlError> {
+    if timeout < Duration::from_millis(1) || timeout > max {
+        return Err(UrlError::BadDuration {
+            name,
+            value: humantime::format_duration(timeout).to_string(),
+        });
+    }
+    Ok(())
 }

@@ -1,0 +1,163 @@
+//! The cases every network driver runs against its real engine, beside the
+//! election suite: a refused connection, a TLS round trip with the
+//! certificate checked, a lost answer through a [`Proxy`], and the
+//! operations once the engine is gone. Each driver's `tests/suite.rs`
+//! builds its URLs and calls these, instead of copying the assertions.
+//!
+//! ```no_run
+//! # async fn open(url: String) -> Result<storage_mem::MemStorage, ttl_storage::StorageError> { unimplemented!() }
+//! // tests/suite.rs of a driver:
+//! # async fn case() {
+//! elections_testsuite::network::refused_connection_is_transient(|port| {
+//!     open(format!("x://127.0.0.1:{port}?connect_timeout=1s"))
+//! })
+//! .await;
+//! # }
+//! ```
+
+use std::{future::Future, time::Duration};
+
+use ttl_storage::{ErrorKind, Key, StorageError, Ttl, TtlStorage, Watch};
+
+use crate::proxy::Proxy;
+
+/// The engine's URL from the environment variable `var`, which `cargo
+/// xtask test-drivers --engine <engine>` sets; panics saying so, with an
+/// `example` to set by hand, when it is not set.
+pub fn env_url(var: &str, engine: &str, example: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!(
+            "{var} is not set: run `cargo xtask test-drivers --engine {engine}`, or set \
+             {var}={example}"
+        )
+    })
+}
+
+/// Waits at most `bound` for `watch`; true when it completed.
+pub async fn completes_within(watch: Watch, bound: Duration) -> bool {
+    tokio::time::timeout(bound, watch).await.is_ok()
+}
+
+/// `watcher` and `deleter` are two connections to one engine (two
+/// processes, in production). A watch on `key`, which `deleter` holds with
+/// no expiry, is woken neither by a swap (a renewal) within `quiet` nor by
+/// a compare-and-delete that does not match, and is woken within 10 s by
+/// the delete.
+pub async fn watch_wakes_on_a_delete_by_another_connection(
+    watcher: &impl TtlStorage,
+    deleter: &impl TtlStorage,
+    key: &Key,
+    quiet: Duration,
+) {
+    assert!(ok(deleter
+        .insert_if_not_exists(key, b"a", Ttl::NEVER)
+        .await));
+    let mut watch = ok(watcher.watch(key).map_err(|err| {
+        StorageError::permanent(format!("the engine must support watching: {err}"))
+    }));
+    assert!(ok(deleter
+        .compare_and_swap(key, b"a", b"b", Ttl::NEVER)
+        .await));
+    assert!(
+        tokio::time::timeout(quiet, &mut watch).await.is_err(),
+        "the watch completed although the record is still there"
+    );
+    assert!(!ok(deleter.compare_and_delete(key, b"a").await));
+    assert!(ok(deleter.compare_and_delete(key, b"b").await));
+    assert!(
+        completes_within(watch, Duration::from_secs(10)).await,
+        "the delete did not wake the watcher"
+    );
+    assert_eq!(ok(watcher.get(key).await), None);
+}
+
+/// A port of 127.0.0.1 that nothing listens on (bound, then let go).
+pub fn unused_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap_or_else(|err| panic!("cannot bind a local port: {err}"));
+    listener
+        .local_addr()
+        .unwrap_or_else(|err| panic!("no local address: {err}"))
+        .port()
+}
+
+/// `open(port)`, with a port nothing listens on, fails as
+/// [`ErrorKind::Transient`] (at connect time: the engine may come back).
+pub async fn refused_connection_is_transient<S, F>(open: impl FnOnce(u16) -> F)
+where
+    F: Future<Output = Result<S, StorageError>>,
+{
+    match open(unused_port()).await {
+        Ok(_) => panic!("connected to a port nothing listens on"),
+        Err(err) => assert_eq!(err.kind(), ErrorKind::Transient, "{err}"),
+    }
+}
+
+/// Every operation works on `storage` (opened over TLS by the caller), and
+/// opening `wrong_ca` (the same server, another CA to trust) fails as
+/// [`ErrorKind::Permanent`]: the server's certificate is checked.
+pub async fn tls_round_trip_and_certificate_check<S>(
+    storage: &impl TtlStorage,
+    key: &Key,
+    wrong_ca: impl Future<Output = Result<S, StorageError>>,
+) {
+    let ttl = Ttl::from_secs(5).unwrap_or_else(|err| panic!("{err}"));
+    assert!(ok(storage.insert_if_not_exists(key, b"t", ttl).await));
+    assert!(ok(storage.compare_and_swap(key, b"t", b"u", ttl).await));
+    assert_eq!(ok(storage.get(key).await).as_deref(), Some(&b"u"[..]));
+    assert!(ok(storage.compare_and_delete(key, b"u").await));
+    match wrong_ca.await {
+        Ok(_) => panic!("connected while trusting another CA"),
+        Err(err) => assert_eq!(err.kind(), ErrorKind::Permanent, "{err}"),
+    }
+}
+
+/// With `key` holding `a` (written through `proxy` by `storage`), the
+/// proxy swallows every answer: a swap sent through it is
+/// [`ErrorKind::OutcomeUnknown`], and `direct` (connected to the engine
+/// itself) finds it applied. With `read_too`, a read through the proxy is
+/// then [`ErrorKind::Transient`].
+pub async fn lost_answer_of_a_write_is_outcome_unknown(
+    storage: &impl TtlStorage,
+    direct: &impl TtlStorage,
+    proxy: &Proxy,
+    key: &Key,
+    ttl: Ttl,
+    read_too: bool,
+) {
+    proxy.swallow_answers(true);
+    match storage.compare_and_swap(key, b"a", b"b", ttl).await {
+        Ok(swapped) => panic!("the answer came through a proxy that swallows it: {swapped}"),
+        Err(err) => assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}"),
+    }
+    assert_eq!(ok(direct.get(key).await).as_deref(), Some(&b"b"[..]));
+    if read_too {
+        match storage.get(key).await {
+            Ok(value) => panic!("the answer came through a proxy that swallows it: {value:?}"),
+            Err(err) => assert_eq!(err.kind(), ErrorKind::Transient, "{err}"),
+        }
+    }
+}
+
+/// After `proxy` shut down: `op` fails as [`ErrorKind::Transient`] within
+/// 10 s (a driver may take a moment to see its connection gone), and
+/// returns that error.
+pub async fn transient_once_gone<T: std::fmt::Debug, F>(mut op: impl FnMut() -> F) -> StorageError
+where
+    F: Future<Output = Result<T, StorageError>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match op().await {
+            Err(err) if err.kind() == ErrorKind::Transient => return err,
+            other => {
+                assert!(tokio::time::Instant::now() < deadline, "{other:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn ok<T>(result: Result<T, StorageError>) -> T {
+    result.unwrap_or_else(|err| panic!("{err}"))
+}

@@ -1,0 +1,206 @@
+//! What the handles of both modes share: queuing a write for the group
+//! commit, running file work on a tracked blocking thread, closing the
+//! file, and the [`TtlStorage`](ttl_storage::TtlStorage) operations built
+//! on those ([`ttl_storage_ops!`]).
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use redb::Database;
+use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
+use ttl_storage::{ErrorKind, Key, Result, StorageError};
+
+use crate::{
+    CloseError,
+    error::not_applied,
+    ops::{self, Op},
+    record,
+    writer::{Pending, Writer},
+};
+
+/// The state of one open file that a handle's clones and blocking tasks
+/// share.
+pub(crate) trait FileState: Send + Sync + 'static {
+    /// The open database.
+    fn db(&self) -> &Database;
+    /// The queue of this process's writes.
+    fn writer(&self) -> &Writer;
+    /// Applies and commits the queued writes, if any. Blocks.
+    fn drain(&self);
+}
+
+/// Queues a conditional write and waits for its committed answer.
+pub(crate) async fn write<S: FileState>(
+    tasks: &TaskTracker,
+    state: &Arc<S>,
+    op: Op,
+) -> Result<bool> {
+    let (reply, answer) = oneshot::channel();
+    state.writer().push(Pending { op, reply });
+    let state = Arc::clone(state);
+    // Not awaited: the answer comes through `reply`, possibly from the task
+    // of another operation of the same batch.
+    drop(tasks.spawn_blocking(move || state.drain()));
+    answer.await.unwrap_or_else(|_| {
+        Err(StorageError::outcome_unknown(
+            "the write task panicked or was cancelled before answering",
+        ))
+    })
+}
+
+/// Reads the live record under `key` with its stored expiry.
+pub(crate) async fn read<S: FileState>(
+    tasks: &TaskTracker,
+    state: &Arc<S>,
+    key: &Key,
+) -> Result<Option<(u64, Vec<u8>)>> {
+    let state = Arc::clone(state);
+    let key = key.as_str().to_owned();
+    blocking(tasks, "read", move || {
+        ops::get_record(state.db(), &key, record::now_millis()?)
+    })
+    .await
+}
+
+/// Runs `work` (`what`, in errors) on a blocking thread `tasks` tracks.
+pub(crate) async fn blocking<T: Send + 'static>(
+    tasks: &TaskTracker,
+    what: &'static str,
+    work: impl FnOnce() -> std::result::Result<T, redb::Error> + Send + 'static,
+) -> Result<T> {
+    match tasks.spawn_blocking(work).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(err)) => Err(not_applied(&format!("{what} failed"), &Arc::new(err))),
+        Err(err) => Err(StorageError::with_source(
+            ErrorKind::Permanent,
+            format!("{what} task panicked or was cancelled"),
+            err,
+        )),
+    }
+}
+
+/// Owned by the clones of one handle: when the last one is dropped, hands
+/// its reference to the state to a blocking thread, so that closing the file
+/// (redb writes on close) never runs on the async runtime.
+pub(crate) struct CloseOnBlockingThread<S: Send + Sync + 'static>(pub(crate) Option<Arc<S>>);
+
+impl<S: Send + Sync + 'static> Drop for CloseOnBlockingThread<S> {
+    fn drop(&mut self) {
+        if let Some(state) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(state))),
+                Err(_) => drop(state),
+            }
+        }
+    }
+}
+
+/// Waits for the blocking work in flight (operations that already returned,
+/// or were cancelled, may still hold the state), then takes the state if
+/// no other clone holds it.
+pub(crate) async fn take_state<S>(
+    tasks: TaskTracker,
+    state: Arc<S>,
+    path: &Path,
+) -> std::result::Result<S, CloseError> {
+    tasks.close();
+    tasks.wait().await;
+    Arc::try_unwrap(state).map_err(|_| CloseError::InUse {
+        path: path.to_path_buf(),
+    })
+}
+
+/// Closes `db` on a blocking thread, releasing the file's locks.
+pub(crate) async fn close_database(
+    path: PathBuf,
+    db: Database,
+) -> std::result::Result<(), CloseError> {
+    match tokio::task::spawn_blocking(move || db.close()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) => Err(CloseError::Redb {
+            path,
+            source: Box::new(err.into()),
+        }),
+        Err(_) => Err(CloseError::Interrupted { path }),
+    }
+}
+
+/// Implements [`TtlStorage`](ttl_storage::TtlStorage) for a handle type
+/// with `async fn write(&self, Op) -> Result<bool>` and
+/// `async fn read(&self, &Key) -> Result<Option<(u64, Vec<u8>)>>`, plus the
+/// extra methods given (`watch`).
+macro_rules! ttl_storage_ops {
+    ($handle:ty { $($extra:item)* }) => {
+        #[async_trait::async_trait]
+        impl ttl_storage::TtlStorage for $handle {
+            async fn insert_if_not_exists(
+                &self,
+                key: &ttl_storage::Key,
+                value: &[u8],
+                ttl: ttl_storage::Ttl,
+            ) -> ttl_storage::Result<bool> {
+                ttl_storage::check_value(value)?;
+                self.write($crate::ops::Op::Insert {
+                    key: key.as_str().to_owned(),
+                    value: value.to_vec(),
+                    ttl,
+                })
+                .await
+            }
+
+            async fn compare_and_swap(
+                &self,
+                key: &ttl_storage::Key,
+                old: &[u8],
+                new: &[u8],
+                ttl: ttl_storage::Ttl,
+            ) -> ttl_storage::Result<bool> {
+                ttl_storage::check_value(old)?;
+                ttl_storage::check_value(new)?;
+                self.write($crate::ops::Op::Swap {
+                    key: key.as_str().to_owned(),
+                    old: old.to_vec(),
+                    new: new.to_vec(),
+                    ttl,
+                })
+                .await
+            }
+
+            async fn compare_and_delete(
+                &self,
+                key: &ttl_storage::Key,
+                value: &[u8],
+            ) -> ttl_storage::Result<bool> {
+                ttl_storage::check_value(value)?;
+                self.write($crate::ops::Op::Delete {
+                    key: key.as_str().to_owned(),
+                    value: value.to_vec(),
+                })
+                .await
+            }
+
+            async fn get(&self, key: &ttl_storage::Key) -> ttl_storage::Result<Option<Vec<u8>>> {
+                Ok(self.read(key).await?.map(|(_, value)| value))
+            }
+
+            /// The time left is the stored expiry (wall clock, milliseconds)
+            /// less this process's wall clock.
+            async fn get_entry(
+                &self,
+                key: &ttl_storage::Key,
+            ) -> ttl_storage::Result<Option<ttl_storage::Entry>> {
+                Ok(self
+                    .read(key)
+                    .await?
+                    .map(|(expires_at, value)| $crate::record::entry(expires_at, value)))
+            }
+
+            $($extra)*
+        }
+    };
+}
+
+pub(crate) use ttl_storage_ops;
