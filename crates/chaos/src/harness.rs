@@ -115,6 +115,34 @@ async fn upstream(url: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("cannot resolve {host}"))
 }
 
+/// Reads the guarded log back, retrying while the store cannot be reached
+/// (on a replicated engine the run may end during a failover: a read then
+/// fails until the replica is promoted), for up to [`READ_LOG_PATIENCE`].
+async fn read_log_patiently(
+    url: &str,
+    resource: &str,
+    lease: Duration,
+) -> anyhow::Result<Vec<guarded::LogEntry>> {
+    let until = tokio::time::Instant::now() + READ_LOG_PATIENCE;
+    loop {
+        match guarded::read_log(url, resource).await {
+            Ok(log) => return Ok(log),
+            Err(err @ (guarded::GuardedError::Open(_) | guarded::GuardedError::Storage(_)))
+                if tokio::time::Instant::now() < until =>
+            {
+                tracing::warn!(%err, "reading the guarded log failed; retrying");
+                tokio::time::sleep(lease / 4).await;
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+/// How long [`read_log_patiently`] keeps trying: longer than a failover
+/// of any engine here (a Sentinel embargo after an aborted attempt is
+/// 10 s).
+const READ_LOG_PATIENCE: Duration = Duration::from_secs(60);
+
 /// Creates the elections table (and keyspace) by connecting once.
 async fn create_store(url: &str) -> anyhow::Result<()> {
     storage_url::open(url).await?;
@@ -189,7 +217,7 @@ pub async fn run(config: HarnessConfig) -> anyhow::Result<Report> {
         .map(|r| format!("{} {}", r.proc, format_line(r.t_ms, &r.event)))
         .collect();
     std::fs::write(config.work_dir.join("events.log"), lines.join("\n"))?;
-    let log = guarded::read_log(&config.url, &resource).await?;
+    let log = read_log_patiently(&config.url, &resource, config.lease).await?;
     let d = config.lease;
     let bounds = Bounds {
         // The killer fires at 0.8 d; the lease ends at d.

@@ -1,6 +1,6 @@
 //! Valkey as users run it highly available: a primary, one replica and
 //! three Sentinels watching them (service `mymaster`, quorum 2, the
-//! primary deemed down after 1 s), all local processes of the same
+//! primary deemed down after 2 s, failover timeout 5 s), all local processes of the same
 //! `valkey-server` (or `redis-server`) binary as [`super::valkey`],
 //! persistence off, each with its own free ports.
 //!
@@ -35,8 +35,17 @@ const SERVICE: &str = "mymaster";
 /// How long the set may take to be ready, and a failover to complete.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// `sentinel down-after-milliseconds`: a primary that has not answered for
-/// this long is subjectively down.
-const DOWN_AFTER: Duration = Duration::from_millis(1_000);
+/// this long is subjectively down. Twice Sentinel's ping period: a
+/// Sentinel reconnects to an instance at most once a ping period (1 s) and
+/// restarts the count at a `+switch-master`, so with 1 s it judged the
+/// just-promoted primary down a second after the switch, tried a failover
+/// with no replica to promote (`-failover-abort-no-good-slave`), and the
+/// next real failover then waited out the embargo below (measured: 6.4 s
+/// instead of 2.3 s).
+const DOWN_AFTER: Duration = Duration::from_millis(2_000);
+/// `sentinel failover-timeout`: also the embargo on a Sentinel's next
+/// failover attempt after one (twice this), and the wait for a promotion.
+const FAILOVER_TIMEOUT: Duration = Duration::from_millis(5_000);
 /// Sentinel's own periods (`sentinel.c`, not configurable):
 /// `SENTINEL_ASK_PERIOD`, how often a Sentinel asks the others whether
 /// they see the primary down (objectively down needs the quorum's word);
@@ -66,7 +75,7 @@ const DRIVER_REDISCOVERY: Duration = Duration::from_millis(500 + 100);
 /// that voted for another, or a second attempt; the other Sentinels have
 /// the new primary from the leader's hello within milliseconds (measured
 /// 1-6 ms); an election that fails (all three Sentinels candidates at once)
-/// is retried after twice `failover-timeout`, 20 s here, which the bound
+/// is retried after twice `failover-timeout`, 10 s here, which the bound
 /// does not cover (the run then reports it, and the Sentinels' failover
 /// steps are printed).
 pub(crate) fn failover_takeover_slack() -> Duration {
@@ -251,11 +260,12 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
                 "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {}\n\
                  sentinel monitor {SERVICE} 127.0.0.1 {} 2\n\
                  sentinel down-after-milliseconds {SERVICE} {}\n\
-                 sentinel failover-timeout {SERVICE} 10000\n\
+                 sentinel failover-timeout {SERVICE} {}\n\
                  sentinel parallel-syncs {SERVICE} 1\n",
                 dir.display(),
                 ports[0],
-                DOWN_AFTER.as_millis()
+                DOWN_AFTER.as_millis(),
+                FAILOVER_TIMEOUT.as_millis()
             ),
         )?;
         let args = vec![conf.display().to_string(), "--sentinel".to_string()];
@@ -481,6 +491,6 @@ mod tests {
 
     #[test]
     fn a_failover_can_add_down_after_two_sentinel_periods_the_timer_steps_and_a_reconnection() {
-        assert_eq!(failover_takeover_slack(), Duration::from_millis(4_100));
+        assert_eq!(failover_takeover_slack(), Duration::from_millis(5_100));
     }
 }
