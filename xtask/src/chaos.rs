@@ -178,8 +178,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 .args(["--contenders", &args.contenders.to_string()])
                 .args(args.unfenced.then_some("--unfenced"))
                 .args([
-                    "--takeover-slack-secs",
-                    &takeover_slack(name, args.duration, lease).to_string(),
+                    "--takeover-slack-ms",
+                    &takeover_slack(name, args.duration, lease)
+                        .as_millis()
+                        .to_string(),
                 ])
                 .args(
                     args.clock_rate
@@ -332,27 +334,24 @@ fn node_fault_hold(duration_secs: u64, lease_secs: u64) -> Duration {
     Duration::from_secs((duration_secs / 6).clamp(lease_secs, 20.max(lease_secs)))
 }
 
-/// Seconds added to the takeover bound. `valkey-sentinel-wait` (each
-/// write confirmed by the one replica) refuses every write from a
-/// failover until the old primary is back as a replica: held down
-/// [`node_fault_hold`], then about 2 s to restart and resync (measured
-/// 6.9-7.0 s in all); 3 s of margin for that, and the 4 s of a Sentinel
-/// failover as `valkey-sentinel`.
+/// Added to the takeover bound: what one failover of the engine can add
+/// to a takeover, derived from its configured timings
+/// ([`engines::failover_takeover_slack`]: on `etcd-3` a new Raft leader
+/// renews a dead holder's lease by its whole TTL; on `valkey-sentinel`
+/// nobody writes until Sentinel has promoted the replica and the clients
+/// have found it).
 ///
-/// `etcd-3`: a takeover that spans a leader kill waits for the new Raft
-/// leader (1.2-1.4 s measured) and meets requests routed to the dead
-/// member; a 60 s run measured 9.23 s against the bound of 8.2 s
-/// (takeover after a contender kill 3.5 s before the leader kill): 2 s.
-///
-/// `valkey-sentinel`: the primary is unwritable for the 3.8-3.9 s Sentinel
-/// needs to promote the replica; a 60 s run measured takeovers of 10.59 s
-/// and 11.82 s across a failover against 8.2 s: 4 s.
-fn takeover_slack(engine: &str, duration_secs: u64, lease_secs: u64) -> u64 {
+/// `valkey-sentinel-wait` (each write confirmed by the one replica) also
+/// refuses every write from a failover until the old primary is back as a
+/// replica: held down [`node_fault_hold`], then about 2 s to restart and
+/// resync (measured 6.9-7.0 s from the kill in all), with 1 s of margin.
+fn takeover_slack(engine: &str, duration_secs: u64, lease_secs: u64) -> Duration {
+    let failover = engines::failover_takeover_slack(engine, Duration::from_secs(lease_secs));
     match engine {
-        "etcd-3" => 2,
-        "valkey-sentinel" => 4,
-        "valkey-sentinel-wait" => node_fault_hold(duration_secs, lease_secs).as_secs() + 7,
-        _ => 0,
+        "valkey-sentinel-wait" => {
+            node_fault_hold(duration_secs, lease_secs) + Duration::from_secs(3) + failover
+        }
+        _ => failover,
     }
 }
 

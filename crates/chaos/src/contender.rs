@@ -40,6 +40,11 @@ pub struct ContenderConfig {
     pub key: String,
     /// The guarded resource's id.
     pub resource: String,
+    /// Where the guarded resource lives when not at [`url`](Self::url):
+    /// the engine's direct URL, so that cutting the contender's path to
+    /// the store (its proxy) leaves its writes going through, as for a
+    /// leader cut off from the lock store but not from the resource.
+    pub resource_url: Option<String>,
     /// This contender's name (written as the leader value and the writer).
     pub name: String,
     /// The lease `d`.
@@ -140,7 +145,8 @@ async fn contend(
 ) -> Result<(), ContenderError> {
     let retry = config.lease / 20;
     let guarded = loop {
-        match Guarded::connect(&config.url, &config.resource, !config.unfenced).await {
+        let resource_url = config.resource_url.as_deref().unwrap_or(&config.url);
+        match Guarded::connect(resource_url, &config.resource, !config.unfenced).await {
             Ok(guarded) => break guarded,
             Err(err) => {
                 tracing::warn!(%err, "connecting the guarded resource failed; retrying");

@@ -57,7 +57,12 @@ pub struct HarnessConfig {
     /// Clock-rate fault: the first slot's contenders run under libfaketime
     /// with their clocks at this rate of real time (`1.15`: 15 % fast,
     /// `0.77`: 1.3 times slower); their event times are mapped back to real
-    /// time (see [`crate::clock`]).
+    /// time (see [`crate::clock`]). The faults then aim at that slot: while
+    /// it leads, its path to the store is cut (unless `direct`) and its
+    /// writes go on, because every contender reaches the guarded resource
+    /// directly (`--resource-url`), so a killer that fires late shows as
+    /// writes past the lease; another leader is killed, to move the
+    /// leadership on.
     pub clock_rate: Option<f64>,
     /// Added to the takeover bound: for an engine that refuses writes for
     /// a known while after a failover (Valkey with `wait_replicas=1` and
@@ -109,6 +114,34 @@ async fn upstream(url: &str) -> anyhow::Result<SocketAddr> {
         .next()
         .with_context(|| format!("cannot resolve {host}"))
 }
+
+/// Reads the guarded log back, retrying while the store cannot be reached
+/// (on a replicated engine the run may end during a failover: a read then
+/// fails until the replica is promoted), for up to [`READ_LOG_PATIENCE`].
+async fn read_log_patiently(
+    url: &str,
+    resource: &str,
+    lease: Duration,
+) -> anyhow::Result<Vec<guarded::LogEntry>> {
+    let until = tokio::time::Instant::now() + READ_LOG_PATIENCE;
+    loop {
+        match guarded::read_log(url, resource).await {
+            Ok(log) => return Ok(log),
+            Err(err @ (guarded::GuardedError::Open(_) | guarded::GuardedError::Storage(_)))
+                if tokio::time::Instant::now() < until =>
+            {
+                tracing::warn!(%err, "reading the guarded log failed; retrying");
+                tokio::time::sleep(lease / 4).await;
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+/// How long [`read_log_patiently`] keeps trying: longer than a failover
+/// of any engine here (a Sentinel embargo after an aborted attempt is
+/// 10 s).
+const READ_LOG_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Creates the elections table (and keyspace) by connecting once.
 async fn create_store(url: &str) -> anyhow::Result<()> {
@@ -184,7 +217,7 @@ pub async fn run(config: HarnessConfig) -> anyhow::Result<Report> {
         .map(|r| format!("{} {}", r.proc, format_line(r.t_ms, &r.event)))
         .collect();
     std::fs::write(config.work_dir.join("events.log"), lines.join("\n"))?;
-    let log = guarded::read_log(&config.url, &resource).await?;
+    let log = read_log_patiently(&config.url, &resource, config.lease).await?;
     let d = config.lease;
     let bounds = Bounds {
         // The killer fires at 0.8 d; the lease ends at d.
@@ -250,6 +283,13 @@ impl Ctx<'_> {
             .envs(fake_env)
             .args(["--url", &slot.url, "--key", &self.key])
             .args(["--resource", &self.resource, "--name", &name])
+            .args(
+                self.config
+                    .clock_rate
+                    .map(|_| ["--resource-url", self.config.url.as_str()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["--lease-secs", &self.config.lease.as_secs().to_string()])
             .args(zombie.then_some("--zombie"))
             .args(self.config.unfenced.then_some("--unfenced"))
@@ -316,39 +356,10 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// The process leading now: its latest acquisition is not yet ended and
-    /// it has had a write accepted since.
+    /// The process leading now (see [`current_leader`]).
     fn leader(&self) -> Option<String> {
         let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut leader: Option<(String, bool)> = None;
-        for r in records.iter() {
-            match &r.event {
-                Event::Acquired { .. } => leader = Some((r.proc.clone(), false)),
-                Event::Write {
-                    outcome: WriteOutcome::Accepted { .. },
-                    ..
-                } => {
-                    if let Some((p, wrote)) = leader.as_mut()
-                        && *p == r.proc
-                    {
-                        *wrote = true;
-                    }
-                }
-                Event::Lost { .. }
-                | Event::Released
-                | Event::KillerFired
-                | Event::Exited { .. }
-                | Event::SigKill
-                | Event::SigStop
-                | Event::Cut
-                    if leader.as_ref().is_some_and(|(p, _)| *p == r.proc) =>
-                {
-                    leader = None;
-                }
-                _ => {}
-            }
-        }
-        leader.and_then(|(p, wrote)| wrote.then_some(p))
+        current_leader(&records)
     }
 
     /// Waits (restarting exited contenders) until someone leads, up to `limit`.
@@ -407,8 +418,18 @@ impl Ctx<'_> {
             let Some(pid) = slots[idx].child.as_ref().and_then(|(_, c)| c.id()) else {
                 continue;
             };
-            let scenario = plan[round % plan.len()];
-            round += 1;
+            let scenario = match self.config.clock_rate {
+                // Aim at the slow (or fast) clock: cut it off the store
+                // while it leads, move the leadership on otherwise.
+                Some(_) if slots[idx].index == 0 && slots[idx].proxy.is_some() => {
+                    Scenario::Partition
+                }
+                Some(_) => Scenario::Kill,
+                None => {
+                    round += 1;
+                    plan[(round - 1) % plan.len()]
+                }
+            };
             match scenario {
                 Scenario::Kill => {
                     push(&self.records, &leader, Event::SigKill);
@@ -448,6 +469,67 @@ impl Ctx<'_> {
     }
 }
 
+/// The process leading at the end of `records`: its latest acquisition
+/// has not ended (no loss, release, killer, exit or SIGKILL since) and it
+/// has had a write accepted since.
+///
+/// A leader that was paused (SIGSTOP) or cut off is not leading until it
+/// shows it still holds the lease: a successful renewal (`armed`, success)
+/// after the fault, then an accepted write. It may well: on etcd, a new
+/// Raft leader renews every lease by its whole TTL, so a lease that was
+/// about to run out while its holder was stopped can outlive the pause (a
+/// zombie, whose killer never ends it, then leads on).
+fn current_leader(records: &[Record]) -> Option<String> {
+    struct Leader<'a> {
+        proc: &'a str,
+        wrote: bool,
+        suspended: bool,
+    }
+    let mut leader: Option<Leader> = None;
+    for r in records {
+        let own = leader.as_ref().is_some_and(|l| l.proc == r.proc);
+        match &r.event {
+            Event::Acquired { .. } => {
+                leader = Some(Leader {
+                    proc: &r.proc,
+                    wrote: false,
+                    suspended: false,
+                });
+            }
+            Event::Write {
+                outcome: WriteOutcome::Accepted { .. },
+                ..
+            } if own => {
+                if let Some(l) = leader.as_mut().filter(|l| !l.suspended) {
+                    l.wrote = true;
+                }
+            }
+            Event::Armed { success: true, .. } if own => {
+                if let Some(l) = leader.as_mut() {
+                    l.suspended = false;
+                }
+            }
+            Event::SigStop | Event::Cut if own => {
+                if let Some(l) = leader.as_mut() {
+                    l.wrote = false;
+                    l.suspended = true;
+                }
+            }
+            Event::Lost { .. }
+            | Event::Released
+            | Event::KillerFired
+            | Event::Exited { .. }
+            | Event::SigKill
+                if own =>
+            {
+                leader = None;
+            }
+            _ => {}
+        }
+    }
+    leader.and_then(|l| l.wrote.then(|| l.proc.to_string()))
+}
+
 /// Sends `kill -s <sig> <pid>`.
 async fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
     let status = Command::new("kill")
@@ -462,6 +544,57 @@ async fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rec(t_ms: u64, proc: &str, event: Event) -> Record {
+        Record {
+            t_ms,
+            proc: proc.into(),
+            event,
+        }
+    }
+
+    fn accepted(t: u64, seq: u64) -> Event {
+        Event::Write {
+            start_ms: t,
+            token: 4,
+            outcome: WriteOutcome::Accepted { seq },
+        }
+    }
+
+    fn renewed(t: u64) -> Event {
+        Event::Armed {
+            basis_ms: t,
+            deadline_ms: Some(t + 3_200),
+            success: true,
+        }
+    }
+
+    #[test]
+    fn a_paused_leader_that_still_holds_the_lease_leads_again() {
+        let mut records = vec![
+            rec(100, "z2.2", Event::Acquired { token: 4 }),
+            rec(200, "z2.2", accepted(150, 1)),
+        ];
+        assert_eq!(current_leader(&records).as_deref(), Some("z2.2"));
+        records.push(rec(2_000, "z2.2", Event::SigStop));
+        assert_eq!(current_leader(&records), None);
+        records.push(rec(8_000, "z2.2", Event::SigCont));
+        // A write accepted on the resource alone is not enough (fencing
+        // accepts a deposed leader's write until a newer token arrives)...
+        records.push(rec(8_010, "z2.2", accepted(8_005, 2)));
+        assert_eq!(current_leader(&records), None);
+        // ...a renewal that succeeded after the pause is.
+        records.push(rec(8_100, "z2.2", renewed(8_050)));
+        records.push(rec(8_200, "z2.2", accepted(8_150, 3)));
+        assert_eq!(current_leader(&records).as_deref(), Some("z2.2"));
+        // A loss ends it; so does another process's acquisition.
+        let mut lost = records.clone();
+        lost.push(rec(9_000, "z2.2", Event::Lost { reason: "x".into() }));
+        assert_eq!(current_leader(&lost), None);
+        records.push(rec(9_000, "c0.2", Event::Acquired { token: 5 }));
+        records.push(rec(9_100, "c0.2", accepted(9_050, 4)));
+        assert_eq!(current_leader(&records).as_deref(), Some("c0.2"));
+    }
 
     #[test]
     fn proxied_url_keeps_keyspace_and_options() {

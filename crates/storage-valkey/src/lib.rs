@@ -58,7 +58,8 @@
 //! With Sentinel, name the Sentinels and the service
 //! (`redis-sentinel://s1:26379,s2:26379,s3:26379/mymaster`): the driver asks
 //! them for the primary and reconnects to the promoted replica after a
-//! failover. The opt-in `wait_replicas=N` (`&wait_timeout=1s`) sends
+//! failover (a lost connection is retried after 100, 200, 400, then every
+//! 500 ms, asking a Sentinel each time). The opt-in `wait_replicas=N` (`&wait_timeout=1s`) sends
 //! `WAIT N timeout` after every applied write on the same connection; a
 //! write fewer than `N` replicas acknowledged in time is
 //! [`ttl_storage::ErrorKind::OutcomeUnknown`], never success (it is on the

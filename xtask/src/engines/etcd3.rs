@@ -37,6 +37,26 @@ use super::{
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Members of the cluster.
 const MEMBERS: usize = 3;
+/// Raft heartbeat interval of every member (`--heartbeat-interval`).
+const HEARTBEAT: Duration = Duration::from_millis(50);
+/// Raft election timeout of every member (`--election-timeout`): a
+/// follower that hears no heartbeat for a randomized `[1, 2)` times this
+/// campaigns.
+const ELECTION_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What one leader kill can add to a takeover (see
+/// `docs/guarantees.md`, "Takeovers across a failover"). etcd keeps lease
+/// expiries in the leader's memory only; a new leader, once it has applied
+/// its term's first entry, renews every lease to `now + TTL + election
+/// timeout` (`lessor.Promote`). A contender killed just before its record's
+/// lease ran out therefore leaves a record that lives on for the new
+/// leader's election (followers notice the dead leader within two
+/// election timeouts), plus the lease's whole TTL (whole seconds, at least
+/// the lease), plus one election timeout.
+pub(crate) fn failover_takeover_slack(lease: Duration) -> Duration {
+    let ttl = Duration::from_secs(lease.as_secs() + u64::from(lease.subsec_nanos() > 0));
+    ELECTION_TIMEOUT * 2 + ttl + ELECTION_TIMEOUT
+}
 
 /// One member's ports.
 #[derive(Clone, Copy)]
@@ -211,9 +231,9 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
             "--initial-cluster-token".into(),
             format!("xtask-{}", ports[0].client),
             "--heartbeat-interval".into(),
-            "50".into(),
+            HEARTBEAT.as_millis().to_string(),
             "--election-timeout".into(),
-            "500".into(),
+            ELECTION_TIMEOUT.as_millis().to_string(),
         ];
         cluster.commands.push((binary.clone(), args));
         cluster.members.push(None);
@@ -351,6 +371,18 @@ fn parse_status(answer: &str) -> Option<Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leader_kill_can_extend_a_dead_holders_lease_by_its_ttl_and_three_election_timeouts() {
+        assert_eq!(
+            failover_takeover_slack(Duration::from_secs(4)),
+            Duration::from_millis(5_500)
+        );
+        assert_eq!(
+            failover_takeover_slack(Duration::from_millis(2_500)),
+            Duration::from_millis(4_500)
+        );
+    }
 
     #[test]
     fn a_status_answer_names_the_leader() {

@@ -395,6 +395,19 @@ pub(crate) fn run_failovers(
     }
 }
 
+/// What one failover of `engine` (as [`run_failovers`] causes it, with the
+/// engine's configured timings) can add to a takeover after a contender
+/// is killed, with contenders on a lease of `lease`: zero for an engine
+/// without failovers. Derivations in `docs/guarantees.md`, "Takeovers
+/// across a failover".
+pub(crate) fn failover_takeover_slack(engine: &str, lease: Duration) -> Duration {
+    match engine {
+        "etcd-3" => etcd3::failover_takeover_slack(lease),
+        "valkey-sentinel" | "valkey-sentinel-wait" => valkey_sentinel::failover_takeover_slack(),
+        _ => Duration::ZERO,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

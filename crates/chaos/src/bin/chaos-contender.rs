@@ -17,6 +17,10 @@ struct Args {
     /// Guarded resource id.
     #[arg(long)]
     resource: String,
+    /// Where the guarded resource lives, if not at `--url` (a path to it
+    /// that a cut of the store's path leaves open).
+    #[arg(long)]
+    resource_url: Option<String>,
     /// This contender's name.
     #[arg(long)]
     name: String,
@@ -45,6 +49,7 @@ async fn main() -> anyhow::Result<()> {
         url: args.url,
         key: args.key,
         resource: args.resource,
+        resource_url: args.resource_url,
         name: args.name,
         lease: Duration::from_secs(args.lease_secs),
         zombie: args.zombie,

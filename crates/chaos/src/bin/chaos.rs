@@ -42,10 +42,11 @@ struct Args {
     /// at this rate of real time (`1.15` fast, `0.77` slow).
     #[arg(long)]
     clock_rate: Option<f64>,
-    /// Seconds added to the takeover bound (an engine that refuses writes
-    /// for a known while after a failover).
+    /// Milliseconds added to the takeover bound (an engine that refuses
+    /// writes, or keeps a dead holder's lease, for a known while after a
+    /// failover).
     #[arg(long, default_value_t = 0)]
-    takeover_slack_secs: u64,
+    takeover_slack_ms: u64,
     /// Directory for logs (default: a temporary one).
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -106,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
         unfenced: args.unfenced,
         direct: args.direct,
         clock_rate: args.clock_rate,
-        takeover_slack: Duration::from_secs(args.takeover_slack_secs),
+        takeover_slack: Duration::from_millis(args.takeover_slack_ms),
     })
     .await?;
     println!();
