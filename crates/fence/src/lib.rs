@@ -123,4 +123,3 @@ pub trait Fence: Send + Sync + fmt::Debug {
 
 /// A shared fence of any driver, as `storage_url::open_fence` returns it.
 pub type DynFence = Arc<dyn Fence>;
-
