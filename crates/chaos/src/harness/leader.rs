@@ -1,0 +1,120 @@
+//! Who leads now, read from the records the contenders wrote.
+
+use crate::event::{Event, Record, WriteOutcome};
+
+/// The process leading at the end of `records`: its latest acquisition
+/// has not ended (no loss, release, killer, exit or SIGKILL since) and it
+/// has had a write accepted since.
+///
+/// A leader that was paused (SIGSTOP) or cut off is not leading until it
+/// shows it still holds the lease: a successful renewal (`armed`, success)
+/// after the fault, then an accepted write. It may well: on etcd, a new
+/// Raft leader renews every lease by its whole TTL, so a lease that was
+/// about to run out while its holder was stopped can outlive the pause (a
+/// zombie, whose killer never ends it, then leads on).
+pub(super) fn current_leader(records: &[Record]) -> Option<String> {
+    struct Leader<'a> {
+        proc: &'a str,
+        wrote: bool,
+        suspended: bool,
+    }
+    let mut leader: Option<Leader> = None;
+    for r in records {
+        let own = leader.as_ref().is_some_and(|l| l.proc == r.proc);
+        match &r.event {
+            Event::Acquired { .. } => {
+                leader = Some(Leader {
+                    proc: &r.proc,
+                    wrote: false,
+                    suspended: false,
+                });
+            }
+            Event::Write {
+                outcome: WriteOutcome::Accepted { .. },
+                ..
+            } if own => {
+                if let Some(l) = leader.as_mut().filter(|l| !l.suspended) {
+                    l.wrote = true;
+                }
+            }
+            Event::Armed { success: true, .. } if own => {
+                if let Some(l) = leader.as_mut() {
+                    l.suspended = false;
+                }
+            }
+            Event::SigStop | Event::Cut if own => {
+                if let Some(l) = leader.as_mut() {
+                    l.wrote = false;
+                    l.suspended = true;
+                }
+            }
+            Event::Lost { .. }
+            | Event::Released
+            | Event::KillerFired
+            | Event::Exited { .. }
+            | Event::SigKill
+                if own =>
+            {
+                leader = None;
+            }
+            _ => {}
+        }
+    }
+    leader.and_then(|l| l.wrote.then(|| l.proc.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(t_ms: u64, proc: &str, event: Event) -> Record {
+        Record {
+            t_ms,
+            proc: proc.into(),
+            event,
+        }
+    }
+
+    fn accepted(t: u64, seq: u64) -> Event {
+        Event::Write {
+            start_ms: t,
+            token: 4,
+            outcome: WriteOutcome::Accepted { seq },
+        }
+    }
+
+    fn renewed(t: u64) -> Event {
+        Event::Armed {
+            basis_ms: t,
+            deadline_ms: Some(t + 3_200),
+            success: true,
+        }
+    }
+
+    #[test]
+    fn a_paused_leader_that_still_holds_the_lease_leads_again() {
+        let mut records = vec![
+            rec(100, "z2.2", Event::Acquired { token: 4 }),
+            rec(200, "z2.2", accepted(150, 1)),
+        ];
+        assert_eq!(current_leader(&records).as_deref(), Some("z2.2"));
+        records.push(rec(2_000, "z2.2", Event::SigStop));
+        assert_eq!(current_leader(&records), None);
+        records.push(rec(8_000, "z2.2", Event::SigCont));
+        // A write accepted on the resource alone is not enough (fencing
+        // accepts a deposed leader's write until a newer token arrives)...
+        records.push(rec(8_010, "z2.2", accepted(8_005, 2)));
+        assert_eq!(current_leader(&records), None);
+        // ...a renewal that succeeded after the pause is.
+        records.push(rec(8_100, "z2.2", renewed(8_050)));
+        records.push(rec(8_200, "z2.2", accepted(8_150, 3)));
+        assert_eq!(current_leader(&records).as_deref(), Some("z2.2"));
+        // A loss ends it; so does another process's acquisition.
+        let mut lost = records.clone();
+        lost.push(rec(9_000, "z2.2", Event::Lost { reason: "x".into() }));
+        assert_eq!(current_leader(&lost), None);
+        records.push(rec(9_000, "c0.2", Event::Acquired { token: 5 }));
+        records.push(rec(9_100, "c0.2", accepted(9_050, 4)));
+        assert_eq!(current_leader(&records).as_deref(), Some("c0.2"));
+    }
+}
