@@ -26,6 +26,7 @@ use crate::{
     clock::{self, FakeClock},
     event::{Event, Record, WriteOutcome, format_line, now_ms, parse_line},
     guarded,
+    process::signal,
     proxy::FaultProxy,
 };
 
@@ -471,17 +472,6 @@ impl Ctx<'_> {
         self.pass(slots, d / 2).await?;
         Ok(())
     }
-}
-
-/// Sends `kill -s <sig> <pid>`.
-async fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
-    let status = Command::new("kill")
-        .args(["-s", sig, &pid.to_string()])
-        .status()
-        .await
-        .context("running kill")?;
-    anyhow::ensure!(status.success(), "kill -s {sig} {pid} failed");
-    Ok(())
 }
 
 #[cfg(test)]

@@ -82,4 +82,5 @@ pub mod event;
 pub mod fleet;
 pub mod guarded;
 pub mod harness;
+pub mod process;
 pub mod proxy;

@@ -37,13 +37,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,scylla=warn".into()),
-        )
-        .init();
+    chaos::process::init_logging("info,scylla=warn");
     let args = Args::parse();
     run(ContenderConfig {
         url: args.url,

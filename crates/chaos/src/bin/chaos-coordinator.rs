@@ -29,12 +29,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    chaos::process::init_logging("info");
     let args = Args::parse();
     let valkey = coordinator::connect(&args.valkey, Duration::from_secs(1))
         .await

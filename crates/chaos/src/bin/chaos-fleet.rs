@@ -50,12 +50,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    chaos::process::init_logging("warn");
     let args = Args::parse();
     let exe = std::env::current_exe()?;
     let dir = exe.parent().context("no directory for the executable")?;

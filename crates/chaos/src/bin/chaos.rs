@@ -57,12 +57,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    chaos::process::init_logging("warn");
     let args = Args::parse();
     anyhow::ensure!(args.lease_secs >= 1, "the lease is at least 1 s");
     if let Some(rate) = args.clock_rate {

@@ -86,12 +86,6 @@ impl Proc {
     /// Sends `kill -s <sig>` (`STOP`, `CONT`).
     pub(crate) async fn signal(&self, sig: &str) -> anyhow::Result<()> {
         let pid = self.child.id().context("the process is gone")?;
-        let status = Command::new("kill")
-            .args(["-s", sig, &pid.to_string()])
-            .status()
-            .await
-            .context("running kill")?;
-        anyhow::ensure!(status.success(), "kill -s {sig} {pid} failed");
-        Ok(())
+        crate::process::signal(pid, sig).await
     }
 }
