@@ -31,12 +31,40 @@ pub(crate) fn random_hex() -> String {
     coordinator::RequestId::generate().as_str()[..12].to_owned()
 }
 
+/// A port for a child to listen on, never handed out twice in this test
+/// process and below the kernel's ephemeral range.
+///
+/// Binding port 0 and passing the number on races: between the probe and
+/// the child's own bind, another fleet's probe or any outgoing connection
+/// (Valkey, PostgreSQL, HTTP) can take the same ephemeral port, and the
+/// child's `/healthz` is then answered by a stranger (one CI run saw a
+/// fleet wait 90 s for a pod that had exited with "address in use").
+/// Ports below `ip_local_port_range` are never picked for outgoing
+/// connections, and the counter keeps the fleets of this process apart.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let floor = 20_000u16;
+    let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .filter(|low| *low > floor + 1_000)
+        .unwrap_or(32_768);
+    let span = ceiling - floor;
+    // start at a per-process offset so two test runs at once rarely meet
+    let _ = NEXT.compare_exchange(
+        0,
+        (std::process::id() % u32::from(span)) as u16 + 1,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..span {
+        let port = floor + NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {floor}..{ceiling}")
 }
 
 /// Settings of one fleet.
@@ -277,6 +305,11 @@ impl Fleet {
                 assert!(Instant::now() < deadline, "{url} not ready in time");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        }
+        // a child that could not bind has exited, and whoever holds its
+        // port answered for it: say so rather than wait for the pod list
+        if let Some(exit) = fleet.procs.exited() {
+            panic!("{exit} after its address answered (port taken by another process?)");
         }
         let want: BTreeSet<String> = fleet.pods.iter().cloned().collect();
         for via in fleet.coordinators.clone() {
