@@ -218,5 +218,7 @@ else
   docker-compose -f docker-compose.yml config -q
   say "docker-compose --profile pg-example config -q"
   docker-compose -f docker-compose.yml --profile pg-example config -q
+  say "bash .ci/compose-smoke.sh (the pg-example profile, started)"
+  bash .ci/compose-smoke.sh
 fi
 say "done"
