@@ -1,8 +1,9 @@
-//! Loopback benchmark: the same pod straight, through nginx and through the
-//! coordinator, in one run, under the same load. Prints requests/s, the
-//! ratio to direct, p50/p99 latency, the proxy's CPU time per 1000 requests
-//! (nginx's or the coordinator's), Valkey round trips per request, and the
-//! coordinator/nginx ratios.
+//! Loopback benchmark: the same pod straight, through nginx, through a
+//! `pingora-proxy` routing hop and through the coordinator, in one run,
+//! under the same load. Prints requests/s, the ratio to direct, p50/p99
+//! latency, the proxy's CPU time per 1000 requests (nginx's, pingora's or
+//! the coordinator's), Valkey round trips per request, and the ratios to
+//! nginx and to pingora.
 //!
 //! ```text
 //! VALKEY_URL=redis://127.0.0.1:6379 cargo bench -p coordinator --bench routing
@@ -11,8 +12,11 @@
 //! nginx runs `proxy_pass` with upstream keep-alive, one worker and
 //! `master_process off` (its CPU time is one process's); without nginx
 //! (`apt-get install nginx-light`, or `NGINX=/path/to/nginx`) its row is
-//! skipped with a message. The coordinator runs on one worker thread and on
-//! the default runtime (one worker per CPU).
+//! skipped with a message. The pingora row runs `pingora-hop`, a separate
+//! cargo project beside this bench (see `pingora.rs` for how to build it and
+//! `PINGORA_HOP`); without the binary its row is skipped with a message. The
+//! coordinator runs on one worker thread and on the default runtime (one
+//! worker per CPU).
 //!
 //! `BENCH_SECS` (default 5), `BENCH_CONCURRENCY` (default 32) and
 //! `BENCH_COORD_THREADS` (the default runtime's workers, default one per
@@ -55,6 +59,7 @@ type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Emp
 
 mod nginx;
 mod per_core;
+mod pingora;
 
 /// Thread name of the coordinator's one-worker runtime.
 const COORD_ONE: &str = "bench-coord1";
@@ -264,18 +269,19 @@ impl Row {
     }
 }
 
-/// Prints the coordinator/nginx ratios of `row`.
-fn print_ratios(row: &Row, nginx: &Row) {
-    let cpu = match (row.cpu_per_1000(), nginx.cpu_per_1000()) {
+/// Prints the ratios of `row` to the reference row `base` (nginx's or
+/// pingora's), named `base_name`.
+fn print_ratios(row: &Row, base: &Row, base_name: &str) {
+    let cpu = match (row.cpu_per_1000(), base.cpu_per_1000()) {
         (Some(c), Some(n)) if n > 0.0 => format!("{:.2}", c / n),
         _ => "-".to_owned(),
     };
     println!(
-        "  {:<42} / nginx: CPU per request {cpu}x  p99 {:.2}x  p50 {:.2}x  req/s {:.2}x",
+        "  {:<42} / {base_name}: CPU per request {cpu}x  p99 {:.2}x  p50 {:.2}x  req/s {:.2}x",
         row.name,
-        row.stats.p99.as_secs_f64() / nginx.stats.p99.as_secs_f64(),
-        row.stats.p50.as_secs_f64() / nginx.stats.p50.as_secs_f64(),
-        rps(&row.stats) / rps(&nginx.stats),
+        row.stats.p99.as_secs_f64() / base.stats.p99.as_secs_f64(),
+        row.stats.p50.as_secs_f64() / base.stats.p50.as_secs_f64(),
+        rps(&row.stats) / rps(&base.stats),
     );
 }
 
@@ -390,7 +396,7 @@ fn main() {
     let path = "/destinations/bench/echo";
     println!(
         "loopback, {concurrency} concurrent clients, {secs} s per case, {cpus} CPU(s); \
-         proxy CPU is nginx's or the coordinator's"
+         proxy CPU is nginx's, pingora's or the coordinator's"
     );
 
     let direct_url = format!("{pod_url}{path}");
@@ -405,7 +411,8 @@ fn main() {
     direct.print(None);
     let direct_rps = Some(rps(&direct.stats));
 
-    let nginx_row = match nginx::start(pod_url.trim_start_matches("http://").parse().unwrap()) {
+    let pod_addr: std::net::SocketAddr = pod_url.trim_start_matches("http://").parse().unwrap();
+    let nginx_row = match nginx::start(pod_addr) {
         Ok(nginx) => {
             let url = format!("http://{}{path}", nginx.addr);
             let (stats, proxy_cpu, pod_cpu) =
@@ -424,6 +431,29 @@ fn main() {
         }
         Err(why) => {
             println!("nginx, 1 worker: skipped: {why}");
+            None
+        }
+    };
+
+    let pingora_row = match pingora::start("bench", pod_addr, 1) {
+        Ok(hop) => {
+            let url = format!("http://{}{path}", hop.addr);
+            let (stats, proxy_cpu, pod_cpu) =
+                measure(&load_rt, &http, &url, concurrency, secs, &|| {
+                    Some(hop.cpu())
+                });
+            let row = Row {
+                name: "pingora-proxy 0.9.1, 1 thread".to_owned(),
+                stats,
+                proxy_cpu,
+                pod_cpu,
+                trips: None,
+            };
+            row.print(direct_rps);
+            Some(row)
+        }
+        Err(why) => {
+            println!("pingora-proxy, 1 thread: skipped: {why}");
             None
         }
     };
@@ -508,8 +538,14 @@ fn main() {
     }
     if let Some(nginx) = &nginx_row {
         println!("ratios to nginx (1 worker):");
+        for row in pingora_row.iter().chain(&rows) {
+            print_ratios(row, nginx, "nginx");
+        }
+    }
+    if let Some(pingora) = &pingora_row {
+        println!("ratios to pingora (1 thread):");
         for row in &rows {
-            print_ratios(row, nginx);
+            print_ratios(row, pingora, "pingora");
         }
     }
 

@@ -1,0 +1,105 @@
+//! Cloudflare's `pingora-proxy` as the second reference: `pingora-hop`
+//! (`benches/pingora-hop/`, its own cargo project, never built by the
+//! workspace or CI) reads the destination id from the path as the
+//! coordinator's route does, finds the pod in an in-memory map (the
+//! coordinator's cache-hit case) and proxies over pingora's upstream
+//! keep-alive pool, on one pingora worker thread. Its CPU time is its
+//! process's, as nginx's is.
+//!
+//! Build it once, then point `PINGORA_HOP` at the binary:
+//!
+//! ```text
+//! cargo build --release --manifest-path crates/coordinator/benches/pingora-hop/Cargo.toml
+//! PINGORA_HOP=crates/coordinator/benches/pingora-hop/target/release/pingora-hop \
+//!   VALKEY_URL=redis://127.0.0.1:6379 cargo bench -p coordinator --bench routing
+//! ```
+//!
+//! Without `PINGORA_HOP`, the binary is looked for where that build puts it
+//! when `CARGO_TARGET_DIR` is unset; absent, the row is skipped with a
+//! message.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `pingora-hop`; killed when dropped.
+pub(crate) struct PingoraHop {
+    child: Child,
+    /// Where it listens.
+    pub(crate) addr: SocketAddr,
+}
+
+impl Drop for PingoraHop {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `PINGORA_HOP`, or the release build inside `benches/pingora-hop/target`.
+fn binary() -> Result<PathBuf, String> {
+    let path = std::env::var_os("PINGORA_HOP").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("benches/pingora-hop/target/release/pingora-hop")
+        },
+        PathBuf::from,
+    );
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} not found (build benches/pingora-hop with `cargo build --release \
+             --manifest-path crates/coordinator/benches/pingora-hop/Cargo.toml`, \
+             and set PINGORA_HOP to the binary)",
+            path.display()
+        ))
+    }
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+}
+
+/// Starts `pingora-hop` on `threads` worker threads, routing `destination`
+/// to `pod`; `Err` says why not (no binary, or it did not come up).
+pub(crate) fn start(
+    destination: &str,
+    pod: SocketAddr,
+    threads: usize,
+) -> Result<PingoraHop, String> {
+    let bin = binary()?;
+    let addr = free_port();
+    let child = Command::new(&bin)
+        .arg("--listen")
+        .arg(addr.to_string())
+        .arg("--route")
+        .arg(format!("{destination}={pod}"))
+        .arg("--threads")
+        .arg(threads.to_string())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    let mut hop = PingoraHop { child, addr };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(addr).is_err() {
+        if let Ok(Some(status)) = hop.child.try_wait() {
+            return Err(format!("pingora-hop exited: {status}"));
+        }
+        if Instant::now() > deadline {
+            return Err("pingora-hop did not listen within 5 s".to_owned());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(hop)
+}
+
+impl PingoraHop {
+    /// CPU time (user + system) of the whole `pingora-hop` process so far.
+    pub(crate) fn cpu(&self) -> crate::Cpu {
+        crate::process_cpu(&format!("/proc/{}/stat", self.child.id()))
+    }
+}
