@@ -11,7 +11,7 @@
 //!
 //! nginx runs `proxy_pass` with upstream keep-alive, one worker and
 //! `master_process off` (its CPU time is one process's); without nginx
-//! (`apt-get install nginx-light`, or `NGINX=/path/to/nginx`) its row is
+//! (`apt-get install nginx-light`, or `NGINX_BIN=/path/to/nginx`) its row is
 //! skipped with a message. The pingora row runs `pingora-hop`, a separate
 //! cargo project beside this bench (see `pingora.rs` for how to build it and
 //! `PINGORA_HOP`); without the binary its row is skipped with a message. The

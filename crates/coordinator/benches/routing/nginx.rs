@@ -24,10 +24,11 @@ impl Drop for Nginx {
     }
 }
 
-/// The nginx binary: `NGINX` or `nginx` on the `PATH` (Debian puts it in
+/// The nginx binary: `NGINX_BIN` (not `NGINX`: nginx itself reads that
+/// variable, for inherited sockets) or `nginx` on the `PATH` (Debian puts it in
 /// `/usr/sbin`), if it runs.
 fn binary() -> Option<String> {
-    let candidates = std::env::var("NGINX")
+    let candidates = std::env::var("NGINX_BIN")
         .ok()
         .into_iter()
         .chain(["nginx".to_owned(), "/usr/sbin/nginx".to_owned()]);
@@ -54,7 +55,7 @@ fn free_port() -> SocketAddr {
 /// Starts nginx proxying to `pod` (host:port); `Err` says why not (no
 /// nginx installed, or it did not come up).
 pub(crate) fn start(pod: SocketAddr) -> Result<Nginx, String> {
-    let bin = binary().ok_or("nginx not found (set NGINX, or apt-get install nginx-light)")?;
+    let bin = binary().ok_or("nginx not found (set NGINX_BIN, or apt-get install nginx-light)")?;
     let dir = std::env::temp_dir().join(format!("routing-bench-nginx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let addr = free_port();
@@ -89,6 +90,8 @@ pub(crate) fn start(pod: SocketAddr) -> Result<Nginx, String> {
         .and_then(|mut f| f.write_all(conf.as_bytes()))
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let child = Command::new(&bin)
+        // nginx reads inherited listening sockets from `NGINX`
+        .env_remove("NGINX")
         .arg("-p")
         .arg(&dir)
         .arg("-c")
