@@ -114,5 +114,5 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<EtcdConfig>(
 );
 
 /// This driver's fence, opened from a URL [`DRIVER`] parsed (see
-/// [`::fence::FenceDriver`]; [`fence::open`](crate::fence::open) does the work).
+/// [`::fence::FenceDriver`]; [`fence::open`] does the work).
 pub const FENCE: ::fence::FenceDriver = ::fence::FenceDriver::new::<EtcdConfig>();
