@@ -336,14 +336,6 @@ fn check_order(accepted: &[(u64, u64, &str)], log: &[LogEntry], report: &mut Rep
 mod tests {
     use super::*;
 
-    fn rec(t_ms: u64, proc: &str, event: Event) -> Record {
-        Record {
-            t_ms,
-            proc: proc.into(),
-            event,
-        }
-    }
-
     fn armed(basis: u64, deadline: u64) -> Event {
         Event::Armed {
             basis_ms: basis,
@@ -376,13 +368,13 @@ mod tests {
     /// A clean history: a leads with token 1, is killed, b takes over with 2.
     fn clean() -> (Vec<Record>, Vec<LogEntry>) {
         let records = vec![
-            rec(1000, "a", armed(1000, 4200)),
-            rec(1001, "a", Event::Acquired { token: 1 }),
-            rec(1100, "a", write(1050, 1, WriteOutcome::Accepted { seq: 1 })),
-            rec(2000, "a", Event::SigKill),
-            rec(6000, "b", armed(6000, 9200)),
-            rec(6001, "b", Event::Acquired { token: 2 }),
-            rec(6100, "b", write(6050, 2, WriteOutcome::Accepted { seq: 2 })),
+            Record::new(1000, "a", armed(1000, 4200)),
+            Record::new(1001, "a", Event::Acquired { token: 1 }),
+            Record::new(1100, "a", write(1050, 1, WriteOutcome::Accepted { seq: 1 })),
+            Record::new(2000, "a", Event::SigKill),
+            Record::new(6000, "b", armed(6000, 9200)),
+            Record::new(6001, "b", Event::Acquired { token: 2 }),
+            Record::new(6100, "b", write(6050, 2, WriteOutcome::Accepted { seq: 2 })),
         ];
         (records, vec![entry(1, 1, "a"), entry(2, 2, "b")])
     }
@@ -415,7 +407,7 @@ mod tests {
     #[test]
     fn a_stale_accepted_write_event_is_reported() {
         let (mut records, log) = clean();
-        records.push(rec(
+        records.push(Record::new(
             6200,
             "c",
             write(6150, 1, WriteOutcome::Accepted { seq: 3 }),
@@ -428,7 +420,7 @@ mod tests {
     #[test]
     fn a_write_accepted_past_the_deadline_is_reported() {
         let (mut records, log) = clean();
-        records.push(rec(
+        records.push(Record::new(
             4300,
             "a",
             write(4250, 1, WriteOutcome::Accepted { seq: 9 }),
@@ -447,10 +439,10 @@ mod tests {
     #[test]
     fn a_late_end_of_a_lost_leadership_is_reported() {
         let records = vec![
-            rec(1000, "a", armed(1000, 4200)),
-            rec(1001, "a", Event::Acquired { token: 1 }),
-            rec(2000, "a", Event::Lost { reason: "x".into() }),
-            rec(5500, "a", Event::Released),
+            Record::new(1000, "a", armed(1000, 4200)),
+            Record::new(1001, "a", Event::Acquired { token: 1 }),
+            Record::new(2000, "a", Event::Lost { reason: "x".into() }),
+            Record::new(5500, "a", Event::Released),
         ];
         let report = check(&records, &[], BOUNDS, 6000);
         assert_eq!(report.losses_checked, 1);
@@ -477,7 +469,7 @@ mod tests {
     #[test]
     fn zombie_late_writes_are_counted_not_flagged() {
         let records = vec![
-            rec(
+            Record::new(
                 999,
                 "z",
                 Event::Started {
@@ -485,19 +477,19 @@ mod tests {
                     zombie: true,
                 },
             ),
-            rec(1000, "z", armed(1000, 4200)),
-            rec(1001, "z", Event::Acquired { token: 1 }),
-            rec(2000, "z", Event::Lost { reason: "x".into() }),
-            rec(2100, "z", write(2050, 1, WriteOutcome::Accepted { seq: 1 })),
-            rec(6000, "b", armed(6000, 9200)),
-            rec(6001, "b", Event::Acquired { token: 2 }),
-            rec(6100, "b", write(6050, 2, WriteOutcome::Accepted { seq: 2 })),
-            rec(
+            Record::new(1000, "z", armed(1000, 4200)),
+            Record::new(1001, "z", Event::Acquired { token: 1 }),
+            Record::new(2000, "z", Event::Lost { reason: "x".into() }),
+            Record::new(2100, "z", write(2050, 1, WriteOutcome::Accepted { seq: 1 })),
+            Record::new(6000, "b", armed(6000, 9200)),
+            Record::new(6001, "b", Event::Acquired { token: 2 }),
+            Record::new(6100, "b", write(6050, 2, WriteOutcome::Accepted { seq: 2 })),
+            Record::new(
                 6200,
                 "z",
                 write(6150, 1, WriteOutcome::Rejected { seen: 2 }),
             ),
-            rec(9000, "z", Event::Released),
+            Record::new(9000, "z", Event::Released),
         ];
         let log = vec![entry(1, 1, "z"), entry(2, 2, "b")];
         let report = check(&records, &log, BOUNDS, 10_000);

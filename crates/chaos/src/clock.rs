@@ -141,14 +141,6 @@ mod tests {
     use super::*;
     use crate::event::WriteOutcome;
 
-    fn rec(t_ms: u64, proc: &str, event: Event) -> Record {
-        Record {
-            t_ms,
-            proc: proc.into(),
-            event,
-        }
-    }
-
     #[test]
     fn writes_within_the_lease_pass_and_later_ones_are_flagged() {
         let d = Duration::from_secs(4);
@@ -165,20 +157,23 @@ mod tests {
         // A clock 20 % slow at worst: the killer (0.8 d on that clock)
         // fires at d real, the last write starts before.
         let ok = vec![
-            rec(0, "c0.1", armed(0)),
-            rec(3_900, "c0.1", write(3_900)),
-            rec(4_000, "c0.1", armed(4_000)),
-            rec(7_950, "c0.1", write(7_950)),
+            Record::new(0, "c0.1", armed(0)),
+            Record::new(3_900, "c0.1", write(3_900)),
+            Record::new(4_000, "c0.1", armed(4_000)),
+            Record::new(7_950, "c0.1", write(7_950)),
             // zombies are exempt
-            rec(9_000, "z1.1", write(9_000)),
+            Record::new(9_000, "z1.1", write(9_000)),
             // and so is a paused process until it renews again
-            rec(8_000, "c0.1", Event::SigStop),
-            rec(14_000, "c0.1", Event::SigCont),
-            rec(14_010, "c0.1", write(14_010)),
+            Record::new(8_000, "c0.1", Event::SigStop),
+            Record::new(14_000, "c0.1", Event::SigCont),
+            Record::new(14_010, "c0.1", write(14_010)),
         ];
         assert!(acting_past_lease(&ok, d).is_empty());
         // 1.3 times slower: the killer fires at 1.04 d.
-        let late = vec![rec(0, "c0.1", armed(0)), rec(4_100, "c0.1", write(4_100))];
+        let late = vec![
+            Record::new(0, "c0.1", armed(0)),
+            Record::new(4_100, "c0.1", write(4_100)),
+        ];
         let found = acting_past_lease(&late, d);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("100 ms after"), "{found:?}");
@@ -192,7 +187,7 @@ mod tests {
         };
         assert_eq!(slow.to_real(1_000), 1_000);
         assert_eq!(slow.to_real(1_800), 2_000);
-        let r = slow.record_to_real(rec(
+        let r = slow.record_to_real(Record::new(
             1_800,
             "c0.1",
             Event::Armed {

@@ -105,6 +105,17 @@ pub struct Record {
     pub event: Event,
 }
 
+impl Record {
+    /// `event`, which `proc` reported at `t_ms`.
+    pub fn new(t_ms: u64, proc: impl Into<String>, event: Event) -> Record {
+        Record {
+            t_ms,
+            proc: proc.into(),
+            event,
+        }
+    }
+}
+
 /// A line that is not a valid event.
 #[derive(Debug, thiserror::Error)]
 #[error("bad event line {line:?}: {why}")]

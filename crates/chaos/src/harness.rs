@@ -83,11 +83,7 @@ fn push(records: &Shared, proc: &str, event: Event) {
     records
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .push(Record {
-            t_ms,
-            proc: proc.to_string(),
-            event,
-        });
+        .push(Record::new(t_ms, proc, event));
 }
 
 /// One contender slot: its proxy (none in direct mode) and its current process.
@@ -321,11 +317,7 @@ impl Ctx<'_> {
                         ) {
                             println!("[{proc}] {line}");
                         }
-                        let record = Record {
-                            t_ms,
-                            proc: proc.clone(),
-                            event,
-                        };
+                        let record = Record::new(t_ms, proc.clone(), event);
                         let record = match fake {
                             Some(clock) => clock.record_to_real(record),
                             None => record,

@@ -62,6 +62,7 @@
 //! A token the engine cannot store (above `i64::MAX` for the engines that
 //! store a signed 64-bit integer) is a permanent error, never truncated.
 
+mod driver;
 mod mem;
 mod names;
 mod options;
@@ -72,12 +73,15 @@ pub mod suite;
 use std::{fmt, sync::Arc};
 
 use async_trait::async_trait;
-use ttl_storage::StorageError;
 
+pub use driver::{FenceConfig, FenceDriver, OpenFenceFuture};
 pub use mem::MemFence;
 pub use names::{check_name, signed_token};
 pub use options::OpenOptions;
 pub use outcome::{AppendOutcome, FenceOutcome, Fenced, LogEntry, Numbering};
+/// What every [`Fence`] method returns: [`ttl_storage::Result`], the same
+/// alias (and error type) as the storage operations.
+pub use ttl_storage::Result;
 
 /// Fenced registers and logs of one database: the one contract every
 /// driver's fence implements.
@@ -90,32 +94,22 @@ pub trait Fence: Send + Sync + fmt::Debug {
     /// `token` is at least the highest token the resource has seen (equal
     /// tokens are accepted), and records `token`; or changes nothing and
     /// returns the higher token. One atomic step of the database.
-    async fn write(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<FenceOutcome, StorageError>;
+    async fn write(&self, resource: &str, token: u64, value: &[u8]) -> Result<FenceOutcome>;
 
     /// The register of `resource` (the highest token seen and the value the
     /// last accepted write carried), or `None` if nothing was ever written
     /// or appended. The value is empty when only appends raised the token.
-    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError>;
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>>;
 
     /// Fenced append: appends `value` to `resource`'s log if `token` is at
     /// least the highest token the resource has seen (the same token as
     /// [`write`](Self::write)'s), records `token` and returns the entry's
     /// sequence number (see [`numbering`](Self::numbering)); or appends
     /// nothing and returns the higher token.
-    async fn append(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<AppendOutcome, StorageError>;
+    async fn append(&self, resource: &str, token: u64, value: &[u8]) -> Result<AppendOutcome>;
 
     /// `resource`'s log, in accept order (empty if never appended to).
-    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError>;
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>>;
 
     /// How this fence numbers the entries of a log.
     fn numbering(&self) -> Numbering;

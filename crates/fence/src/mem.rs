@@ -6,7 +6,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use ttl_storage::StorageError;
+use ttl_storage::Result;
 
 use crate::{AppendOutcome, Fence, FenceOutcome, Fenced, LogEntry, Numbering};
 
@@ -45,12 +45,7 @@ impl MemFence {
 
 #[async_trait]
 impl Fence for MemFence {
-    async fn write(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<FenceOutcome, StorageError> {
+    async fn write(&self, resource: &str, token: u64, value: &[u8]) -> Result<FenceOutcome> {
         let mut resources = self.lock();
         let r = resources.entry(resource.to_owned()).or_default();
         if let Some(highest) = r.refuses(token) {
@@ -61,7 +56,7 @@ impl Fence for MemFence {
         Ok(FenceOutcome::Accepted)
     }
 
-    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>> {
         let resources = self.lock();
         Ok(resources.get(resource).and_then(|r| {
             r.highest.map(|token| Fenced {
@@ -71,12 +66,7 @@ impl Fence for MemFence {
         }))
     }
 
-    async fn append(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
+    async fn append(&self, resource: &str, token: u64, value: &[u8]) -> Result<AppendOutcome> {
         let mut resources = self.lock();
         let r = resources.entry(resource.to_owned()).or_default();
         if let Some(highest) = r.refuses(token) {
@@ -94,7 +84,7 @@ impl Fence for MemFence {
         Ok(AppendOutcome::Appended { seq })
     }
 
-    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>> {
         Ok(self
             .lock()
             .get(resource)

@@ -1,6 +1,6 @@
 //! Checks the implementations share: table names and tokens as stored.
 
-use ttl_storage::StorageError;
+use ttl_storage::{Result, StorageError};
 
 /// Checks a keyspace or table name for an implementation: ASCII letters,
 /// digits, `_` and the `extra` characters (DynamoDB allows `-` and `.`),
@@ -10,7 +10,7 @@ use ttl_storage::StorageError;
 /// # Errors
 ///
 /// A permanent error naming the table.
-pub fn check_name(name: &str, extra: &[char]) -> Result<(), StorageError> {
+pub fn check_name(name: &str, extra: &[char]) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 48
         && name
@@ -31,7 +31,7 @@ pub fn check_name(name: &str, extra: &[char]) -> Result<(), StorageError> {
 /// # Errors
 ///
 /// A permanent error for a token above `i64::MAX`: nothing is sent.
-pub fn signed_token(token: u64) -> Result<i64, StorageError> {
+pub fn signed_token(token: u64) -> Result<i64> {
     i64::try_from(token).map_err(|_| {
         StorageError::permanent(format!(
             "fencing token {token} does not fit a signed 64-bit integer"

@@ -1,7 +1,7 @@
 //! What opening a fence needs besides the database's URL.
 
 /// Where a fence keeps its registers and logs, and whether to create
-/// them. Passed to each driver's `fence::open` (and to
+/// them. Passed to each driver's `FENCE` descriptor (and to
 /// `storage_url::open_fence`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenOptions {

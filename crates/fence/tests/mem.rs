@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fence::{AppendOutcome, DynFence, Fence, FenceOutcome, Fenced, LogEntry, MemFence, Numbering};
-use ttl_storage::StorageError;
+use ttl_storage::Result;
 
 async fn make_fence() -> DynFence {
     Arc::new(MemFence::default())
@@ -21,19 +21,19 @@ struct Unfenced(MemFence);
 
 #[async_trait]
 impl Fence for Unfenced {
-    async fn write(&self, r: &str, _: u64, value: &[u8]) -> Result<FenceOutcome, StorageError> {
+    async fn write(&self, r: &str, _: u64, value: &[u8]) -> Result<FenceOutcome> {
         let now = self.0.read(r).await?.map_or(0, |f| f.token);
         self.0.write(r, now, value).await
     }
-    async fn read(&self, r: &str) -> Result<Option<Fenced>, StorageError> {
+    async fn read(&self, r: &str) -> Result<Option<Fenced>> {
         self.0.read(r).await
     }
-    async fn append(&self, r: &str, token: u64, v: &[u8]) -> Result<AppendOutcome, StorageError> {
+    async fn append(&self, r: &str, token: u64, v: &[u8]) -> Result<AppendOutcome> {
         let _ = token;
         let now = self.0.read(r).await?.map_or(0, |f| f.token);
         self.0.append(r, now, v).await
     }
-    async fn log(&self, r: &str) -> Result<Vec<LogEntry>, StorageError> {
+    async fn log(&self, r: &str) -> Result<Vec<LogEntry>> {
         self.0.log(r).await
     }
     fn numbering(&self) -> Numbering {

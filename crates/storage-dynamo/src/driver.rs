@@ -1,4 +1,4 @@
-//! This driver's descriptor, [`crate::DRIVER`].
+//! This driver's descriptors, [`crate::DRIVER`] and [`crate::FENCE`].
 
 use std::sync::Arc;
 
@@ -40,5 +40,11 @@ impl DriverConfig for DynamoConfig {
             .collect();
         url.query_pairs_mut().clear().extend_pairs(pairs);
         Some(url.to_string())
+    }
+}
+
+impl fence::FenceConfig for DynamoConfig {
+    async fn open_fence(self, options: fence::OpenOptions) -> fence::Result<fence::DynFence> {
+        crate::fence::open(self, &options).await
     }
 }

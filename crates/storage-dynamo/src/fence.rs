@@ -7,7 +7,11 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::{
     Client,
     error::SdkError,
-    operation::{create_table::CreateTableError, query::QueryError, update_item::UpdateItemError},
+    operation::{
+        create_table::CreateTableError,
+        query::QueryError,
+        update_item::{UpdateItemError, UpdateItemOutput, builders::UpdateItemFluentBuilder},
+    },
     types::{
         AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
         ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus,
@@ -17,7 +21,7 @@ use fence::{
     AppendOutcome, DynFence, Fence, FenceOutcome, Fenced, LogEntry, Numbering, OpenOptions,
     check_name, signed_token,
 };
-use ttl_storage::{ErrorKind, StorageError};
+use ttl_storage::{ErrorKind, Result, StorageError};
 
 use crate::{
     ConnectError, DynamoConfig, DynamoStorage,
@@ -100,7 +104,7 @@ impl DynamoFence {
     /// # Errors
     ///
     /// An invalid name (permanent), or DynamoDB's error.
-    pub async fn create_table(client: &Client, table: &str) -> Result<(), StorageError> {
+    pub async fn create_table(client: &Client, table: &str) -> Result<()> {
         check_name(table, &['-', '.'])?;
         check_name(&format!("{table}_log"), &['-', '.'])?;
         create(client, table, None).await?;
@@ -112,7 +116,7 @@ impl DynamoFence {
     /// # Errors
     ///
     /// An invalid table name (permanent).
-    pub fn new(client: Client, table: &str) -> Result<Self, StorageError> {
+    pub fn new(client: Client, table: &str) -> Result<Self> {
         check_name(table, &['-', '.'])?;
         check_name(&format!("{table}_log"), &['-', '.'])?;
         Ok(DynamoFence {
@@ -122,89 +126,89 @@ impl DynamoFence {
     }
 }
 
-#[async_trait]
-impl Fence for DynamoFence {
-    async fn write(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<FenceOutcome, StorageError> {
-        signed_token(token)?;
-        let result = self
-            .client
+/// What a guarded `UpdateItem` came to.
+enum Guarded {
+    /// The condition held: the update is applied.
+    Applied(Box<UpdateItemOutput>),
+    /// The resource has seen the higher token `highest`: nothing changed.
+    Refused { highest: u64 },
+}
+
+impl DynamoFence {
+    /// The `UpdateItem` of `resource` under [`Self::CONDITION`], with the
+    /// token bound to `:t` and the old item returned if the condition
+    /// fails; the caller adds what it sets.
+    fn guarded_update(&self, resource: &str, token: u64) -> UpdateItemFluentBuilder {
+        self.client
             .update_item()
             .table_name(&self.table)
             .key("resource", AttributeValue::S(resource.to_owned()))
-            .update_expression("SET fence = :t, #v = :v")
             .condition_expression(Self::CONDITION)
-            .expression_attribute_names("#v", "value")
             .expression_attribute_values(":t", AttributeValue::N(token.to_string()))
-            .expression_attribute_values(":v", AttributeValue::B(value.to_vec().into()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(FenceOutcome::Accepted),
+    }
+
+    /// Sends a [`guarded_update`](Self::guarded_update): refused with the
+    /// token the failed condition saw (read back if DynamoDB did not return
+    /// the old item), or DynamoDB's error, classified as a write (`what`
+    /// names it).
+    async fn send_guarded(
+        &self,
+        resource: &str,
+        update: UpdateItemFluentBuilder,
+        what: &'static str,
+    ) -> Result<Guarded> {
+        match update.send().await {
+            Ok(out) => Ok(Guarded::Applied(Box::new(out))),
             Err(SdkError::ServiceError(err)) => match err.err() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
-                    let seen = match failed.item() {
+                    let highest = match failed.item() {
                         Some(item) => fence_of(item)?,
                         None => self.read(resource).await?.map_or(0, |f| f.token),
                     };
-                    Ok(FenceOutcome::Rejected { highest: seen })
+                    Ok(Guarded::Refused { highest })
                 }
-                _ => Err(db("fenced update", Op::Write)(SdkError::ServiceError(err))),
+                _ => Err(db(what, Op::Write)(SdkError::ServiceError(err))),
             },
-            Err(err) => Err(db("fenced update", Op::Write)(err)),
+            Err(err) => Err(db(what, Op::Write)(err)),
+        }
+    }
+}
+
+#[async_trait]
+impl Fence for DynamoFence {
+    async fn write(&self, resource: &str, token: u64, value: &[u8]) -> Result<FenceOutcome> {
+        signed_token(token)?;
+        let update = self
+            .guarded_update(resource, token)
+            .update_expression("SET fence = :t, #v = :v")
+            .expression_attribute_names("#v", "value")
+            .expression_attribute_values(":v", AttributeValue::B(value.to_vec().into()));
+        match self.send_guarded(resource, update, "fenced update").await? {
+            Guarded::Applied(_) => Ok(FenceOutcome::Accepted),
+            Guarded::Refused { highest } => Ok(FenceOutcome::Rejected { highest }),
         }
     }
 
-    async fn append(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
+    async fn append(&self, resource: &str, token: u64, value: &[u8]) -> Result<AppendOutcome> {
         signed_token(token)?;
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("resource", AttributeValue::S(resource.to_owned()))
+        let update = self
+            .guarded_update(resource, token)
             .update_expression("SET fence = :t, seq = if_not_exists(seq, :zero) + :one")
-            .condition_expression(Self::CONDITION)
-            .expression_attribute_values(":t", AttributeValue::N(token.to_string()))
             .expression_attribute_values(":zero", AttributeValue::N("0".into()))
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .return_values(ReturnValue::UpdatedNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        let seq = match result {
-            Ok(out) => {
-                let attributes = out.attributes().ok_or_else(|| {
-                    answer(
-                        ErrorKind::OutcomeUnknown,
-                        "no UPDATED_NEW attributes".into(),
-                    )
-                })?;
-                number_of(attributes, "seq")?
-            }
-            Err(SdkError::ServiceError(err)) => match err.err() {
-                UpdateItemError::ConditionalCheckFailedException(failed) => {
-                    let seen = match failed.item() {
-                        Some(item) => fence_of(item)?,
-                        None => self.read(resource).await?.map_or(0, |f| f.token),
-                    };
-                    return Ok(AppendOutcome::Rejected { highest: seen });
-                }
-                _ => {
-                    return Err(db("fenced append", Op::Write)(SdkError::ServiceError(err)));
-                }
-            },
-            Err(err) => return Err(db("fenced append", Op::Write)(err)),
+            .return_values(ReturnValue::UpdatedNew);
+        let out = match self.send_guarded(resource, update, "fenced append").await? {
+            Guarded::Applied(out) => out,
+            Guarded::Refused { highest } => return Ok(AppendOutcome::Rejected { highest }),
         };
+        let attributes = out.attributes().ok_or_else(|| {
+            answer(
+                ErrorKind::OutcomeUnknown,
+                "no UPDATED_NEW attributes".into(),
+            )
+        })?;
+        let seq = number_of(attributes, "seq")?;
         self.client
             .put_item()
             .table_name(format!("{}_log", self.table))
@@ -218,7 +222,7 @@ impl Fence for DynamoFence {
         Ok(AppendOutcome::Appended { seq })
     }
 
-    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>> {
         let mut entries = Vec::new();
         let mut start = None;
         loop {
@@ -254,7 +258,7 @@ impl Fence for DynamoFence {
         Ok(entries)
     }
 
-    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>> {
         let out = self
             .client
             .get_item()
@@ -284,7 +288,7 @@ impl Fence for DynamoFence {
 
 /// Creates one table keyed by `resource` (and the numeric sort key
 /// `sort`, if any) unless it exists, and waits until it is active.
-async fn create(client: &Client, table: &str, sort: Option<&str>) -> Result<(), StorageError> {
+async fn create(client: &Client, table: &str, sort: Option<&str>) -> Result<()> {
     let mut request = client
         .create_table()
         .table_name(table)
@@ -343,14 +347,11 @@ async fn create(client: &Client, table: &str, sort: Option<&str>) -> Result<(), 
     )))
 }
 
-fn fence_of(item: &std::collections::HashMap<String, AttributeValue>) -> Result<u64, StorageError> {
+fn fence_of(item: &std::collections::HashMap<String, AttributeValue>) -> Result<u64> {
     number_of(item, "fence")
 }
 
-fn number_of(
-    item: &std::collections::HashMap<String, AttributeValue>,
-    name: &str,
-) -> Result<u64, StorageError> {
+fn number_of(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> Result<u64> {
     match item.get(name) {
         Some(AttributeValue::N(n)) => n.parse().map_err(|_| {
             answer(
@@ -369,17 +370,15 @@ async fn tokio_sleep_500ms() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
 }
 
-/// Opens the fence of the `dynamodb://` URL `url`: the storage's client
-/// (region, endpoint, credentials of the URL), in the table
-/// `options.table` (and `<table>_log`), created first if `options.create`.
+/// Opens the fence of a `dynamodb://` configuration (a parsed URL, as
+/// [`crate::FENCE`] passes it): the storage's client (region, endpoint,
+/// credentials of the configuration), in the table `options.table` (and
+/// `<table>_log`), created first if `options.create`.
 ///
 /// # Errors
 ///
-/// A bad URL or table name (permanent), or DynamoDB's error.
-pub async fn open(url: &str, options: &OpenOptions) -> Result<DynFence, StorageError> {
-    let config = DynamoConfig::from_url(url).map_err(|err| {
-        StorageError::with_source(ErrorKind::Permanent, "bad dynamodb:// URL", err)
-    })?;
+/// A bad table name (permanent), or DynamoDB's error.
+pub async fn open(config: DynamoConfig, options: &OpenOptions) -> Result<DynFence> {
     let storage = DynamoStorage::connect(config)
         .await
         .map_err(|err| match err {

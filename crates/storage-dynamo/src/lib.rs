@@ -153,3 +153,7 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<DynamoConfig>
     "dynamodb://TABLE?region=R[&endpoint=URL] (DynamoDB)",
     None,
 );
+
+/// This driver's fence, opened from a URL [`DRIVER`] parsed (see
+/// [`::fence::FenceDriver`]; [`fence::open`] does the work).
+pub const FENCE: ::fence::FenceDriver = ::fence::FenceDriver::new::<DynamoConfig>();

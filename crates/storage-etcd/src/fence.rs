@@ -55,10 +55,10 @@ use etcd_client::{
 };
 pub use fence::{AppendOutcome, FenceOutcome, LogEntry};
 use fence::{DynFence, Fence, Fenced, Numbering, OpenOptions};
-use ttl_storage::{StorageError, check_value};
+use ttl_storage::{Result, StorageError, check_value};
 
 use crate::{
-    EtcdStorage,
+    EtcdConfig, EtcdStorage,
     error::{Op, classify, storage_error},
 };
 
@@ -127,7 +127,7 @@ impl EtcdFence {
         token: u64,
         key: &str,
         value: &[u8],
-    ) -> Result<FenceOutcome, StorageError> {
+    ) -> Result<FenceOutcome> {
         check_value(value)?;
         let response = self
             .guarded("fenced set", resource, token, TxnOp::put(key, value, None))
@@ -155,12 +155,7 @@ impl EtcdFence {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn append(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
+    pub async fn append(&self, resource: &str, token: u64, value: &[u8]) -> Result<AppendOutcome> {
         check_value(value)?;
         // A fresh key per entry: the token, then a random nonce.
         let entry = format!(
@@ -192,7 +187,7 @@ impl EtcdFence {
     /// read).
     ///
     /// Errors are classified like the storage's reads.
-    pub async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+    pub async fn log(&self, resource: &str) -> Result<Vec<LogEntry>> {
         let prefix = self.log_prefix(resource);
         let response = crate::unsent::retry(|| {
             let mut client = self.client.clone();
@@ -257,7 +252,7 @@ impl EtcdFence {
         resource: &str,
         token: u64,
         write: TxnOp,
-    ) -> Result<TxnResponse, StorageError> {
+    ) -> Result<TxnResponse> {
         let fence = self.fence_key(resource);
         let token = padded(token);
         let txn = Txn::new()
@@ -279,7 +274,7 @@ impl EtcdFence {
 }
 
 /// The higher token a refused transaction read, or `None` if it applied.
-fn rejected(response: &TxnResponse) -> Result<Option<u64>, StorageError> {
+fn rejected(response: &TxnResponse) -> Result<Option<u64>> {
     if !response.succeeded() {
         return Ok(None);
     }
@@ -306,18 +301,13 @@ fn got(response: Option<&TxnOpResponse>) -> Option<Vec<u8>> {
 
 #[async_trait]
 impl Fence for EtcdFence {
-    async fn write(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<FenceOutcome, StorageError> {
+    async fn write(&self, resource: &str, token: u64, value: &[u8]) -> Result<FenceOutcome> {
         self.set(resource, token, &self.value_key(resource), value)
             .await
     }
 
     /// One linearizable transaction reading the fence and the value.
-    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>> {
         let (fence, value) = (self.fence_key(resource), self.value_key(resource));
         let txn = Txn::new().and_then([TxnOp::get(fence, None), TxnOp::get(value, None)]);
         let response = crate::unsent::retry(|| {
@@ -343,16 +333,11 @@ impl Fence for EtcdFence {
         }))
     }
 
-    async fn append(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
+    async fn append(&self, resource: &str, token: u64, value: &[u8]) -> Result<AppendOutcome> {
         EtcdFence::append(self, resource, token, value).await
     }
 
-    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>> {
         EtcdFence::log(self, resource).await
     }
 
@@ -361,15 +346,15 @@ impl Fence for EtcdFence {
     }
 }
 
-/// Opens the fence of the etcd URL `url` on a connection of its own.
-/// Fences live under the URL's key prefix; `options` (tables) do not
-/// apply.
+/// Opens the fence of an etcd configuration (a parsed URL, as
+/// [`crate::FENCE`] passes it) on a connection of its own. Fences live
+/// under the configuration's key prefix; `options` (tables) do not apply.
 ///
 /// # Errors
 ///
-/// A bad URL (permanent), or the connection's error.
-pub async fn open(url: &str, options: &OpenOptions) -> Result<DynFence, StorageError> {
+/// The connection's error.
+pub async fn open(config: EtcdConfig, options: &OpenOptions) -> Result<DynFence> {
     let _ = options;
-    let storage = EtcdStorage::from_url(url).await?;
+    let storage = EtcdStorage::connect(config).await?;
     Ok(Arc::new(EtcdFence::new(&storage)))
 }

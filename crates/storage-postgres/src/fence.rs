@@ -42,10 +42,10 @@ use async_trait::async_trait;
 use deadpool_postgres::Pool;
 pub use fence::{AppendOutcome, FenceOutcome, LogEntry};
 use fence::{DynFence, Fence, Fenced, Numbering, OpenOptions};
-use ttl_storage::{ErrorKind, StorageError};
+use ttl_storage::{ErrorKind, Result, StorageError};
 
 use crate::{
-    PostgresStorage,
+    PostgresConfig, PostgresStorage,
     error::{Op, classify, classify_pool, storage_error},
 };
 
@@ -72,7 +72,7 @@ impl PostgresFence {
     /// and its log table `<table>_log` when missing, serialized by an
     /// advisory lock like the storage's own table. `table` must be a plain
     /// lower-case identifier.
-    pub async fn create(storage: &PostgresStorage, table: &str) -> Result<Self, StorageError> {
+    pub async fn create(storage: &PostgresStorage, table: &str) -> Result<Self> {
         let config = storage.config();
         let checked = crate::PostgresConfig::builder()
             .host(config.host())
@@ -157,7 +157,7 @@ impl PostgresFence {
         tx: &tokio_postgres::Transaction<'_>,
         resource: &str,
         token: u64,
-    ) -> Result<bool, StorageError> {
+    ) -> Result<bool> {
         let token = i64::try_from(token).map_err(|_| {
             StorageError::permanent(format!("fencing token {token} does not fit a bigint"))
         })?;
@@ -185,7 +185,7 @@ impl PostgresFence {
         resource: &str,
         token: u64,
         value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
+    ) -> Result<AppendOutcome> {
         if !self.check(tx, resource, token).await? {
             let highest = tx
                 .query_opt(
@@ -226,7 +226,7 @@ impl PostgresFence {
         &self,
         client: &tokio_postgres::Client,
         resource: &str,
-    ) -> Result<Vec<LogEntry>, StorageError> {
+    ) -> Result<Vec<LogEntry>> {
         let rows = client
             .query(
                 &format!(
@@ -257,7 +257,7 @@ impl PostgresFence {
         &self,
         client: &tokio_postgres::Client,
         resource: &str,
-    ) -> Result<Option<u64>, StorageError> {
+    ) -> Result<Option<u64>> {
         let row = client
             .query_opt(
                 &format!("SELECT token FROM {} WHERE resource = $1", self.table),
@@ -272,7 +272,7 @@ impl PostgresFence {
 }
 
 /// A pooled connection for the [`Fence`] implementation.
-async fn pooled(pool: &Pool) -> Result<deadpool_postgres::Object, StorageError> {
+async fn pooled(pool: &Pool) -> Result<deadpool_postgres::Object> {
     pool.get()
         .await
         .map_err(|err| storage_error(classify_pool(&err), "fence: connecting", err))
@@ -280,12 +280,7 @@ async fn pooled(pool: &Pool) -> Result<deadpool_postgres::Object, StorageError> 
 
 #[async_trait]
 impl Fence for PostgresFence {
-    async fn write(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<FenceOutcome, StorageError> {
+    async fn write(&self, resource: &str, token: u64, value: &[u8]) -> Result<FenceOutcome> {
         let signed = fence::signed_token(token)?;
         ttl_storage::check_value(value)?;
         let client = pooled(&self.pool).await?;
@@ -302,7 +297,7 @@ impl Fence for PostgresFence {
         Ok(FenceOutcome::Rejected { highest })
     }
 
-    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>> {
         let client = pooled(&self.pool).await?;
         let row = client
             .query_opt(
@@ -333,12 +328,7 @@ impl Fence for PostgresFence {
 
     /// One transaction: [`PostgresFence::append`], then `COMMIT` (a lost
     /// answer to it is an unknown outcome).
-    async fn append(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
+    async fn append(&self, resource: &str, token: u64, value: &[u8]) -> Result<AppendOutcome> {
         let mut client = pooled(&self.pool).await?;
         let tx = client
             .transaction()
@@ -353,7 +343,7 @@ impl Fence for PostgresFence {
         Ok(outcome)
     }
 
-    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>> {
         let client = pooled(&self.pool).await?;
         PostgresFence::log(self, &client, resource).await
     }
@@ -363,16 +353,17 @@ impl Fence for PostgresFence {
     }
 }
 
-/// Opens the fence of the PostgreSQL URL `url` on a pool of its own, in
-/// the table `options.table` (in the URL's schema, if any). The tables
+/// Opens the fence of a PostgreSQL configuration (a parsed URL, as
+/// [`crate::FENCE`] passes it) on a pool of its own, in the table
+/// `options.table` (in the configuration's schema, if any). The tables
 /// are created if missing whatever `options.create` says: creation is
 /// idempotent and serialized by an advisory lock.
 ///
 /// # Errors
 ///
-/// A bad URL or table name (permanent), or the connection's error.
-pub async fn open(url: &str, options: &OpenOptions) -> Result<DynFence, StorageError> {
-    let storage = PostgresStorage::from_url(url).await?;
+/// A bad table name (permanent), or the connection's error.
+pub async fn open(config: PostgresConfig, options: &OpenOptions) -> Result<DynFence> {
+    let storage = PostgresStorage::connect(config).await?;
     Ok(Arc::new(
         PostgresFence::create(&storage, &options.table).await?,
     ))

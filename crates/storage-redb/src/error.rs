@@ -257,23 +257,19 @@ mod tests {
 /// Why a `redb://` URL was refused (see [`crate::RedbConfig::from_url`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum UrlError {
-    /// Not a URL, or not a `redb://` one.
-    #[error("not a redb:// URL (expected redb:///path/to/file.redb)")]
-    NotRedb,
+pub enum ConfigError {
+    /// What every driver's URL can have wrong: not a URL, not a `redb://`
+    /// one, a path that is not UTF-8 once percent-decoded, an unknown
+    /// parameter, a parameter given twice.
+    #[error(transparent)]
+    Url(#[from] ttl_storage::kit::UrlError),
     /// No file path after `redb://`.
     #[error("no file path (expected redb:///path/to/file.redb)")]
     NoPath,
     /// A user, password, port or fragment, which name nothing here.
     #[error("a redb:// URL takes no user, password, port or fragment")]
     Unexpected,
-    /// The path is not UTF-8 once percent-decoded.
-    #[error("the path is not UTF-8 once percent-decoded")]
-    NotUtf8,
-    /// An option other than `mode`.
-    #[error("unknown option {0:?} (redb:// takes mode=shared or mode=exclusive)")]
-    UnknownOption(String),
-    /// `mode` with another value than `shared` or `exclusive`, or given twice.
-    #[error("bad mode {0:?} (mode=shared or mode=exclusive, once)")]
+    /// `mode` with another value than `shared` or `exclusive`.
+    #[error("bad mode {0:?} (mode=shared or mode=exclusive)")]
     BadMode(String),
 }

@@ -160,7 +160,7 @@ mod url;
 mod watch;
 mod writer;
 
-pub use error::{CloseError, OpenError, UrlError};
+pub use error::{CloseError, ConfigError, OpenError};
 pub use exclusive::{RedbStorage, RedbStorageBuilder};
 pub use shared::{SharedRedbStorage, SharedRedbStorageBuilder};
 pub use url::{RedbConfig, RedbMode};

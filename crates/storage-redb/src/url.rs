@@ -2,10 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use percent_encoding::percent_decode_str;
-use url::Url;
+use ttl_storage::kit::{self, UrlError};
 
-use crate::UrlError;
+use crate::ConfigError;
 
 /// How a redb file is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +38,7 @@ pub enum RedbMode {
 /// assert_eq!(url.path(), Path::new("data/leases.redb"));
 /// assert_eq!(url.mode(), RedbMode::Exclusive);
 /// assert!(RedbConfig::from_url("redb:///x.redb?mode=fast").is_err());
-/// # Ok::<(), storage_redb::UrlError>(())
+/// # Ok::<(), storage_redb::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedbConfig {
@@ -60,41 +59,42 @@ impl RedbConfig {
     ///
     /// # Errors
     ///
-    /// A [`UrlError`] saying what is wrong; nothing is opened.
-    pub fn from_url(raw: &str) -> Result<RedbConfig, UrlError> {
-        let url = Url::parse(raw).map_err(|_| UrlError::NotRedb)?;
+    /// A [`ConfigError`] saying what is wrong; nothing is opened.
+    pub fn from_url(raw: &str) -> Result<RedbConfig, ConfigError> {
+        let url = kit::url::parse(raw)?;
         if url.scheme() != "redb" {
-            return Err(UrlError::NotRedb);
+            return Err(UrlError::BadScheme {
+                scheme: url.scheme().to_owned(),
+                expected: "redb://",
+            }
+            .into());
         }
         if !url.username().is_empty()
             || url.password().is_some()
             || url.port().is_some()
             || url.fragment().is_some()
         {
-            return Err(UrlError::Unexpected);
+            return Err(ConfigError::Unexpected);
         }
         // `redb:///abs` has an empty host; `redb://rel/path` puts the first
         // segment of a relative path in the host.
         let host = url.host_str().unwrap_or_default();
-        let encoded = format!("{host}{}", url.path());
-        let decoded = percent_decode_str(&encoded)
-            .decode_utf8()
-            .map_err(|_| UrlError::NotUtf8)?;
+        let decoded = kit::url::decode(&format!("{host}{}", url.path()), "path")?;
         if decoded.is_empty() || decoded == "/" {
-            return Err(UrlError::NoPath);
+            return Err(ConfigError::NoPath);
         }
-        let mut mode = None;
-        for (name, value) in url.query_pairs() {
-            match (name.as_ref(), value.as_ref(), mode) {
-                ("mode", "shared", None) => mode = Some(RedbMode::Shared),
-                ("mode", "exclusive", None) => mode = Some(RedbMode::Exclusive),
-                ("mode", other, _) => return Err(UrlError::BadMode(other.to_owned())),
-                (other, _, _) => return Err(UrlError::UnknownOption(other.to_owned())),
+        let mut mode = RedbMode::Shared;
+        for (name, value) in kit::url::params(&url, &[])? {
+            match (name.as_str(), value.as_str()) {
+                ("mode", "shared") => mode = RedbMode::Shared,
+                ("mode", "exclusive") => mode = RedbMode::Exclusive,
+                ("mode", other) => return Err(ConfigError::BadMode(other.to_owned())),
+                (other, _) => return Err(UrlError::UnknownParameter(other.to_owned()).into()),
             }
         }
         Ok(RedbConfig {
-            path: PathBuf::from(decoded.into_owned()),
-            mode: mode.unwrap_or(RedbMode::Shared),
+            path: PathBuf::from(decoded),
+            mode,
         })
     }
 
@@ -129,20 +129,33 @@ mod tests {
         assert_eq!(ok("redb://a.redb").path(), Path::new("a.redb"));
         assert_eq!(ok("redb:///x?mode=shared").mode(), RedbMode::Shared);
         assert_eq!(ok("redb:///x?mode=exclusive").mode(), RedbMode::Exclusive);
+        let url = |err: UrlError| ConfigError::Url(err);
         for (bad, why) in [
-            ("redb://", UrlError::NoPath),
-            ("redb:///", UrlError::NoPath),
-            ("file:///x", UrlError::NotRedb),
-            ("/x", UrlError::NotRedb),
-            ("redb://u:p@h/x", UrlError::Unexpected),
-            ("redb:///x#f", UrlError::Unexpected),
-            ("redb:///x?mode=fast", UrlError::BadMode("fast".into())),
+            ("redb://", ConfigError::NoPath),
+            ("redb:///", ConfigError::NoPath),
+            (
+                "file:///x",
+                url(UrlError::BadScheme {
+                    scheme: "file".into(),
+                    expected: "redb://",
+                }),
+            ),
+            (
+                "/x",
+                url(UrlError::NotAUrl("relative URL without a base".into())),
+            ),
+            ("redb://u:p@h/x", ConfigError::Unexpected),
+            ("redb:///x#f", ConfigError::Unexpected),
+            ("redb:///x?mode=fast", ConfigError::BadMode("fast".into())),
             (
                 "redb:///x?mode=shared&mode=exclusive",
-                UrlError::BadMode("exclusive".into()),
+                url(UrlError::DuplicateParameter("mode".into())),
             ),
-            ("redb:///x?sync=no", UrlError::UnknownOption("sync".into())),
-            ("redb:///%FF", UrlError::NotUtf8),
+            (
+                "redb:///x?sync=no",
+                url(UrlError::UnknownParameter("sync".into())),
+            ),
+            ("redb:///%FF", url(UrlError::BadPercentEncoding("path"))),
         ] {
             assert_eq!(RedbConfig::from_url(bad), Err(why), "{bad}");
         }

@@ -263,10 +263,11 @@ fn positive(
     timeout: Option<Duration>,
 ) -> Result<Option<Duration>, ConfigError> {
     match timeout {
-        Some(t) if t.is_zero() => Err(ConfigError::BadTimeout {
+        Some(t) if t.is_zero() => Err(ttl_storage::kit::UrlError::BadDuration {
             name,
             value: format!("{t:?}"),
-        }),
+        }
+        .into()),
         other => Ok(other),
     }
 }
@@ -461,7 +462,9 @@ mod tests {
         assert!(!format!("{config:?}").contains("secret"));
         assert!(matches!(
             base().request_timeout(Duration::ZERO).build(),
-            Err(ConfigError::BadTimeout { .. })
+            Err(ConfigError::Url(
+                ttl_storage::kit::UrlError::BadDuration { .. }
+            ))
         ));
     }
 }

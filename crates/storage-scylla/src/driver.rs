@@ -1,4 +1,4 @@
-//! This driver's descriptor, [`crate::DRIVER`].
+//! This driver's descriptors, [`crate::DRIVER`] and [`crate::FENCE`].
 
 use std::sync::Arc;
 
@@ -33,5 +33,11 @@ impl DriverConfig for ScyllaConfig {
             .map(|(userinfo, _)| format!("{userinfo}@"))
             .unwrap_or_default();
         Some(format!("{scheme}://{userinfo}{addr}{tail}"))
+    }
+}
+
+impl fence::FenceConfig for ScyllaConfig {
+    async fn open_fence(self, options: fence::OpenOptions) -> fence::Result<fence::DynFence> {
+        crate::fence::open(self, &options).await
     }
 }

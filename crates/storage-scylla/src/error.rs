@@ -5,13 +5,12 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// What every driver's URL can have wrong (syntax, scheme,
-    /// percent-encoding, parameters unknown or given twice, values).
+    /// What every driver's URL can have wrong (syntax, a scheme other
+    /// than `scylla://` or `cassandra://`, parameters unknown or given
+    /// twice, boolean values, timeouts: zero or not a duration, or for the
+    /// older `_ms` forms not a whole number of milliseconds).
     #[error(transparent)]
     Url(#[from] ttl_storage::kit::UrlError),
-    /// The URL does not start with `scylla://` or `cassandra://`.
-    #[error("URL must start with scylla:// or cassandra://")]
-    BadScheme,
     /// No contact point was given.
     #[error("at least one contact point is required")]
     NoContactPoints,
@@ -48,18 +47,6 @@ pub enum ConfigError {
     /// A user name without a password, or the reverse, or an empty user name.
     #[error("credentials need a non-empty user name and a password")]
     BadCredentials,
-    /// A timeout of zero, or one that does not parse: `timeout` and
-    /// `connect_timeout` take a duration (`500ms`, `2s`, `1m 30s`), their
-    /// older `_ms` forms a whole number of milliseconds.
-    #[error(
-        "bad {name} {value:?}: expected a positive duration like 500ms or 2s (a whole number of milliseconds for the _ms forms)"
-    )]
-    BadTimeout {
-        /// The parameter name.
-        name: &'static str,
-        /// The rejected value.
-        value: String,
-    },
     /// A `%` escape in the URL that is not two hex digits or not UTF-8.
     #[error("bad percent-encoding in {0:?}")]
     BadPercentEncoding(String),

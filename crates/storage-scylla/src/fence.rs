@@ -15,7 +15,7 @@ use scylla::{
     statement::{Consistency, SerialConsistency, prepared::PreparedStatement},
     value::{CqlValue, Row},
 };
-use ttl_storage::{ErrorKind, StorageError};
+use ttl_storage::{ErrorKind, Result, StorageError};
 
 use crate::{
     ScyllaConfig,
@@ -108,11 +108,7 @@ impl CassandraFence {
     /// # Errors
     ///
     /// An invalid name (permanent), or the database's error.
-    pub async fn create_table(
-        session: &Session,
-        keyspace: &str,
-        table: &str,
-    ) -> Result<(), StorageError> {
+    pub async fn create_table(session: &Session, keyspace: &str, table: &str) -> Result<()> {
         check_name(keyspace, &[])?;
         check_name(table, &[])?;
         check_name(&format!("{table}_log"), &[])?;
@@ -142,11 +138,7 @@ impl CassandraFence {
     /// # Errors
     ///
     /// An invalid name (permanent), or the database's error.
-    pub async fn new(
-        session: Arc<Session>,
-        keyspace: &str,
-        table: &str,
-    ) -> Result<Self, StorageError> {
+    pub async fn new(session: Arc<Session>, keyspace: &str, table: &str) -> Result<Self> {
         check_name(keyspace, &[])?;
         check_name(table, &[])?;
         check_name(&format!("{table}_log"), &[])?;
@@ -220,7 +212,7 @@ impl CassandraFence {
         seq: i64,
         token: i64,
         value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
+    ) -> Result<AppendOutcome> {
         self.session
             .execute_unpaged(&self.log_insert, (resource, seq, token, value))
             .await
@@ -236,12 +228,7 @@ impl CassandraFence {
 
 #[async_trait]
 impl Fence for CassandraFence {
-    async fn write(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<FenceOutcome, StorageError> {
+    async fn write(&self, resource: &str, token: u64, value: &[u8]) -> Result<FenceOutcome> {
         let t = signed_token(token)?;
         // An update of a missing row is not applied; an insert of an
         // existing one neither: at most a few rounds settle who was first.
@@ -271,7 +258,7 @@ impl Fence for CassandraFence {
     }
 
     /// A SERIAL read: it sees every accepted write.
-    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>> {
         let answer = self
             .session
             .execute_unpaged(&self.read, (resource,))
@@ -289,12 +276,7 @@ impl Fence for CassandraFence {
         }))
     }
 
-    async fn append(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
+    async fn append(&self, resource: &str, token: u64, value: &[u8]) -> Result<AppendOutcome> {
         let t = signed_token(token)?;
         // The append count last seen; `None` for a row without one.
         let mut seen: Option<i64> = Some(0);
@@ -337,7 +319,7 @@ impl Fence for CassandraFence {
     }
 
     /// QUORUM reads, paged.
-    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>> {
         let bad = answer(Op::Read);
         let mut entries = Vec::new();
         let mut paging = scylla::response::PagingState::start();
@@ -373,14 +355,14 @@ impl Fence for CassandraFence {
 }
 
 /// `[applied]` and the current `fence` (if the row exists) of an LWT answer.
-fn lwt_answer(answer: QueryResult) -> Result<(bool, Option<u64>), StorageError> {
+fn lwt_answer(answer: QueryResult) -> Result<(bool, Option<u64>)> {
     let (applied, fence, _) = lwt_columns(answer)?;
     Ok((applied, fence))
 }
 
 /// `[applied]`, the current `fence` (if the row exists) and the current
 /// `seq` column of an LWT answer.
-fn lwt_columns(answer: QueryResult) -> Result<(bool, Option<u64>, Option<CqlValue>), StorageError> {
+fn lwt_columns(answer: QueryResult) -> Result<(bool, Option<u64>, Option<CqlValue>)> {
     let bad = self::answer(Op::Write);
     let rows = answer.into_rows_result().map_err(|e| bad(e.to_string()))?;
     let names: Vec<String> = rows
@@ -403,18 +385,17 @@ fn lwt_columns(answer: QueryResult) -> Result<(bool, Option<u64>, Option<CqlValu
     Ok((applied, fence, column("seq")))
 }
 
-/// Opens the fence of the `scylla://` / `cassandra://` URL `url`: a
-/// session of its own (contact points, connect timeout, credentials and
-/// TLS of the URL), in the URL's keyspace (which must exist: opening the
-/// storage creates it), in the table `options.table`, created first if
+/// Opens the fence of a `scylla://` / `cassandra://` configuration (a
+/// parsed URL, as [`crate::FENCE`] passes it): a session of its own
+/// (contact points, connect timeout, credentials and TLS of the
+/// configuration), in its keyspace (which must exist: opening the storage
+/// creates it), in the table `options.table`, created first if
 /// `options.create`.
 ///
 /// # Errors
 ///
-/// A bad URL or table name (permanent), or the database's error.
-pub async fn open(url: &str, options: &OpenOptions) -> Result<DynFence, StorageError> {
-    let config = ScyllaConfig::from_url(url)
-        .map_err(|err| StorageError::with_source(ErrorKind::Permanent, "bad scylla:// URL", err))?;
+/// A bad table name (permanent), or the database's error.
+pub async fn open(config: ScyllaConfig, options: &OpenOptions) -> Result<DynFence> {
     let mut builder = SessionBuilder::new()
         .known_nodes(&config.contact_points)
         .connection_timeout(config.connect_timeout);

@@ -209,3 +209,7 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<ScyllaConfig>
     "scylla://[user:password@]host[:port][,host...]/keyspace[?options] (Cassandra, ScyllaDB; also cassandra://)",
     Some(DEFAULT_PORT),
 );
+
+/// This driver's fence, opened from a URL [`DRIVER`] parsed (see
+/// [`::fence::FenceDriver`]; [`fence::open`] does the work).
+pub const FENCE: ::fence::FenceDriver = ::fence::FenceDriver::new::<ScyllaConfig>();

@@ -11,7 +11,11 @@
 use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
-use ttl_storage::kit::{UrlError, query::bool_param, url::Once};
+use ttl_storage::kit::{
+    UrlError,
+    query::{bool_param, duration_param, millis_param},
+    url::Once,
+};
 use url::Url;
 
 use crate::{ConfigError, config::ScyllaConfig};
@@ -65,11 +69,19 @@ impl ScyllaConfig {
     /// assert_eq!(config.request_timeout(), Duration::from_secs(2));
     /// ```
     pub fn from_url(url: &str) -> Result<ScyllaConfig, ConfigError> {
-        let (hosts, rest) = split_hosts(url).ok_or(ConfigError::BadScheme)?;
+        let (hosts, rest) = split_hosts(url).ok_or_else(|| {
+            UrlError::NotAUrl("expected scylla://host[,host...]/keyspace or cassandra://...".into())
+        })?;
         let parsed = ttl_storage::kit::url::parse(&rest)?;
         match parsed.scheme() {
             "scylla" | "cassandra" => {}
-            _ => return Err(ConfigError::BadScheme),
+            other => {
+                return Err(UrlError::BadScheme {
+                    scheme: other.to_owned(),
+                    expected: "scylla:// or cassandra://",
+                }
+                .into());
+            }
         }
         if parsed.fragment().is_some() {
             return Err(ConfigError::Url(UrlError::NotAUrl(
@@ -127,13 +139,13 @@ impl ScyllaConfig {
                     ca_file = Some(value);
                     builder
                 }
-                "timeout" => builder.request_timeout(parse_duration("timeout", &value)?),
+                "timeout" => builder.request_timeout(positive_duration("timeout", &value)?),
                 "connect_timeout" => {
-                    builder.connect_timeout(parse_duration("connect_timeout", &value)?)
+                    builder.connect_timeout(positive_duration("connect_timeout", &value)?)
                 }
-                "timeout_ms" => builder.request_timeout(parse_millis("timeout_ms", &value)?),
+                "timeout_ms" => builder.request_timeout(millis_param("timeout_ms", &value)?),
                 "connect_timeout_ms" => {
-                    builder.connect_timeout(parse_millis("connect_timeout_ms", &value)?)
+                    builder.connect_timeout(millis_param("connect_timeout_ms", &value)?)
                 }
                 "create_schema" => builder.create_schema(bool_param("create_schema", &value)?),
                 _ => return Err(UrlError::UnknownParameter(name).into()),
@@ -226,25 +238,15 @@ fn decode(text: &str) -> Result<String, ConfigError> {
         .map_err(|_| bad())
 }
 
-/// A positive humantime duration (`750ms`, `2s`, `1m 30s`).
-fn parse_duration(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    match ttl_storage::kit::query::parse_duration(value) {
-        Some(duration) if !duration.is_zero() => Ok(duration),
-        _ => Err(ConfigError::BadTimeout {
+/// A positive humantime duration (`750ms`, `2s`, `1m 30s`), with no upper
+/// bound (the other drivers' `check_timeout` range is not applied here).
+fn positive_duration(name: &'static str, value: &str) -> Result<Duration, UrlError> {
+    match duration_param(name, value)? {
+        duration if duration.is_zero() => Err(UrlError::BadDuration {
             name,
-            value: value.to_string(),
+            value: value.to_owned(),
         }),
-    }
-}
-
-/// A positive whole number of milliseconds (the older `_ms` parameters).
-fn parse_millis(name: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    match ttl_storage::kit::query::parse_millis(value) {
-        Some(duration) if !duration.is_zero() => Ok(duration),
-        _ => Err(ConfigError::BadTimeout {
-            name,
-            value: value.to_string(),
-        }),
+        duration => Ok(duration),
     }
 }
 
@@ -289,7 +291,13 @@ mod tests {
     #[test]
     fn bad_urls_have_typed_errors() {
         let cases: &[(&str, ConfigError)] = &[
-            ("http://h/ks", ConfigError::BadScheme),
+            (
+                "http://h/ks",
+                ConfigError::Url(UrlError::BadScheme {
+                    scheme: "http".into(),
+                    expected: "scylla:// or cassandra://",
+                }),
+            ),
             ("scylla:///ks", ConfigError::NoContactPoints),
             ("scylla://h", ConfigError::NoKeyspace),
             ("scylla://h/", ConfigError::NoKeyspace),
@@ -325,10 +333,10 @@ mod tests {
             ),
             (
                 "scylla://h/ks?timeout_ms=0",
-                ConfigError::BadTimeout {
+                ConfigError::Url(UrlError::BadMillis {
                     name: "timeout_ms",
                     value: "0".into(),
-                },
+                }),
             ),
             (
                 "scylla://h/ks?serial_consistency=QUORUM",
@@ -415,9 +423,18 @@ mod tests {
             ScyllaConfig::from_url("scylla://h/ks?timeout_ms=250&connect_timeout_ms=3000").unwrap();
         assert_eq!(config.request_timeout(), Duration::from_millis(250));
         assert_eq!(config.connect_timeout(), Duration::from_secs(3));
-        let bad = |name: &'static str, value: &str| ConfigError::BadTimeout {
-            name,
-            value: value.into(),
+        let bad = |name: &'static str, value: &str| {
+            ConfigError::Url(if name.ends_with("_ms") {
+                UrlError::BadMillis {
+                    name,
+                    value: value.into(),
+                }
+            } else {
+                UrlError::BadDuration {
+                    name,
+                    value: value.into(),
+                }
+            })
         };
         let cases: &[(&str, ConfigError)] = &[
             ("timeout=5", bad("timeout", "5")),
@@ -444,7 +461,8 @@ mod tests {
             );
         }
         let err = ScyllaConfig::from_url("scylla://h/ks?timeout=5").unwrap_err();
-        assert!(err.to_string().contains("2s"), "{err}");
+        // The message shows a duration to write instead.
+        assert!(err.to_string().contains("5s"), "{err}");
     }
 
     #[test]
@@ -493,10 +511,10 @@ mod tests {
             ScyllaConfig::from_url("scylla://h/ks#frag"),
             Err(ConfigError::Url(UrlError::NotAUrl(_)))
         ));
-        assert_eq!(
+        assert!(matches!(
             ScyllaConfig::from_url("scylla:h/ks"),
-            Err(ConfigError::BadScheme)
-        );
+            Err(ConfigError::Url(UrlError::NotAUrl(_)))
+        ));
         assert_eq!(
             ScyllaConfig::from_url("cassandra://h/a%5Fb").map(|c| c.keyspace().to_string()),
             Ok("a_b".to_string())

@@ -44,18 +44,22 @@ elections_testsuite::testsuite!(
 async fn make_fence() -> fence::DynFence {
     static CREATED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let uri = uri();
+    let config = match storage_scylla::ScyllaConfig::from_url(&uri) {
+        Ok(config) => config,
+        Err(err) => panic!("parsing {uri}: {err:?}"),
+    };
     CREATED
         .get_or_init(|| async {
             if let Err(err) = ScyllaStorage::from_url(&uri).await {
                 panic!("connecting to {uri}: {err:?}");
             }
             let options = fence::OpenOptions::new("fence_test", true);
-            if let Err(err) = storage_scylla::fence::open(&uri, &options).await {
+            if let Err(err) = storage_scylla::fence::open(config.clone(), &options).await {
                 panic!("creating the fence table on {uri}: {err:?}");
             }
         })
         .await;
-    match storage_scylla::fence::open(&uri, &fence::OpenOptions::new("fence_test", false)).await {
+    match storage_scylla::fence::open(config, &fence::OpenOptions::new("fence_test", false)).await {
         Ok(fence) => fence,
         Err(err) => panic!("opening the fence on {uri}: {err:?}"),
     }

@@ -1,53 +1,27 @@
 //! Open a driver's [`Fence`](::fence::Fence) from a storage URL: the list
-//! of the drivers that have one, each behind its cargo feature.
+//! of the drivers that have one (their `FENCE` descriptors), each behind
+//! its cargo feature. The fence opens the configuration parsed with the
+//! URL: the text is not parsed again.
 
-use std::{future::Future, pin::Pin};
+use ::fence::{DynFence, FenceDriver, OpenOptions};
 
-use ::fence::{DynFence, OpenOptions};
-use ttl_storage::StorageError;
+use crate::{OpenError, StorageUrl};
 
-use crate::{Engine, OpenError, StorageUrl};
-
-/// A driver's `fence::open`, boxed.
-type OpenFence =
-    for<'a> fn(
-        &'a str,
-        &'a OpenOptions,
-    ) -> Pin<Box<dyn Future<Output = Result<DynFence, StorageError>> + Send + 'a>>;
-
-/// One driver with a fence.
-struct FenceDriver {
-    engine: Engine,
-    open: OpenFence,
-}
-
-/// Every driver compiled in that has a fence.
+/// Every driver compiled in that has a fence: each driver crate's `FENCE`
+/// descriptor, found by the configuration its `DRIVER` parsed.
 const FENCES: &[FenceDriver] = &[
     #[cfg(feature = "scylla")]
-    FenceDriver {
-        engine: Engine::Cassandra,
-        open: |url, options| Box::pin(storage_scylla::fence::open(url, options)),
-    },
+    storage_scylla::FENCE,
     #[cfg(feature = "dynamodb")]
-    FenceDriver {
-        engine: Engine::DynamoDb,
-        open: |url, options| Box::pin(storage_dynamo::fence::open(url, options)),
-    },
+    storage_dynamo::FENCE,
     #[cfg(feature = "valkey")]
-    FenceDriver {
-        engine: Engine::Valkey,
-        open: |url, options| Box::pin(storage_valkey::fence::open(url, options)),
-    },
+    storage_valkey::FENCE,
     #[cfg(feature = "postgres")]
-    FenceDriver {
-        engine: Engine::Postgres,
-        open: |url, options| Box::pin(storage_postgres::fence::open(url, options)),
-    },
+    storage_postgres::FENCE,
     #[cfg(feature = "etcd")]
-    FenceDriver {
-        engine: Engine::Etcd,
-        open: |url, options| Box::pin(storage_etcd::fence::open(url, options)),
-    },
+    storage_etcd::FENCE,
+    #[cfg(test)]
+    crate::parse::tests::COUNTED_FENCE,
 ];
 
 /// Opens the fence of the database `url` names (Cassandra / ScyllaDB,
@@ -71,13 +45,13 @@ const FENCES: &[FenceDriver] = &[
 /// [`OpenError::NoFence`] for `mem` and `redb` URLs; [`OpenError::Connect`]
 /// naming the URL (password redacted) if the fence cannot be opened.
 pub async fn open_fence(url: &StorageUrl, options: &OpenOptions) -> Result<DynFence, OpenError> {
-    let engine = url.engine();
-    let Some(driver) = FENCES.iter().find(|driver| driver.engine == engine) else {
+    let parsed = url.parsed();
+    let Some(driver) = FENCES.iter().find(|driver| driver.accepts(parsed)) else {
         return Err(OpenError::NoFence {
             url: url.to_string(),
         });
     };
-    (driver.open)(url.as_str(), options)
+    (driver.open)(parsed, options)
         .await
         .map_err(|err| OpenError::Connect {
             url: url.to_string(),

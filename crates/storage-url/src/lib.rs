@@ -165,6 +165,12 @@ impl StorageUrl {
         self.parsed.get::<C>()
     }
 
+    /// The configuration parsed with the URL, as the drivers' descriptors
+    /// take it.
+    pub(crate) fn parsed(&self) -> &ParsedUrl {
+        &self.parsed
+    }
+
     /// The network address (`host:port`) of the engine, for a URL that
     /// names exactly one (a proxy or a firewall rule can then sit in front).
     /// `None` for embedded drivers and for several contact points.

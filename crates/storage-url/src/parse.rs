@@ -43,6 +43,7 @@ pub(crate) mod tests {
         atomic::{AtomicUsize, Ordering},
     };
 
+    use fence::{DynFence, FenceConfig, FenceDriver, MemFence, OpenOptions};
     use ttl_storage::{BoxError, Driver, DriverConfig, DynTtlStorage};
 
     use crate::{StorageUrl, UrlError};
@@ -52,6 +53,10 @@ pub(crate) mod tests {
     const ONCE: &str = "counted://once:1";
     /// How often [`Counted::parse_url`] parsed [`ONCE`].
     static PARSES: AtomicUsize = AtomicUsize::new(0);
+    /// The URL whose parses are counted on the way to a fence.
+    const FENCE_ONCE: &str = "counted://fence:1";
+    /// How often [`Counted::parse_url`] parsed [`FENCE_ONCE`].
+    static FENCE_PARSES: AtomicUsize = AtomicUsize::new(0);
 
     /// The configuration of `counted://host:port` (a mem store).
     #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +66,9 @@ pub(crate) mod tests {
         fn parse_url(url: &str) -> Result<Self, BoxError> {
             if url == ONCE {
                 PARSES.fetch_add(1, Ordering::SeqCst);
+            }
+            if url == FENCE_ONCE {
+                FENCE_PARSES.fetch_add(1, Ordering::SeqCst);
             }
             let addr = url.strip_prefix("counted://").ok_or("not counted://")?;
             Ok(Counted(addr.to_owned()))
@@ -75,9 +83,28 @@ pub(crate) mod tests {
         }
     }
 
+    impl FenceConfig for Counted {
+        async fn open_fence(self, _options: OpenOptions) -> fence::Result<DynFence> {
+            Ok(Arc::new(MemFence::default()) as DynFence)
+        }
+    }
+
     /// A test driver in the registry (see `registry::DRIVERS`).
     pub(crate) const COUNTED: Driver =
         Driver::new::<Counted>("mem", &["counted"], "counted://host:port (tests)", None);
+
+    /// Its fence (see `fence::FENCES`).
+    pub(crate) const COUNTED_FENCE: FenceDriver = FenceDriver::new::<Counted>();
+
+    #[tokio::test]
+    async fn a_url_is_parsed_once_on_its_way_to_a_fence() {
+        let url: StorageUrl = FENCE_ONCE.parse().unwrap();
+        assert_eq!(FENCE_PARSES.load(Ordering::SeqCst), 1);
+        let options = OpenOptions::new("fences", true);
+        crate::open_fence(&url, &options).await.unwrap();
+        crate::open_fence(&url.clone(), &options).await.unwrap();
+        assert_eq!(FENCE_PARSES.load(Ordering::SeqCst), 1);
+    }
 
     #[tokio::test]
     async fn a_url_is_parsed_once_on_its_way_to_connect() {

@@ -1,4 +1,4 @@
-//! This driver's descriptor, [`crate::DRIVER`].
+//! This driver's descriptors, [`crate::DRIVER`] and [`crate::FENCE`].
 
 use std::sync::Arc;
 
@@ -26,5 +26,11 @@ impl DriverConfig for ValkeyConfig {
 
     fn with_endpoint(url: &str, addr: &str) -> Option<String> {
         ttl_storage::kit::url::replace_host_and_port(url, addr)
+    }
+}
+
+impl fence::FenceConfig for ValkeyConfig {
+    async fn open_fence(self, options: fence::OpenOptions) -> fence::Result<fence::DynFence> {
+        crate::fence::open(self, &options).await
     }
 }

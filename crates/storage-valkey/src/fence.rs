@@ -47,10 +47,10 @@ use fred::{
     prelude::{Client, ClientLike},
     types::Value,
 };
-use ttl_storage::{ErrorKind, StorageError, check_value};
+use ttl_storage::{ErrorKind, Result, StorageError, check_value};
 
 use crate::{
-    ValkeyStorage,
+    ValkeyConfig, ValkeyStorage,
     error::{Op, classify, storage_error},
     scripts::Script,
 };
@@ -175,7 +175,7 @@ impl ValkeyFence {
         token: u64,
         key: &str,
         value: &[u8],
-    ) -> Result<FenceOutcome, StorageError> {
+    ) -> Result<FenceOutcome> {
         const WHAT: &str = "fenced set";
         let keys = vec![self.fence_key(resource), key.to_string()];
         let reply = self
@@ -201,7 +201,7 @@ impl ValkeyFence {
         keys: Vec<String>,
         token: u64,
         value: &[u8],
-    ) -> Result<Value, StorageError> {
+    ) -> Result<Value> {
         check_value(value)?;
         if !self.client.is_connected() {
             return Err(StorageError::transient(format!("{what}: not connected")));
@@ -227,12 +227,7 @@ impl ValkeyFence {
     /// An appended entry gets the next sequence number.
     ///
     /// Errors are classified like [`set`](Self::set)'s.
-    pub async fn append(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
+    pub async fn append(&self, resource: &str, token: u64, value: &[u8]) -> Result<AppendOutcome> {
         const WHAT: &str = "fenced append";
         let keys = vec![self.fence_key(resource), self.log_key(resource)];
         let reply = self
@@ -266,7 +261,7 @@ impl ValkeyFence {
     /// Reads `resource`'s log, oldest entry first.
     ///
     /// Errors are classified like the storage's reads.
-    pub async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+    pub async fn log(&self, resource: &str) -> Result<Vec<LogEntry>> {
         const WHAT: &str = "reading a fenced log";
         let reply = self
             .read_log
@@ -315,7 +310,7 @@ fn not_decimal(value: &Value) -> StorageError {
 }
 
 /// Parses `{applied, token}`.
-fn parse_reply(reply: Value) -> Result<FenceOutcome, StorageError> {
+fn parse_reply(reply: Value) -> Result<FenceOutcome> {
     let unexpected = |reply: &Value| {
         StorageError::outcome_unknown(format!("fenced set: unexpected reply {reply:?}"))
     };
@@ -352,17 +347,12 @@ fn optional_bytes(value: &Value) -> Option<Vec<u8>> {
 
 #[async_trait]
 impl Fence for ValkeyFence {
-    async fn write(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<FenceOutcome, StorageError> {
+    async fn write(&self, resource: &str, token: u64, value: &[u8]) -> Result<FenceOutcome> {
         self.set(resource, token, &self.value_key(resource), value)
             .await
     }
 
-    async fn read(&self, resource: &str) -> Result<Option<Fenced>, StorageError> {
+    async fn read(&self, resource: &str) -> Result<Option<Fenced>> {
         const WHAT: &str = "reading a fenced register";
         let keys = vec![self.fence_key(resource), self.value_key(resource)];
         let reply = self
@@ -386,16 +376,11 @@ impl Fence for ValkeyFence {
         Ok(Some(Fenced { token, value }))
     }
 
-    async fn append(
-        &self,
-        resource: &str,
-        token: u64,
-        value: &[u8],
-    ) -> Result<AppendOutcome, StorageError> {
+    async fn append(&self, resource: &str, token: u64, value: &[u8]) -> Result<AppendOutcome> {
         ValkeyFence::append(self, resource, token, value).await
     }
 
-    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>, StorageError> {
+    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>> {
         ValkeyFence::log(self, resource).await
     }
 
@@ -404,15 +389,15 @@ impl Fence for ValkeyFence {
     }
 }
 
-/// Opens the fence of the Valkey / Redis URL `url` on a connection of its
-/// own. Fences live under the URL's key prefix; `options` (tables) do not
-/// apply.
+/// Opens the fence of a Valkey / Redis configuration (a parsed URL, as
+/// [`crate::FENCE`] passes it) on a connection of its own. Fences live
+/// under the configuration's key prefix; `options` (tables) do not apply.
 ///
 /// # Errors
 ///
-/// A bad URL (permanent), or the connection's error.
-pub async fn open(url: &str, options: &OpenOptions) -> Result<DynFence, StorageError> {
+/// The connection's error.
+pub async fn open(config: ValkeyConfig, options: &OpenOptions) -> Result<DynFence> {
     let _ = options;
-    let storage = ValkeyStorage::from_url(url).await?;
+    let storage = ValkeyStorage::connect(config).await?;
     Ok(Arc::new(ValkeyFence::owning(storage)))
 }

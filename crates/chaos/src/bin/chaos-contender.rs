@@ -37,8 +37,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    chaos::process::init_logging("info,scylla=warn");
-    let args = Args::parse();
+    let args: Args = chaos::process::start("info,scylla=warn");
     run(ContenderConfig {
         url: args.url,
         key: args.key,

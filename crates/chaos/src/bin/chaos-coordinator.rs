@@ -5,7 +5,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use anyhow::Context;
+use chaos::fleet::SharedValkey;
 use clap::Parser;
 use coordinator::{
     CacheConfig, Registry, RegistryConfig,
@@ -16,12 +16,8 @@ use coordinator::{
 /// A chaos coordinator.
 #[derive(Parser)]
 struct Args {
-    /// Valkey URL (direct).
-    #[arg(long)]
-    valkey: String,
-    /// Key prefix shared with the pods.
-    #[arg(long)]
-    prefix: String,
+    #[command(flatten)]
+    valkey: SharedValkey,
     /// How long a resolved route is cached, in milliseconds.
     #[arg(long, default_value_t = 5_000)]
     cache_ms: u64,
@@ -29,13 +25,10 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    chaos::process::init_logging("info");
-    let args = Args::parse();
-    let valkey = coordinator::connect(&args.valkey, Duration::from_secs(1))
-        .await
-        .context("connecting to Valkey")?;
+    let args: Args = chaos::process::start("info");
+    let valkey = args.valkey.connect(Duration::from_secs(1)).await?;
     let config = RegistryConfig {
-        prefix: args.prefix,
+        prefix: args.valkey.prefix,
         cache: Some(CacheConfig {
             ttl: Duration::from_millis(args.cache_ms),
             ..CacheConfig::default()

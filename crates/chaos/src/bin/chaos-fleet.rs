@@ -1,10 +1,13 @@
 //! Coordinator chaos: see [`chaos::fleet`]. Exits non-zero when a
 //! destination was served by two pods at once (or nothing was served).
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use anyhow::Context;
-use chaos::fleet::{FleetConfig, run};
+use chaos::{
+    fleet::{FleetConfig, run},
+    process::Output,
+};
 use clap::Parser;
 
 /// Runs pods and coordinators under faults on one Valkey and checks that
@@ -40,23 +43,16 @@ struct Args {
     /// work (the fence at admission only).
     #[arg(long)]
     no_commit_check: bool,
-    /// Directory for histories and logs (default: a temporary one).
-    #[arg(long)]
-    work_dir: Option<PathBuf>,
-    /// Also append `coordinator: <summary line>` to this file.
-    #[arg(long)]
-    summary: Option<PathBuf>,
+    #[command(flatten)]
+    output: Output,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    chaos::process::init_logging("warn");
-    let args = Args::parse();
+    let args: Args = chaos::process::start("warn");
     let exe = std::env::current_exe()?;
     let dir = exe.parent().context("no directory for the executable")?;
-    let work_dir = args.work_dir.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("chaos-fleet-{}", std::process::id()))
-    });
+    let work_dir = args.output.work_dir("chaos-fleet");
     println!(
         "coordinator chaos: {} pods, {} coordinators, {} destinations (+2 fanned out), ttl {} ms, \
          {} s of faults{}, logs in {}",
@@ -92,15 +88,7 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("== chaos summary: coordinator ==");
     println!("{report}");
-    if let Some(path) = &args.summary {
-        use std::io::Write;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        writeln!(file, "coordinator: {report}")?;
-    }
+    args.output.append_summary("coordinator", &report)?;
     anyhow::ensure!(
         report.ok(),
         "coordinator chaos: {} calls served by two pods at once ({} served)",

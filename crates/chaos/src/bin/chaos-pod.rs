@@ -29,7 +29,10 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use chaos::fleet::history::{Entry, Served, now_us};
+use chaos::fleet::{
+    SharedValkey,
+    history::{Entry, Served, now_us},
+};
 use clap::Parser;
 use coordinator::{
     DestinationId, Member, MemberAddress, MemberConfig, MemberId,
@@ -40,12 +43,8 @@ use http::{HeaderMap, StatusCode};
 /// A chaos pod.
 #[derive(Parser)]
 struct Args {
-    /// Valkey URL (through this pod's fault proxy).
-    #[arg(long)]
-    valkey: String,
-    /// Key prefix shared with the coordinators.
-    #[arg(long)]
-    prefix: String,
+    #[command(flatten)]
+    valkey: SharedValkey,
     /// This pod's member id (one per process).
     #[arg(long)]
     id: String,
@@ -143,19 +142,16 @@ async fn note_refusals(State(pod): State<Pod>, req: Request, next: Next) -> Resp
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    chaos::process::init_logging("info");
-    let args = Args::parse();
+    let args: Args = chaos::process::start("info");
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
-    let valkey = coordinator::connect(&args.valkey, Duration::from_millis(500))
-        .await
-        .context("connecting to Valkey")?;
+    let valkey = args.valkey.connect(Duration::from_millis(500)).await?;
     let ttl = Duration::from_millis(args.ttl_ms);
     let mut config = MemberConfig::new(
         MemberId::new(args.id.clone())?,
         MemberAddress::parse(&format!("http://{addr}"))?,
     );
-    config.prefix = args.prefix.clone();
+    config.prefix = args.valkey.prefix.clone();
     config.ttl = ttl;
     config.heartbeat_interval = ttl / 4;
     config.lock_ttl = ttl;

@@ -1,9 +1,12 @@
 //! The chaos harness: see [`chaos::harness`]. Exits non-zero on any violation.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use anyhow::Context;
-use chaos::harness::{HarnessConfig, run};
+use chaos::{
+    harness::{HarnessConfig, run},
+    process::Output,
+};
 use clap::Parser;
 
 /// Runs contenders under faults against a real engine and checks the history.
@@ -47,18 +50,13 @@ struct Args {
     /// failover).
     #[arg(long, default_value_t = 0)]
     takeover_slack_ms: u64,
-    /// Directory for logs (default: a temporary one).
-    #[arg(long)]
-    work_dir: Option<PathBuf>,
-    /// Also append `<engine>: <summary line>` to this file.
-    #[arg(long)]
-    summary: Option<PathBuf>,
+    #[command(flatten)]
+    output: Output,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    chaos::process::init_logging("warn");
-    let args = Args::parse();
+    let args: Args = chaos::process::start("warn");
     anyhow::ensure!(args.lease_secs >= 1, "the lease is at least 1 s");
     if let Some(rate) = args.clock_rate {
         anyhow::ensure!(
@@ -71,9 +69,7 @@ async fn main() -> anyhow::Result<()> {
         .parent()
         .context("no directory for the harness executable")?
         .join("chaos-contender");
-    let work_dir = args
-        .work_dir
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("chaos-{}", std::process::id())));
+    let work_dir = args.output.work_dir("chaos");
     let lease = Duration::from_secs(args.lease_secs);
     if let Some(rate) = args.clock_rate {
         println!("clock-rate fault: slot 0's contenders run at x{rate} (libfaketime)");
@@ -108,15 +104,8 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("== chaos summary: {} ==", args.engine);
     println!("{report}");
-    if let Some(path) = &args.summary {
-        use std::io::Write;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        writeln!(file, "{}: {}", args.engine, report.summary_line())?;
-    }
+    args.output
+        .append_summary(&args.engine, report.summary_line())?;
     anyhow::ensure!(report.ok(), "chaos run on {} found violations", args.engine);
     Ok(())
 }

@@ -39,10 +39,12 @@
 //! Calls cut short by a SIGKILL are not recorded (their work is lost with
 //! the process).
 
+mod args;
 pub mod history;
 mod load;
 mod procs;
 mod run;
 
+pub use args::SharedValkey;
 pub use load::LoadCounts;
 pub use run::{FleetConfig, FleetReport, run};

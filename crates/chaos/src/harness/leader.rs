@@ -67,14 +67,6 @@ pub(super) fn current_leader(records: &[Record]) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn rec(t_ms: u64, proc: &str, event: Event) -> Record {
-        Record {
-            t_ms,
-            proc: proc.into(),
-            event,
-        }
-    }
-
     fn accepted(t: u64, seq: u64) -> Event {
         Event::Write {
             start_ms: t,
@@ -94,27 +86,31 @@ mod tests {
     #[test]
     fn a_paused_leader_that_still_holds_the_lease_leads_again() {
         let mut records = vec![
-            rec(100, "z2.2", Event::Acquired { token: 4 }),
-            rec(200, "z2.2", accepted(150, 1)),
+            Record::new(100, "z2.2", Event::Acquired { token: 4 }),
+            Record::new(200, "z2.2", accepted(150, 1)),
         ];
         assert_eq!(current_leader(&records).as_deref(), Some("z2.2"));
-        records.push(rec(2_000, "z2.2", Event::SigStop));
+        records.push(Record::new(2_000, "z2.2", Event::SigStop));
         assert_eq!(current_leader(&records), None);
-        records.push(rec(8_000, "z2.2", Event::SigCont));
+        records.push(Record::new(8_000, "z2.2", Event::SigCont));
         // A write accepted on the resource alone is not enough (fencing
         // accepts a deposed leader's write until a newer token arrives)...
-        records.push(rec(8_010, "z2.2", accepted(8_005, 2)));
+        records.push(Record::new(8_010, "z2.2", accepted(8_005, 2)));
         assert_eq!(current_leader(&records), None);
         // ...a renewal that succeeded after the pause is.
-        records.push(rec(8_100, "z2.2", renewed(8_050)));
-        records.push(rec(8_200, "z2.2", accepted(8_150, 3)));
+        records.push(Record::new(8_100, "z2.2", renewed(8_050)));
+        records.push(Record::new(8_200, "z2.2", accepted(8_150, 3)));
         assert_eq!(current_leader(&records).as_deref(), Some("z2.2"));
         // A loss ends it; so does another process's acquisition.
         let mut lost = records.clone();
-        lost.push(rec(9_000, "z2.2", Event::Lost { reason: "x".into() }));
+        lost.push(Record::new(
+            9_000,
+            "z2.2",
+            Event::Lost { reason: "x".into() },
+        ));
         assert_eq!(current_leader(&lost), None);
-        records.push(rec(9_000, "c0.2", Event::Acquired { token: 5 }));
-        records.push(rec(9_100, "c0.2", accepted(9_050, 4)));
+        records.push(Record::new(9_000, "c0.2", Event::Acquired { token: 5 }));
+        records.push(Record::new(9_100, "c0.2", accepted(9_050, 4)));
         assert_eq!(current_leader(&records).as_deref(), Some("c0.2"));
     }
 }

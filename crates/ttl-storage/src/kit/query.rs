@@ -51,6 +51,27 @@ pub fn parse_millis(value: &str) -> Option<Duration> {
     value.parse().ok().map(Duration::from_millis)
 }
 
+/// The positive duration in whole milliseconds of parameter `name`
+/// ([`parse_millis`]), or [`UrlError::BadMillis`] (zero too).
+///
+/// ```
+/// use std::time::Duration;
+/// use ttl_storage::kit::query::millis_param;
+///
+/// assert_eq!(millis_param("timeout_ms", "250"), Ok(Duration::from_millis(250)));
+/// assert!(millis_param("timeout_ms", "0").is_err());
+/// assert!(millis_param("timeout_ms", "2s").is_err());
+/// ```
+pub fn millis_param(name: &'static str, value: &str) -> Result<Duration, UrlError> {
+    match parse_millis(value) {
+        Some(duration) if !duration.is_zero() => Ok(duration),
+        _ => Err(UrlError::BadMillis {
+            name,
+            value: value.to_owned(),
+        }),
+    }
+}
+
 /// The boolean value of parameter `name` ([`parse_bool`]), or
 /// [`UrlError::BadBool`].
 ///

@@ -53,4 +53,13 @@ pub enum UrlError {
         /// The value given.
         value: String,
     },
+    /// A parameter that takes a positive whole number of milliseconds (the
+    /// older `_ms` forms some drivers keep).
+    #[error("bad {name} {value:?}: expected a positive whole number of milliseconds, such as 500")]
+    BadMillis {
+        /// The parameter.
+        name: &'static str,
+        /// The value given.
+        value: String,
+    },
 }
