@@ -412,51 +412,41 @@ fn main() {
     let direct_rps = Some(rps(&direct.stats));
 
     let pod_addr: std::net::SocketAddr = pod_url.trim_start_matches("http://").parse().unwrap();
-    let nginx_row = match nginx::start(pod_addr) {
-        Ok(nginx) => {
-            let url = format!("http://{}{path}", nginx.addr);
-            let (stats, proxy_cpu, pod_cpu) =
-                measure(&load_rt, &http, &url, concurrency, secs, &|| {
-                    Some(nginx.cpu())
-                });
-            let row = Row {
-                name: "nginx, 1 worker".to_owned(),
-                stats,
-                proxy_cpu,
-                pod_cpu,
-                trips: None,
-            };
-            row.print(direct_rps);
-            Some(row)
-        }
-        Err(why) => {
-            println!("nginx, 1 worker: skipped: {why}");
-            None
-        }
+    // a row through a proxy process the bench started (its address and
+    // pid: its CPU is the whole process's), or why it was skipped
+    let process_row = |name: &str, started: Result<(std::net::SocketAddr, u32), &String>| {
+        let (addr, pid) = match started {
+            Ok(started) => started,
+            Err(why) => {
+                println!("{name}: skipped: {why}");
+                return None;
+            }
+        };
+        let url = format!("http://{addr}{path}");
+        let stat = format!("/proc/{pid}/stat");
+        let (stats, proxy_cpu, pod_cpu) =
+            measure(&load_rt, &http, &url, concurrency, secs, &|| {
+                Some(process_cpu(&stat))
+            });
+        let row = Row {
+            name: name.to_owned(),
+            stats,
+            proxy_cpu,
+            pod_cpu,
+            trips: None,
+        };
+        row.print(direct_rps);
+        Some(row)
     };
-
-    let pingora_row = match pingora::start("bench", pod_addr, 1) {
-        Ok(hop) => {
-            let url = format!("http://{}{path}", hop.addr);
-            let (stats, proxy_cpu, pod_cpu) =
-                measure(&load_rt, &http, &url, concurrency, secs, &|| {
-                    Some(hop.cpu())
-                });
-            let row = Row {
-                name: "pingora-proxy 0.9.1, 1 thread".to_owned(),
-                stats,
-                proxy_cpu,
-                pod_cpu,
-                trips: None,
-            };
-            row.print(direct_rps);
-            Some(row)
-        }
-        Err(why) => {
-            println!("pingora-proxy, 1 thread: skipped: {why}");
-            None
-        }
-    };
+    let nginx = nginx::start(pod_addr);
+    let nginx_row = process_row("nginx, 1 worker", nginx.as_ref().map(|n| (n.addr, n.pid())));
+    drop(nginx);
+    let hop = pingora::start("bench", pod_addr, 1);
+    let pingora_row = process_row(
+        "pingora-proxy 0.9.1, 1 thread",
+        hop.as_ref().map(|h| (h.addr, h.pid())),
+    );
+    drop(hop);
 
     let one_rt = runtime(COORD_ONE, 1);
     let default_rt = runtime(COORD_DEFAULT, default_threads);
