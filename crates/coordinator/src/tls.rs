@@ -5,59 +5,49 @@
 //! ambiguous.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
-use rustls::{ClientConfig, RootCertStore};
+use rustls::ClientConfig;
+use ttl_storage::StorageError;
+use ttl_storage::kit::tls::{config_with_roots, roots_from_pem, system_roots};
 
 use crate::error::{Error, Result};
 
-fn tls_error(what: &str, err: impl std::fmt::Display) -> Error {
-    Error::InvalidConfig(format!("TLS: {what}: {err}"))
+/// A configuration error from the kit's (always permanent) error: its
+/// message, which names TLS and the file, and the cause.
+fn tls_error(err: StorageError) -> Error {
+    use std::error::Error as _;
+    let message = match &err {
+        StorageError::Permanent { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    Error::InvalidConfig(match err.source() {
+        Some(cause) => format!("{message}: {cause}"),
+        None => message,
+    })
 }
 
-/// The trust roots: the certificates of `ca_file` (PEM) if given, else the
-/// system's roots.
-fn roots(ca_file: Option<&Path>) -> Result<RootCertStore> {
-    let mut roots = RootCertStore::empty();
-    match ca_file {
+/// A client configuration that verifies servers against `ca_file` (PEM) or,
+/// without one, the system's roots, with rustls' safe default protocol
+/// versions. The roots are loaded by the driver kit
+/// (`ttl_storage::kit::tls`), the one place the workspace loads them.
+/// Unlike a storage driver, an empty system store is only a warning: a
+/// coordinator may talk to plaintext pods and Valkey only.
+pub(crate) fn client_config(ca_file: Option<&Path>) -> Result<ClientConfig> {
+    let roots = match ca_file {
         Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| tls_error(&format!("cannot read {}", path.display()), e))?;
-            for cert in certs {
-                let cert =
-                    cert.map_err(|e| tls_error(&format!("bad PEM in {}", path.display()), e))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| tls_error("unusable CA certificate", e))?;
-            }
+            // read once at start-up, before any call is served
+            let pem = std::fs::read(path).map_err(|e| {
+                Error::InvalidConfig(format!("TLS CA file {}: cannot read: {e}", path.display()))
+            })?;
+            roots_from_pem(path, &pem).map_err(tls_error)?
         }
         None => {
-            let native = rustls_native_certs::load_native_certs();
-            for err in &native.errors {
-                tracing::warn!(%err, "could not load a system CA certificate");
-            }
-            let (added, ignored) = roots.add_parsable_certificates(native.certs);
-            tracing::debug!(added, ignored, "loaded system CA certificates");
+            let roots = system_roots();
             if roots.is_empty() {
                 tracing::warn!("no system CA certificate: TLS servers cannot be verified");
             }
+            roots
         }
-    }
-    if roots.is_empty() && ca_file.is_some() {
-        return Err(tls_error("trust roots", "the CA file holds no certificate"));
-    }
-    Ok(roots)
-}
-
-/// A client configuration that verifies servers against `ca_file` (or the
-/// system roots), with rustls' safe default protocol versions.
-pub(crate) fn client_config(ca_file: Option<&Path>) -> Result<ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls_error("protocol versions", e))?
-        .with_root_certificates(roots(ca_file)?)
-        .with_no_client_auth())
+    };
+    config_with_roots(roots).map_err(tls_error)
 }

@@ -42,9 +42,33 @@ pub async fn client_config(
     ca_option: &str,
 ) -> Result<rustls::ClientConfig, StorageError> {
     let roots = match ca_file {
-        Some(path) => roots_from_file(path).await?,
-        None => system_roots(ca_option)?,
+        Some(path) => {
+            let pem = tokio::fs::read(path)
+                .await
+                .map_err(|err| ca_file_error(path, "cannot read", err.into()))?;
+            roots_from_pem(path, &pem)?
+        }
+        None => {
+            let roots = system_roots();
+            if roots.is_empty() {
+                return Err(StorageError::permanent(format!(
+                    "no system CA certificates found: pass {ca_option}=/path/to/ca.pem"
+                )));
+            }
+            roots
+        }
     };
+    config_with_roots(roots)
+}
+
+/// A rustls client configuration that trusts `roots`: rustls' safe default
+/// protocol versions, the *ring* provider, no client certificate.
+///
+/// # Errors
+///
+/// A [`ErrorKind::Permanent`] [`StorageError`] when no protocol version is
+/// usable with the provider.
+pub fn config_with_roots(roots: RootCertStore) -> Result<rustls::ClientConfig, StorageError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -56,48 +80,50 @@ pub async fn client_config(
     Ok(config)
 }
 
-/// The certificates of a PEM file; at least one.
-async fn roots_from_file(path: &Path) -> Result<RootCertStore, StorageError> {
-    let shown = path.display().to_string();
-    let permanent = |what: &str, err: BoxError| {
-        StorageError::with_source(
-            ErrorKind::Permanent,
-            format!("TLS CA file {shown}: {what}"),
-            err,
-        )
-    };
-    let pem = tokio::fs::read(path)
-        .await
-        .map_err(|err| permanent("cannot read", err.into()))?;
+fn ca_file_error(path: &Path, what: &str, err: BoxError) -> StorageError {
+    StorageError::with_source(
+        ErrorKind::Permanent,
+        format!("TLS CA file {}: {what}", path.display()),
+        err,
+    )
+}
+
+/// The certificates of the PEM text `pem`, read from `path` (named in the
+/// errors); at least one.
+///
+/// # Errors
+///
+/// A [`ErrorKind::Permanent`] [`StorageError`]: bad PEM, an unusable
+/// certificate, or no certificate at all.
+pub fn roots_from_pem(path: &Path, pem: &[u8]) -> Result<RootCertStore, StorageError> {
     let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|err| permanent("bad PEM", err.into()))?;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|err| ca_file_error(path, "bad PEM", err.into()))?;
         roots
             .add(cert)
-            .map_err(|err| permanent("bad certificate", err.into()))?;
+            .map_err(|err| ca_file_error(path, "bad certificate", err.into()))?;
     }
     if roots.is_empty() {
         return Err(StorageError::permanent(format!(
-            "TLS CA file {shown} holds no certificate"
+            "TLS CA file {} holds no certificate",
+            path.display()
         )));
     }
     Ok(roots)
 }
 
-/// The system's trust store; at least one certificate.
-fn system_roots(ca_option: &str) -> Result<RootCertStore, StorageError> {
+/// The system's trust store, possibly empty (the caller decides whether
+/// that is an error); certificates that cannot be loaded or parsed are
+/// skipped with a warning.
+pub fn system_roots() -> RootCertStore {
     let found = rustls_native_certs::load_native_certs();
     for err in &found.errors {
         tracing::warn!(%err, "could not load some system CA certificates");
     }
     let mut roots = RootCertStore::empty();
-    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
-    if added == 0 {
-        return Err(StorageError::permanent(format!(
-            "no system CA certificates found: pass {ca_option}=/path/to/ca.pem"
-        )));
-    }
-    Ok(roots)
+    let (added, ignored) = roots.add_parsable_certificates(found.certs);
+    tracing::debug!(added, ignored, "loaded system CA certificates");
+    roots
 }
 
 #[cfg(test)]
