@@ -60,6 +60,7 @@ type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Emp
 mod nginx;
 mod per_core;
 mod pingora;
+mod proxy_process;
 
 /// Thread name of the coordinator's one-worker runtime.
 const COORD_ONE: &str = "bench-coord1";

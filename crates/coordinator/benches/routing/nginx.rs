@@ -3,10 +3,9 @@
 //! process's.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A running nginx; killed when dropped.
 pub(crate) struct Nginx {
@@ -46,19 +45,13 @@ fn binary() -> Option<String> {
     None
 }
 
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-}
-
 /// Starts nginx proxying to `pod` (host:port); `Err` says why not (no
 /// nginx installed, or it did not come up).
 pub(crate) fn start(pod: SocketAddr) -> Result<Nginx, String> {
     let bin = binary().ok_or("nginx not found (set NGINX_BIN, or apt-get install nginx-light)")?;
     let dir = std::env::temp_dir().join(format!("routing-bench-nginx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let addr = free_port();
+    let addr = crate::proxy_process::free_port();
     let d = dir.display();
     let conf = format!(
         "daemon off;\n\
@@ -100,16 +93,7 @@ pub(crate) fn start(pod: SocketAddr) -> Result<Nginx, String> {
         .spawn()
         .map_err(|e| format!("{bin}: {e}"))?;
     let mut nginx = Nginx { child, dir, addr };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while TcpStream::connect(addr).is_err() {
-        if let Ok(Some(status)) = nginx.child.try_wait() {
-            return Err(format!("nginx exited: {status}"));
-        }
-        if Instant::now() > deadline {
-            return Err("nginx did not listen within 5 s".to_owned());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::proxy_process::wait_listening(&mut nginx.child, addr, "nginx")?;
     Ok(nginx)
 }
 

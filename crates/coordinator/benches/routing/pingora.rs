@@ -18,10 +18,9 @@
 //! when `CARGO_TARGET_DIR` is unset; absent, the row is skipped with a
 //! message.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A running `pingora-hop`; killed when dropped.
 pub(crate) struct PingoraHop {
@@ -58,12 +57,6 @@ fn binary() -> Result<PathBuf, String> {
     }
 }
 
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-}
-
 /// Starts `pingora-hop` on `threads` worker threads, routing `destination`
 /// to `pod`; `Err` says why not (no binary, or it did not come up).
 pub(crate) fn start(
@@ -72,7 +65,7 @@ pub(crate) fn start(
     threads: usize,
 ) -> Result<PingoraHop, String> {
     let bin = binary()?;
-    let addr = free_port();
+    let addr = crate::proxy_process::free_port();
     let child = Command::new(&bin)
         .arg("--listen")
         .arg(addr.to_string())
@@ -84,16 +77,7 @@ pub(crate) fn start(
         .spawn()
         .map_err(|e| format!("{}: {e}", bin.display()))?;
     let mut hop = PingoraHop { child, addr };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while TcpStream::connect(addr).is_err() {
-        if let Ok(Some(status)) = hop.child.try_wait() {
-            return Err(format!("pingora-hop exited: {status}"));
-        }
-        if Instant::now() > deadline {
-            return Err("pingora-hop did not listen within 5 s".to_owned());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::proxy_process::wait_listening(&mut hop.child, addr, "pingora-hop")?;
     Ok(hop)
 }
 
