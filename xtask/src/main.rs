@@ -8,12 +8,14 @@
 //! - `cargo xtask sim --seeds 10000`: the deterministic elections simulation.
 //! - `cargo xtask chaos --engine cassandra --duration 120s`: contender processes
 //!   killed, paused and cut off from a real engine, fencing checked.
+//! - `cargo xtask model`: the protocol models (stateright), every seeded bug refuted.
 //! - `cargo xtask man`: writes vvm-host's man page (`crates/vvm-host/doc/vvm-host.1`).
 
 mod chaos;
 mod docker;
 mod engines;
 mod man;
+mod model;
 mod sim;
 mod test_drivers;
 
@@ -34,6 +36,8 @@ enum Task {
     Sim(sim::Args),
     /// Run contender processes under kills, pauses and partitions against a real engine.
     Chaos(chaos::Args),
+    /// Check the protocol models exhaustively (release build); every seeded bug must be refuted.
+    Model(model::Args),
     /// Write vvm-host's man page from its clap definition (a test checks it is current).
     Man,
 }
@@ -43,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         Task::TestDrivers(args) => test_drivers::run(args),
         Task::Sim(args) => sim::run(args),
         Task::Chaos(args) => chaos::run(args),
+        Task::Model(args) => model::run(args),
         Task::Man => man::run(),
     }
 }
