@@ -17,8 +17,11 @@ fail() { echo "compose smoke: $*" >&2; exit 1; }
 export TTL_IMAGE_VALKEY TTL_IMAGE_POSTGRES
 
 # ---- the image: this host's binaries (no Rust base image to build from) ----
-say "cargo build -p pg-tenants --bins"
-cargo build -q -p pg-tenants --bin pg-pod --bin pg-coordinator
+# The workspace's one test build makes pg-pod and pg-coordinator (its e2e
+# tests spawn them); `build -p pg-tenants` would resolve features anew and
+# recompile ~100 dependencies.
+say "cargo test --workspace --no-run (pg-pod, pg-coordinator)"
+cargo test -q --workspace --no-run
 bin="${CARGO_TARGET_DIR:-target}/debug"
 context=$(mktemp -d)
 cp .ci/docker/pg-tenants/Dockerfile "$bin/pg-pod" "$bin/pg-coordinator" "$context/"

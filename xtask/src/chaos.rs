@@ -124,12 +124,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             anyhow::bail!("unknown engine {name:?}; supported: {}", names.join(", "));
         }
     }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo)
-        .args(["build", "-q", "-p", "chaos", "--bins"])
-        .status()
-        .context("building the chaos harness")?;
-    anyhow::ensure!(status.success(), "building the chaos harness failed");
+    // The harness's programs from the workspace's one test build (a
+    // `-p chaos` build would recompile ~100 dependencies with other features).
+    let build = crate::workspace_build::build()?;
+    let harness = build.bin("chaos")?;
+    let fleet = build.bin("chaos-fleet")?;
 
     let work_dir = engines::work_dir();
     std::fs::create_dir_all(&work_dir)?;
@@ -167,11 +166,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         let cluster = *name == "cassandra-3" || failover;
         let lease = args.lease.unwrap_or_else(|| default_lease(name));
         let mut command = if *name == "coordinator" {
-            fleet_command(&cargo, &url, &args, &work_dir, &summary)
+            fleet_command(&fleet, &url, &args, &work_dir, &summary)
         } else {
-            let mut command = Command::new(&cargo);
+            let mut command = Command::new(&harness);
             command
-                .args(["run", "-q", "-p", "chaos", "--bin", "chaos", "--"])
                 .args(["--url", &url, "--engine", name])
                 .args(["--duration-secs", &args.duration.to_string()])
                 .args(["--lease-secs", &lease.to_string()])
@@ -281,15 +279,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 /// pods and coordinators on the started Valkey; `--lease`, `--contenders`
 /// and `--clock-rate` do not apply.
 fn fleet_command(
-    cargo: &str,
+    program: &std::path::Path,
     url: &str,
     args: &Args,
     work_dir: &std::path::Path,
     summary: &std::path::Path,
 ) -> Command {
-    let mut command = Command::new(cargo);
+    let mut command = Command::new(program);
     command
-        .args(["run", "-q", "-p", "chaos", "--bin", "chaos-fleet", "--"])
         .args(["--url", url])
         .args(["--duration-secs", &args.duration.to_string()])
         .args(args.unfenced.then_some("--unfenced"))

@@ -18,6 +18,7 @@ mod man;
 mod model;
 mod sim;
 mod test_drivers;
+mod workspace_build;
 
 use clap::{Parser, Subcommand};
 

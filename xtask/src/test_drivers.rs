@@ -10,7 +10,10 @@ use std::{
 
 use anyhow::Context;
 
-use crate::engines::{self, Engine, Started};
+use crate::{
+    engines::{self, Engine, Started},
+    workspace_build::{self, TestBinary},
+};
 
 /// Options of `test-drivers`.
 #[derive(clap::Args)]
@@ -69,7 +72,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let work_dir = engines::work_dir();
     std::fs::create_dir_all(&work_dir)
         .with_context(|| format!("creating {}", work_dir.display()))?;
-    let mut binaries = build_test_binaries()?;
+    let mut binaries = workspace_build::build()?.tests;
     let copies = keep_private_copies(&mut binaries, &selected, &work_dir)?;
 
     let mut outcomes = Vec::new();
@@ -146,43 +149,6 @@ impl Outcome {
     }
 }
 
-/// A test executable built by `cargo test --workspace --no-run`.
-struct TestBinary {
-    executable: PathBuf,
-    package_dir: PathBuf,
-}
-
-/// Builds every test binary of the workspace once, with the same feature
-/// unification as `cargo test --workspace` (so nothing is rebuilt per
-/// package), and indexes them by `(package, test target)`.
-fn build_test_binaries() -> anyhow::Result<HashMap<(String, String), TestBinary>> {
-    println!("== building test binaries (cargo test --workspace --no-run) ==");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut child = Command::new(cargo)
-        .args(["test", "--workspace", "--no-run"])
-        .args(["--message-format", "json-render-diagnostics"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("running cargo test --no-run")?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let mut binaries = HashMap::new();
-    for line in BufReader::new(stdout).lines() {
-        let line = line?;
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if let Some((key, binary)) = test_artifact(&message) {
-            binaries.insert(key, binary);
-        }
-    }
-    let status = child.wait()?;
-    anyhow::ensure!(
-        status.success(),
-        "building the test binaries failed ({status})"
-    );
-    Ok(binaries)
-}
-
 /// Copies the selected engines' test binaries under `work_dir` and points
 /// at the copies. Worktrees of this workspace sharing one
 /// `CARGO_TARGET_DIR` build to the same file names (cargo hashes path
@@ -215,41 +181,6 @@ fn keep_private_copies(
         }
     }
     Ok(private)
-}
-
-/// `(package, target)` and the executable of a `compiler-artifact` message
-/// for a test target.
-fn test_artifact(message: &serde_json::Value) -> Option<((String, String), TestBinary)> {
-    if message["reason"] != "compiler-artifact" {
-        return None;
-    }
-    let target = &message["target"];
-    let is_test = target["kind"].as_array()?.iter().any(|k| k == "test");
-    if !is_test {
-        return None;
-    }
-    let executable = PathBuf::from(message["executable"].as_str()?);
-    let manifest = Path::new(message["manifest_path"].as_str()?);
-    let package_dir = manifest.parent()?.to_path_buf();
-    let package = package_name(message["package_id"].as_str()?)?;
-    let name = target["name"].as_str()?.to_string();
-    Some((
-        (package, name),
-        TestBinary {
-            executable,
-            package_dir,
-        },
-    ))
-}
-
-/// The package name in a package id: `path+file:///dir/name#0.1.0` or
-/// `path+file:///dir/other#name@0.1.0`.
-fn package_name(id: &str) -> Option<String> {
-    let (path, fragment) = id.rsplit_once('#')?;
-    match fragment.split_once('@') {
-        Some((name, _version)) => Some(name.to_string()),
-        None => path.rsplit('/').next().map(str::to_string),
-    }
 }
 
 /// Starts `engine` (or uses its external endpoint), runs its suites, and
@@ -395,19 +326,7 @@ fn parse_result_line(line: &str) -> Option<(u64, u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{package_name, parse_result_line};
-
-    #[test]
-    fn package_names_from_ids() {
-        assert_eq!(
-            package_name("path+file:///work/main/crates/storage-mem#0.1.0").as_deref(),
-            Some("storage-mem")
-        );
-        assert_eq!(
-            package_name("path+file:///work/main/examples/pg#pg-tenants@0.1.0").as_deref(),
-            Some("pg-tenants")
-        );
-    }
+    use super::parse_result_line;
 
     #[test]
     fn parses_libtest_summary() {
