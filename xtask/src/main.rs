@@ -9,6 +9,7 @@
 //! - `cargo xtask chaos --engine cassandra --duration 120s`: contender processes
 //!   killed, paused and cut off from a real engine, fencing checked.
 //! - `cargo xtask model`: the protocol models (stateright), every seeded bug refuted.
+//! - `cargo xtask tidy`: the map's invariants (`docs/architecture.md`), checked.
 //! - `cargo xtask man`: writes vvm-host's man page (`crates/vvm-host/doc/vvm-host.1`).
 
 mod chaos;
@@ -18,6 +19,7 @@ mod man;
 mod model;
 mod sim;
 mod test_drivers;
+mod tidy;
 mod workspace_build;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +41,8 @@ enum Task {
     Chaos(chaos::Args),
     /// Check the protocol models exhaustively (release build); every seeded bug must be refuted.
     Model(model::Args),
+    /// Check the architecture's invariants (crate arrows, file lengths, docs, driver lists, network suites).
+    Tidy,
     /// Write vvm-host's man page from its clap definition (a test checks it is current).
     Man,
 }
@@ -49,6 +53,7 @@ fn main() -> anyhow::Result<()> {
         Task::Sim(args) => sim::run(args),
         Task::Chaos(args) => chaos::run(args),
         Task::Model(args) => model::run(args),
+        Task::Tidy => tidy::run(),
         Task::Man => man::run(),
     }
 }
