@@ -43,9 +43,13 @@ if [[ -n $need_valkey ]]; then
   if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release; then
     backports=/etc/apt/sources.list.d/bookworm-backports.sources
     if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-      cat >"$backports" <<'SOURCES'
+      # The same mirror the machine's bookworm sources use (never a host named here).
+      mirror=$(sed -n 's/^URIs: *\([^ ]*\/debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
+      mirror=${mirror:-$(sed -n 's/^deb \(\[[^]]*\] \)\?\([^ ]*\/debian\) .*/\2/p' /etc/apt/sources.list 2>/dev/null | head -1)}
+      [[ -n $mirror ]] || { echo "install-deps: no Debian mirror configured in /etc/apt" >&2; exit 1; }
+      cat >"$backports" <<SOURCES
 Types: deb
-URIs: http://deb.debian.org/debian
+URIs: $mirror
 Suites: bookworm-backports
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
