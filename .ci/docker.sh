@@ -222,5 +222,7 @@ else
   docker-compose -f docker-compose.yml --profile pg-example config -q
   say "bash .ci/compose-smoke.sh (the pg-example profile, started)"
   bash .ci/compose-smoke.sh
+  say "bash .ci/deb-smoke.sh (vvm-host's .deb installed in a clean Debian container)"
+  bash .ci/deb-smoke.sh
 fi
 say "done"
