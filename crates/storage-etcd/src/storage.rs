@@ -252,10 +252,12 @@ impl TtlStorage for EtcdStorage {
     }
 
     /// `IF value = old AND mod_revision <= (the grant's revision) THEN
-    /// put(new, fresh lease) ELSE get`: see [`Grant`] for why the second
-    /// comparison. When only that one failed (the record still holds
-    /// `old`, rewritten after the grant), the swap is tried again with a
-    /// fresh lease, up to [`SAME_VALUE_ROUNDS`] times.
+    /// put(new, fresh lease) ELSE get`: the second comparison keeps a
+    /// transaction delayed on its way from landing on a record written
+    /// after its lease was granted (see the crate docs). When only that
+    /// one failed (the record still holds `old`, rewritten after the
+    /// grant), the swap is tried again with a fresh lease, up to three
+    /// times.
     async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
         const WHAT: &str = "compare_and_swap";
         check_value(old)?;
