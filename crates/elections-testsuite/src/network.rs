@@ -180,7 +180,10 @@ pub async fn renewal_applied_late_never_moves_the_expiry_earlier(
         "the warm-up renewal through the proxy failed"
     );
     proxy.hold_requests_after(answers_before_write);
-    let late = held.compare_and_swap(key, b"v", b"v", ttl);
+    let late = async {
+        let answer = held.compare_and_swap(key, b"v", b"v", ttl).await;
+        (answer, tokio::time::Instant::now())
+    };
     let on_time = async {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while proxy.held_bytes() == 0 {
@@ -199,7 +202,11 @@ pub async fn renewal_applied_late_never_moves_the_expiry_earlier(
         proxy.release_requests();
         start
     };
-    let (late, acknowledged_start) = tokio::join!(late, on_time);
+    let ((late, late_answered), acknowledged_start) = tokio::join!(late, on_time);
+    assert!(
+        late_answered > acknowledged_start,
+        "the late renewal answered before the proxy let it through: it did not go through the proxy"
+    );
     assert!(
         ok(late),
         "the late renewal answered false although the record held its value"
