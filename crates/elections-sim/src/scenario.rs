@@ -9,6 +9,7 @@ use std::{
 use tokio::time::{Instant, sleep};
 
 use crate::{
+    anchor::{Anchor, LateWrites},
     contender::{self, contender, observer},
     history::{self, EndCause, History, Verdict, Who},
     rng::SimRng,
@@ -28,6 +29,12 @@ pub struct SimConfig {
     /// Make inserts overwrite live records: a broken store, to show the
     /// checker catches what it should. Never set outside that test.
     pub broken_store: bool,
+    /// The expiry anchor every seed uses; `None`: seed `n` uses
+    /// [`Anchor::for_seed`] (apply, etcd, DynamoDB in turn).
+    pub anchor: Option<Anchor>,
+    /// Drop the send-anchored drivers' late-write guards (their behaviour on
+    /// afc8b88, before issue 34's fix), to show the checker catches it.
+    pub unguarded_late_writes: bool,
 }
 
 impl Default for SimConfig {
@@ -37,6 +44,8 @@ impl Default for SimConfig {
             fault_leases: 30,
             calm_leases: 4,
             broken_store: false,
+            anchor: None,
+            unguarded_late_writes: false,
         }
     }
 }
@@ -58,6 +67,10 @@ pub struct RunReport {
     pub seed: u64,
     /// What the contenders were.
     pub kind: ContenderKind,
+    /// Where the store counted expiries from.
+    pub anchor: Anchor,
+    /// What became of writes that arrived after a later write.
+    pub late: LateWrites,
     /// Contenders in the run.
     pub contenders: usize,
     /// Keys contended for.
@@ -135,6 +148,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
         .collect();
     let op_fault_p = rng.unit() * 0.08;
     let heal_at = origin + d * config.fault_leases;
+    let anchor = config.anchor.unwrap_or_else(|| Anchor::for_seed(seed));
     let world = World::new(
         State {
             rng,
@@ -154,6 +168,8 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
             observed: std::collections::BTreeMap::new(),
         },
         d,
+        anchor,
+        !config.unguarded_late_writes,
     );
     let keys = Arc::new(keys);
     let mut incarnations = vec![0u32; contenders];
@@ -243,6 +259,8 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     RunReport {
         seed,
         kind,
+        anchor,
+        late: world.store.late_writes(),
         contenders,
         keys: keys.len(),
         intervals: intervals.len(),

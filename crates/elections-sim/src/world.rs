@@ -8,11 +8,11 @@ use std::{
 
 use async_trait::async_trait;
 use elections::Killer;
-use storage_mem::MemStorage;
 use tokio::{sync::Notify, task::AbortHandle, time::Instant};
 use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage};
 
 use crate::{
+    anchor::{Anchor, Store},
     history::{EndCause, History, Who},
     rng::SimRng,
 };
@@ -142,7 +142,8 @@ pub(crate) struct State {
 
 /// The world of one run.
 pub(crate) struct World {
-    pub(crate) store: MemStorage,
+    /// The store, with the drivers' expiry anchors (see [`crate::anchor`]).
+    pub(crate) store: Arc<Store>,
     pub(crate) lease: Duration,
     state: Mutex<State>,
     /// Notified whenever pauses, stalls or partitions change. (Not a
@@ -152,9 +153,9 @@ pub(crate) struct World {
 }
 
 impl World {
-    pub(crate) fn new(state: State, lease: Duration) -> Arc<Self> {
+    pub(crate) fn new(state: State, lease: Duration, anchor: Anchor, guarded: bool) -> Arc<Self> {
         Arc::new(World {
-            store: MemStorage::new(),
+            store: Arc::new(Store::new(anchor, guarded)),
             lease,
             state: Mutex::new(state),
             changed: Notify::new(),
@@ -271,7 +272,10 @@ impl SimStorage {
             2 => CallFault::UnknownApplied,
             3 => CallFault::UnknownNotApplied,
             4 => {
-                let delay = state.rng.between(Duration::ZERO, d / 4);
+                // Up to a whole lease (a request stuck in a retransmission
+                // queue): long enough to land after the writer's next
+                // renewals, where a send-anchored expiry would hurt.
+                let delay = state.rng.between(Duration::ZERO, d);
                 let room = state.heal_at.saturating_duration_since(Instant::now());
                 CallFault::LateApply(delay.min(room))
             }
@@ -327,12 +331,14 @@ impl TtlStorage for SimStorage {
         let (store, key, value) = (self.world.store.clone(), key.clone(), value.to_vec());
         let broken = self.world.lock().broken_insert;
         self.run(true, move || {
+            // Sent now (a late write's future is made when it is sent).
+            let sent = Instant::now();
             let (store, key, value) = (store.clone(), key.clone(), value.clone());
             async move {
-                if broken && let Some(current) = store.get(&key).await? {
-                    store.compare_and_delete(&key, &current).await?;
+                if broken && let Some(current) = store.map.get(&key).await? {
+                    store.delete(&key, &current).await?;
                 }
-                store.insert_if_not_exists(&key, &value, ttl).await
+                store.insert(&key, &value, ttl, sent).await
             }
         })
         .await
@@ -346,8 +352,9 @@ impl TtlStorage for SimStorage {
             new.to_vec(),
         );
         self.run(true, move || {
+            let sent = Instant::now();
             let (store, key, old, new) = (store.clone(), key.clone(), old.clone(), new.clone());
-            async move { store.compare_and_swap(&key, &old, &new, ttl).await }
+            async move { store.swap(&key, &old, &new, ttl, sent).await }
         })
         .await
     }
@@ -356,7 +363,7 @@ impl TtlStorage for SimStorage {
         let (store, key, value) = (self.world.store.clone(), key.clone(), value.to_vec());
         self.run(true, move || {
             let (store, key, value) = (store.clone(), key.clone(), value.clone());
-            async move { store.compare_and_delete(&key, &value).await }
+            async move { store.delete(&key, &value).await }
         })
         .await
     }
@@ -365,7 +372,7 @@ impl TtlStorage for SimStorage {
         let (store, key) = (self.world.store.clone(), key.clone());
         self.run(false, move || {
             let (store, key) = (store.clone(), key.clone());
-            async move { store.get(&key).await }
+            async move { store.map.get(&key).await }
         })
         .await
     }
