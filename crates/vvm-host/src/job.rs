@@ -102,10 +102,15 @@ pub(crate) struct JobHandle {
     guard: Pid,
     /// Names the guard for as long as vvm-host lives (our own child).
     guard_fd: Option<OwnedFd>,
-    /// The job's cgroup, in the cgroup mode: ended without the guard.
+    /// The job's cgroup, in the cgroup modes: ended without the guard.
     cgroup: Option<JobCgroup>,
+    /// True when the job runs in a PID namespace of its own.
+    pidns: bool,
     /// Known once the guard has reported it started the command.
     command: OnceLock<Pid>,
+    /// Names the namespace's init (PID-namespace modes), once started: it
+    /// exits only once every process of its namespace is gone.
+    init_fd: OnceLock<OwnedFd>,
     lifeline: StdUnixStream,
 }
 
@@ -129,37 +134,40 @@ impl JobHandle {
     }
 
     /// Ends the job at once, then says nothing: the caller logs. In the
-    /// cgroup mode, `cgroup.kill` first (no guard needed); then the guard
+    /// cgroup modes, `cgroup.kill` first (no guard needed); then the guard
     /// is asked to kill (it reaches everything in every mode). Waits up to
-    /// `limit` for the job to be gone: the cgroup empty, or the guard
-    /// exited (which it does only once the job is empty). If the guard
-    /// does not confirm, it is SIGKILLed too (in the PID-namespace mode its
-    /// death takes the namespace's init, and so the namespace, with it).
-    /// True if the job is known to be gone.
+    /// `limit` for the job to be gone (see [`JobHandle::gone`]). If it is
+    /// not, the guard is SIGKILLed too (in the PID-namespace modes its death
+    /// takes the namespace's init, and so the namespace, with it) and the
+    /// wait goes on for up to `limit` more. True only if the job is known
+    /// to be gone.
     pub(crate) fn kill_now(&self, limit: Duration) -> bool {
         if let Some(cgroup) = &self.cgroup {
             let _ = cgroup.kill();
         }
-        let asked = match (&self.lifeline).write_all(KILL) {
-            Ok(()) => true,
-            // The guard has finished already: the job is gone.
-            Err(err) if err.kind() == io::ErrorKind::BrokenPipe => return true,
-            Err(_) => false,
-        };
+        let asked = (&self.lifeline).write_all(KILL).is_ok();
+        if asked && self.wait_gone(limit) {
+            return true;
+        }
+        self.kill_guard();
+        if let Some(cgroup) = &self.cgroup {
+            let _ = cgroup.kill();
+        }
+        self.wait_gone(limit)
+    }
+
+    /// Polls [`JobHandle::gone`] for up to `limit`.
+    fn wait_gone(&self, limit: Duration) -> bool {
         let deadline = std::time::Instant::now() + limit;
         loop {
             if self.gone() {
                 return true;
             }
-            if !asked || std::time::Instant::now() >= deadline {
-                break;
+            if std::time::Instant::now() >= deadline {
+                return false;
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        self.kill_guard();
-        self.cgroup
-            .as_ref()
-            .is_some_and(|cgroup| !cgroup.populated())
     }
 
     /// SIGKILL to the whole job without waiting: `cgroup.kill` in the cgroup
@@ -172,8 +180,8 @@ impl JobHandle {
     }
 
     /// The guard's notes waiting on the lifeline (for a caller about to
-    /// exit, which will not read them otherwise). Never blocks.
-    pub(crate) fn drain_notes(&self) -> Vec<String> {
+    /// exit, which will not read them otherwise), logged. Never blocks.
+    pub(crate) fn log_notes(&self) {
         use std::io::Read;
         let mut bytes = Vec::new();
         let mut buf = [0u8; 4096];
@@ -183,26 +191,49 @@ impl JobHandle {
             }
             bytes.extend_from_slice(&buf[..n]);
         }
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .filter_map(|line| line.strip_prefix("note ").map(str::to_owned))
-            .collect()
+        for line in String::from_utf8_lossy(&bytes).lines() {
+            log_note(line);
+        }
     }
 
-    /// True once the job is known to be empty: its cgroup (cgroup mode) or
-    /// the guard has exited (it exits only once the job is empty).
-    fn gone(&self) -> bool {
-        if let Some(cgroup) = &self.cgroup
-            && !cgroup.populated()
+    /// True once the job is known to be gone:
+    ///
+    /// - its cgroup (and every cgroup below it) is empty, in the cgroup
+    ///   modes, and
+    /// - in the PID-namespace modes, the namespace's init has exited (it
+    ///   exits only once every process of its namespace is gone, wherever
+    ///   in the cgroup tree they moved);
+    /// - else the guard has exited cleanly (it does only once the job is
+    ///   empty); in the cgroup mode without a namespace a guard that died
+    ///   otherwise leaves the empty cgroup as the best knowledge there is.
+    pub(crate) fn gone(&self) -> bool {
+        if self
+            .cgroup
+            .as_ref()
+            .is_some_and(|cgroup| cgroup.populated())
         {
-            return true;
+            return false;
         }
-        // WNOWAIT: only look; the runtime reaps the guard.
+        if self.pidns
+            && let Some(init) = self.init_fd.get()
+        {
+            return pidfd::exited(init);
+        }
+        match self.guard_exit() {
+            Some(WaitStatus::Exited(_, 0)) => true,
+            Some(_) => self.cgroup.is_some() && !self.pidns,
+            None => false,
+        }
+    }
+
+    /// The guard's end, if it has ended (only looked at: the runtime reaps
+    /// it).
+    fn guard_exit(&self) -> Option<WaitStatus> {
         let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        !matches!(
-            waitid(Id::Pid(self.guard), flags),
-            Ok(WaitStatus::StillAlive)
-        )
+        match waitid(Id::Pid(self.guard), flags) {
+            Ok(WaitStatus::StillAlive) | Err(_) => None,
+            Ok(status) => Some(status),
+        }
     }
 
     /// SIGKILL to the guard, through the pidfd that names our own child.
@@ -341,7 +372,9 @@ impl Job {
             guard: guard_pid,
             guard_fd: pidfd::open(guard_pid.as_raw()),
             cgroup,
+            pidns: mode.pidns(),
             command: OnceLock::new(),
+            init_fd: OnceLock::new(),
             lifeline: host_end.try_clone().map_err(JobError::Guard)?,
         });
         // At once: the guard does not start the command before it knows the
@@ -363,9 +396,8 @@ impl Job {
         let mut reports = BufReader::new(read).lines();
         let first = loop {
             let line = reports.next_line().await?.unwrap_or_default();
-            match line.strip_prefix("note ") {
-                Some(note) => tracing::warn!(guard = note, "guard"),
-                None => break line,
+            if !log_note(&line) {
+                break line;
             }
         };
         let mut words = first.splitn(3, ' ');
@@ -376,6 +408,11 @@ impl Job {
                     .map_err(|_| JobError::GuardLost(format!("bad report {first:?}")))?;
                 // Set once, here, before anyone else can read it.
                 let _ = job.handle.command.set(Pid::from_raw(pid));
+                if job.handle.pidns
+                    && let Some(init) = pidfd::open_child_of(pid, guard_pid.as_raw())
+                {
+                    let _ = job.handle.init_fd.set(init);
+                }
                 job.reports = Some(reports);
                 job.lifeline_write = Some(write);
                 Ok(job)
@@ -433,8 +470,10 @@ impl Job {
             let Ok(Some(line)) = line else {
                 break line;
             };
+            if log_note(&line) {
+                continue;
+            }
             match line.split_once(' ') {
-                Some(("note", note)) => tracing::warn!(guard = note, "guard"),
                 Some(("ack", "term")) => self.acks.term = true,
                 Some(("ack", "kill")) => self.acks.kill = true,
                 Some(("stuck", what)) => {
@@ -454,9 +493,10 @@ impl Job {
         let line = match report {
             Ok(Some(line)) => line,
             other => {
-                // The guard died (SIGKILLed?). In the cgroup mode the job
-                // is still within reach: end it and wait until it is empty.
-                self.empty_cgroup().await;
+                // The guard died (SIGKILLed?). The job is still within
+                // reach (its cgroup; its namespace, whose init died with the
+                // guard): end it and wait until it is gone.
+                self.end_without_guard().await;
                 return Err(JobError::GuardLost(format!(
                     "report {other:?}, guard {status:?}"
                 )));
@@ -466,36 +506,56 @@ impl Job {
     }
 
     /// Ends the job without the guard, which did not answer within
-    /// `waited`: `cgroup.kill` and a wait until the cgroup is empty (the
-    /// lease is held meanwhile), then SIGKILL to the guard (in the
-    /// PID-namespace mode that ends the namespace). Always an error: the
-    /// guard failed.
+    /// `waited`: SIGKILL to the guard (in the PID-namespace modes that ends
+    /// the namespace's init, and so the namespace) and `cgroup.kill`, then
+    /// a wait until the job is gone (the lease is held meanwhile). Always
+    /// an error: the guard failed.
     pub(crate) async fn take_over(&mut self, waited: Duration) -> JobError {
-        self.empty_cgroup().await;
         self.handle.kill_guard();
+        self.end_without_guard().await;
         let _ = self.guard.wait().await;
         self.running.set(None);
         self.remove_cgroup();
         JobError::GuardUnresponsive(waited)
     }
 
-    /// cgroup mode: `cgroup.kill`, then waits until the cgroup is empty,
-    /// logging what is left every few seconds.
-    async fn empty_cgroup(&self) {
-        let Some(cgroup) = &self.handle.cgroup else {
-            return;
-        };
+    /// `cgroup.kill` (cgroup modes) until the cgroup is empty, and a wait
+    /// until the namespace's init has exited (PID-namespace modes: it dies
+    /// with the guard), logging what is left every few seconds; then
+    /// removes the job's cgroups.
+    async fn end_without_guard(&self) {
         let started = std::time::Instant::now();
         let mut logged = started;
-        while cgroup.populated() {
-            let _ = cgroup.kill();
+        loop {
+            let populated = self
+                .handle
+                .cgroup
+                .as_ref()
+                .is_some_and(|cgroup| cgroup.populated());
+            if let (true, Some(cgroup)) = (populated, &self.handle.cgroup) {
+                let _ = cgroup.kill();
+            }
+            let init_alive = self
+                .handle
+                .init_fd
+                .get()
+                .is_some_and(|init| !pidfd::exited(init));
+            if !populated && !init_alive {
+                break;
+            }
             if logged.elapsed() >= Duration::from_secs(5) {
                 logged = std::time::Instant::now();
-                tracing::warn!(pids = ?cgroup.pids(), waited = ?started.elapsed(), "processes of the job have not ended after SIGKILL; the lease is kept until they are gone");
+                let pids = self
+                    .handle
+                    .cgroup
+                    .as_ref()
+                    .map(JobCgroup::pids)
+                    .unwrap_or_default();
+                tracing::warn!(?pids, init_alive, waited = ?started.elapsed(), "processes of the job have not ended after SIGKILL; the lease is kept until they are gone");
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        cgroup.remove();
+        self.remove_cgroup();
     }
 
     fn remove_cgroup(&self) {
@@ -503,6 +563,17 @@ impl Job {
             cgroup.remove();
         }
     }
+}
+
+/// Logs a guard's `note TEXT` (WARN) or `info TEXT` (INFO) line; false for
+/// any other line.
+pub(crate) fn log_note(line: &str) -> bool {
+    match line.split_once(' ') {
+        Some(("note", note)) => tracing::warn!(guard = note, "guard"),
+        Some(("info", info)) => tracing::info!(guard = info, "guard"),
+        _ => return false,
+    }
+    true
 }
 
 /// Parses `exited code N swept K` / `exited signal N swept K`.

@@ -63,7 +63,9 @@ fn run_and_signal(
 fn stops_the_command_then_releases_leadership(signal: Signal) -> String {
     let (status, pid, stdout, log) = run_and_signal(
         &["--grace-period", "30s"],
-        "echo pid=$$; trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+        &format!(
+            "{ECHO_PID}; trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.1; done"
+        ),
         signal,
     );
     assert_eq!(status.code(), Some(0), "{log}");
@@ -94,7 +96,7 @@ fn sigterm_stops_the_command_then_releases_leadership() {
 fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
     let (status, pid, _stdout, log) = run_and_terminate(
         &["--grace-period", "500ms"],
-        "echo pid=$$; trap '' TERM; echo ready; while :; do sleep 0.1; done",
+        &format!("{ECHO_PID}; trap '' TERM; echo ready; while :; do sleep 0.1; done"),
     );
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(log.contains("SIGKILL"), "{log}");

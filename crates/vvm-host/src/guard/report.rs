@@ -48,8 +48,14 @@ impl Reporter {
         }
     }
 
-    /// A diagnostic for vvm-host's log, dropped if it cannot be sent.
+    /// A warning for vvm-host's log, dropped if it cannot be sent.
     pub(crate) fn note(&mut self, text: &str) {
         let _ = self.send(&format!("note {}", text.replace('\n', " ")));
+    }
+
+    /// A fact for vvm-host's log at INFO (the containment in force),
+    /// dropped if it cannot be sent.
+    pub(crate) fn info(&mut self, text: &str) {
+        let _ = self.send(&format!("info {}", text.replace('\n', " ")));
     }
 }
