@@ -442,15 +442,17 @@ fn as_a_delegated_user_a_job_moved_to_the_delegated_parent_dies_with_vvm_host() 
 // --- 6. An orderly stop reaches a child cgroup --------------------------
 
 /// A worker lives in a child cgroup of the job's; on SIGTERM of vvm-host it
-/// gets SIGTERM too (it traps it and says so), and once the job has ended
-/// the job's cgroup and its child are gone.
+/// gets SIGTERM too (it traps it and says so; the command waits for it, as
+/// a supervisor would, since what is left once the command exits is
+/// SIGKILLed), and once the job has ended the job's cgroup and its child
+/// are gone.
 #[test]
 #[ignore = "needs root (cgroups): run with --ignored as root"]
 fn an_orderly_stop_reaches_a_child_cgroup_and_removes_every_cgroup() {
     let mut host = Host::start(&["--grace-period", "2s"], |work| {
         let said = work.with_file_name("term");
         format!(
-            "{}; echo cg=$cg; mkdir \"$cg/leaf\"; sh -c 'echo 0 > \"$0/leaf/cgroup.procs\" || exit 99; trap \"echo got-term > {}; exit 0\" TERM; echo ready; while :; do sleep 0.1; done' \"$cg\" & wait",
+            "trap 'wait; exit 0' TERM; {}; echo cg=$cg; mkdir \"$cg/leaf\"; sh -c 'echo 0 > \"$0/leaf/cgroup.procs\" || exit 99; trap \"echo got-term > {}; exit 0\" TERM; echo ready; while :; do sleep 0.1; done' \"$cg\" & wait",
             own_cgroup_in_shell(),
             said.display()
         )
