@@ -41,7 +41,7 @@
 pub(crate) mod exec;
 pub(crate) mod init;
 mod job;
-mod report;
+pub(crate) mod report;
 
 use std::{
     ffi::OsString,
