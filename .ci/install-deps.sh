@@ -16,6 +16,10 @@ command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts
 # The coordinator's routing bench compares against nginx (proxy_pass); the
 # bench starts its own nginx (one worker, master_process off).
 command -v nginx >/dev/null || need+=(nginx-light)
+# vvm-host's containment tests (root step) run vvm-host under a supervisor
+# that adopts orphans (tini -s), and as an unprivileged user in a cgroup
+# delegated to it (the user is made here; the test makes it too if missing)
+command -v tini >/dev/null || need+=(tini)
 # chaos's clock-rate fault runs one contender under libfaketime
 [[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]] || need+=(libfaketime)
 # The container route in CI (.ci/docker.sh): a Docker engine, a Debian base
@@ -63,5 +67,8 @@ SOURCES
   fi
 fi
 [[ -z $own_policy ]] || rm -f "$policy"
+if [[ $(id -u) == 0 ]] && ! id -u vvm-host-test >/dev/null 2>&1; then
+  useradd --system --no-create-home --shell /usr/sbin/nologin vvm-host-test
+fi
 valkey-server --version
 java -version 2>&1 | head -1

@@ -95,10 +95,18 @@ impl History {
 
     /// Opens an interval; returns its index.
     pub(crate) fn begin(&mut self, key: &str, who: Who, token: u64, at: Instant) -> usize {
+        // Tokens start at the wall clock (see `elections::fencing`): the log
+        // names a token by its rank among the key's tokens so far, which a
+        // replay reproduces; the checker compares the tokens themselves.
+        let rank = 1 + self
+            .intervals
+            .iter()
+            .filter(|iv| iv.key == key && iv.token < token)
+            .count();
         self.note(
             at,
             format_args!(
-                "lead  {key} c{}/i{} token {token}",
+                "lead  {key} c{}/i{} token #{rank}",
                 who.contender, who.incarnation
             ),
         );
