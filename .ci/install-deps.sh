@@ -16,6 +16,10 @@ command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts
 # The coordinator's routing bench compares against nginx (proxy_pass); the
 # bench starts its own nginx (one worker, master_process off).
 command -v nginx >/dev/null || need+=(nginx-light)
+# The pg-example's browser test (cargo xtask test-drivers, the pg-example
+# row) drives headless Chromium over the DevTools protocol; without it the
+# row fails under CI=true rather than skip the test.
+command -v chromium >/dev/null || need+=(chromium)
 # chaos's clock-rate fault runs one contender under libfaketime
 [[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]] || need+=(libfaketime)
 # The container route in CI (.ci/docker.sh): a Docker engine, a Debian base

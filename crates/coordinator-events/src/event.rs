@@ -49,9 +49,10 @@ pub enum Gap {
         /// The last missed number.
         last: u64,
     },
-    /// The destination's numbering restarted (Valkey lost its counter):
-    /// an unknown number of events may have been missed; numbers continue
-    /// in `generation`.
+    /// The destination's numbering restarted or went back (Valkey lost its
+    /// counter, or its last increments in a failover): an unknown number
+    /// of events may have been missed, and numbers may be given again;
+    /// they continue in `generation`.
     Restarted {
         /// The new generation.
         generation: u64,

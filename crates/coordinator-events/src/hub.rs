@@ -22,6 +22,9 @@ pub(crate) enum Signal {
     Event(Arc<Event>),
     /// The numbering moved on to here without events (they were missed).
     Advance(Position),
+    /// The numbering went back to here (Valkey lost the counter's last
+    /// increments): numbers after it are given again.
+    Rewind(Position),
     /// The broadcast channel is lost.
     Interrupted,
     /// It is back.
@@ -91,8 +94,9 @@ impl Dest {
         self.based.send_replace(true);
     }
 
-    /// An event from the broadcast channel: passed on if it is ahead of
-    /// the high-water mark, dropped as stale otherwise.
+    /// An event from the broadcast channel, in the channel's order: after
+    /// the high-water mark normally; at or below it only if the counter
+    /// went back (then told as a rewind).
     pub(crate) fn accept_event(&self, event: Arc<Event>) {
         let mut o = self.order();
         let p = event.position;
@@ -100,9 +104,14 @@ impl Dest {
             // the first message after subscribing: the start
             None => self.set_base(&mut o, p),
             Some(hw) if hw.generation != p.generation => o.hw = Some(p),
+            // in one channel's order numbers only grow: a smaller one means
+            // the counter went back (a failover lost its last increments)
             Some(hw) if p.seq <= hw.seq => {
-                telemetry::dropped("stale", 1);
-                return;
+                self.send(Signal::Rewind(Position {
+                    generation: p.generation,
+                    seq: p.seq - 1,
+                }));
+                o.hw = Some(p);
             }
             Some(hw) => {
                 if p.seq > hw.seq + 1 {
@@ -127,6 +136,10 @@ impl Dest {
                 telemetry::missed(p.seq - hw.seq);
                 o.hw = Some(p);
                 self.send(Signal::Advance(p));
+            }
+            Some(hw) if p.seq < hw.seq => {
+                o.hw = Some(p);
+                self.send(Signal::Rewind(p));
             }
             Some(_) => {}
         }

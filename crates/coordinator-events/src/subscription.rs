@@ -118,6 +118,17 @@ impl Subscription {
                     self.queued.push_back(Notice::Gap(gap));
                 }
             }
+            Signal::Rewind(p) => {
+                if self
+                    .last
+                    .is_some_and(|l| l.generation == p.generation && l.seq > p.seq)
+                {
+                    self.queued.push_back(Notice::Gap(Gap::Restarted {
+                        generation: p.generation,
+                    }));
+                    self.last = Some(p);
+                }
+            }
             Signal::Interrupted => self.queued.push_back(Notice::Interrupted),
             Signal::Resumed => self.queued.push_back(Notice::Resumed),
         }

@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | `coordinator_events_published_total` | counter | `outcome` | `publish` calls: `ok`, `error` (Valkey unreachable or refused: delivered nowhere, or, when the answer was lost, possibly everywhere), `refused` (payload too large) |
 //! | `coordinator_events_delivered_total` | counter | | events handed to local subscribers (one per subscriber) |
-//! | `coordinator_events_dropped_total` | counter | `reason` | events this pod dropped: `lagged` (a subscriber fell more than the buffer behind; one per subscriber and event), `malformed` (a channel message that does not parse), `stale` (numbered at or below what the pod already passed), `unsubscribed` (a message for a destination with no local subscriber), `overflow` (the Valkey client's message queue overflowed) |
+//! | `coordinator_events_dropped_total` | counter | `reason` | events this pod dropped: `lagged` (a subscriber fell more than the buffer behind; one per subscriber and event), `malformed` (a channel message that does not parse), `unsubscribed` (a message for a destination with no local subscriber), `overflow` (the Valkey client's message queue overflowed) |
 //! | `coordinator_events_missed_total` | counter | | events this pod never received, found by their numbers (a cut from Valkey, a lost message): each is reported to its subscribers as a gap |
 //! | `coordinator_events_unreached_total` | counter | | at publish: pods the subscription map lists as subscribed that the broadcast did not reach (cut from Valkey, or dead within their TTL) |
 //! | `coordinator_events_subscribers` | gauge | | local subscribers on this pod |

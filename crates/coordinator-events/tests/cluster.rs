@@ -428,7 +428,7 @@ async fn untrusted_channel_messages_and_entries_are_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey: run `cargo xtask test-drivers --engine valkey`"]
-async fn a_counter_lost_in_valkey_shows_as_a_restart() {
+async fn a_counter_lost_or_set_back_in_valkey_shows_as_a_restart() {
     let prefix = prefix();
     let a = Pod::start(&prefix, "a", EventsConfig::default()).await;
     let d = dest("t");

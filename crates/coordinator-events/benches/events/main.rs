@@ -19,7 +19,8 @@
 //! `BENCH_EVENTS` (default 2000: the sequential latency run, per
 //! channel), `BENCH_SECS` (default 3: the throughput run) and
 //! `BENCH_INFLIGHT` (default 16: publishes in flight per pod in the
-//! throughput run) tune it. Not run in CI.
+//! throughput run) tune it; `BENCH_DETAIL=1` prints more percentiles of
+//! the sequential run. Not run in CI.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -46,6 +47,8 @@ pub(crate) struct Latencies {
 #[derive(Clone, Default)]
 pub(crate) struct Sink {
     inner: Arc<Mutex<(Latencies, Vec<u64>)>>,
+    /// Woken at every receipt (the latency run waits on it, not spinning).
+    arrived: Arc<tokio::sync::Notify>,
 }
 
 impl Sink {
@@ -61,6 +64,8 @@ impl Sink {
             g.0.peers.push(lat);
         }
         g.1[at] += 1;
+        drop(g);
+        self.arrived.notify_waiters();
     }
 
     fn reset(&self) {
@@ -106,11 +111,14 @@ fn pct(v: &mut [u64], p: f64) -> f64 {
 
 /// Publishes `n` events one at a time (round-robin over the pods), each
 /// after every pod received the previous one: latency without queueing.
-async fn latency_run<C: Channel>(channel: &C, sink: &Sink, n: usize) -> Latencies {
+async fn latency_run<C: Channel>(channel: &C, sink: &Sink, n: usize) -> (Latencies, Vec<u64>) {
     sink.reset();
+    let mut calls = Vec::with_capacity(n);
     for i in 0..n {
         let target = ((i + 1) * PODS) as u64;
+        let called = Instant::now();
         channel.publish(i % PODS).await;
+        calls.push(called.elapsed().as_micros() as u64);
         let deadline = Instant::now() + Duration::from_secs(5);
         while sink.received() < target {
             assert!(
@@ -120,7 +128,7 @@ async fn latency_run<C: Channel>(channel: &C, sink: &Sink, n: usize) -> Latencie
             tokio::task::yield_now().await;
         }
     }
-    sink.take().0
+    (sink.take().0, calls)
 }
 
 /// Every pod publishes with `inflight` calls in flight for `secs`:
@@ -165,7 +173,28 @@ async fn throughput_run<C: Channel>(
     (per_pod_pub, per_pod_recv, lat)
 }
 
-fn report(name: &str, mut lat: Latencies, pubs: f64, recv: f64, mut loaded: Latencies) {
+fn report(
+    name: &str,
+    (mut lat, mut calls): (Latencies, Vec<u64>),
+    pubs: f64,
+    recv: f64,
+    mut loaded: Latencies,
+) {
+    if std::env::var_os("BENCH_DETAIL").is_some() {
+        let p = &mut lat.peers;
+        eprintln!(
+            "{name} sequential peers: p90 {:.3} p95 {:.3} p98 {:.3} p99 {:.3} p99.9 {:.3} max {:.3} (n {})",
+            pct(p, 0.9),
+            pct(p, 0.95),
+            pct(p, 0.98),
+            pct(p, 0.99),
+            pct(p, 0.999),
+            pct(p, 1.0),
+            p.len()
+        );
+        let over = p.iter().filter(|v| **v > 1000).count();
+        eprintln!("{name} over 1 ms: {over}");
+    }
     println!(
         "{name:<7} | {:>8.3} {:>8.3} | {:>8.3} {:>8.3} | {:>10.0} {:>10.0} | {:>8.3} {:>8.3}",
         pct(&mut lat.peers, 0.5),
@@ -176,6 +205,11 @@ fn report(name: &str, mut lat: Latencies, pubs: f64, recv: f64, mut loaded: Late
         recv,
         pct(&mut loaded.peers, 0.5),
         pct(&mut loaded.peers, 0.99),
+    );
+    println!(
+        "{name:<7}   (the publish call itself: p50 {:.3} p99 {:.3})",
+        pct(&mut calls, 0.5),
+        pct(&mut calls, 0.99)
     );
 }
 
