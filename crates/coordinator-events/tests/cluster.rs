@@ -179,17 +179,25 @@ async fn a_pod_cut_from_valkey_is_told_at_once_and_sees_the_exact_gap() {
     a.publish("acme", "after").await;
     assert_eq!(wait_payloads(&c, "acme", 2).await, ["before", "after"]);
     let seen = c.seen("acme");
+    // the numbers: the first event, the exact gap, the next event
+    let numbers: Vec<&Seen> = seen
+        .iter()
+        .filter(|s| !matches!(s, Seen::Interrupted | Seen::Resumed))
+        .collect();
     assert_eq!(
-        seen[1..],
+        numbers,
         [
-            Seen::Interrupted,
-            Seen::Resumed,
-            Seen::Gap(start_c + 2, start_c + 4),
-            Seen::Event(start_c + 5, "after".into()),
+            &Seen::Event(start_c + 1, "before".into()),
+            &Seen::Gap(start_c + 2, start_c + 4),
+            &Seen::Event(start_c + 5, "after".into()),
         ],
         "{seen:?}\n{:?}",
         c.lines()
     );
+    // told before the gap: interrupted, then resumed (a loaded machine may
+    // add a spurious interruption later: a probe that came back too late)
+    assert_eq!(seen[1..3], [Seen::Interrupted, Seen::Resumed], "{seen:?}");
+    assert_eq!(seen[3], Seen::Gap(start_c + 2, start_c + 4), "{seen:?}");
     assert_contiguous(start_c, &seen);
     assert_contiguous(start_b, &b.seen("acme"));
     assert!(b.seen("acme").iter().all(|s| matches!(s, Seen::Event(..))));

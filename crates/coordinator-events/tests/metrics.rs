@@ -60,6 +60,16 @@ async fn published_delivered_dropped_subscribers_and_latency_are_recorded() {
     for i in 0..6 {
         a.events.publish(&d, format!("more-{i}")).await.unwrap();
     }
+    // once sb1 (same pod) has the last one, all six are in b's buffer
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(5), sb1.next())
+            .await
+            .unwrap()
+            .unwrap();
+        if matches!(n, coordinator_events::Notice::Event(ref e) if e.payload == "more-5") {
+            break;
+        }
+    }
     let mut sb2 = sb2;
     let first = tokio::time::timeout(Duration::from_secs(5), sb2.next())
         .await

@@ -76,8 +76,7 @@ pub(super) fn for_suite(package: &str, test: &str, binary: &Path) -> anyhow::Res
         }
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             anyhow::bail!(
-                "{}: `{}` is not installed (.ci/install-deps.sh installs it); its tests ({}) cannot be skipped in CI",
-                need.package,
+                "`{}` is not installed (.ci/install-deps.sh installs it); its tests ({}) cannot be skipped in CI",
                 need.program,
                 need.filter
             );

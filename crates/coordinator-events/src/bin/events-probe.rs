@@ -48,6 +48,9 @@ struct Args {
     /// Probe period of the broadcast connection, milliseconds.
     #[arg(long, default_value_t = 200)]
     probe_ms: u64,
+    /// How long a probe may take, milliseconds.
+    #[arg(long, default_value_t = 1_000)]
+    probe_timeout_ms: u64,
     /// Valkey command timeout, milliseconds.
     #[arg(long, default_value_t = 500)]
     command_timeout_ms: u64,
@@ -90,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
     let id = MemberId::new(args.id.as_str())?;
     let config = EventsConfig {
         probe_interval: Duration::from_millis(args.probe_ms),
-        probe_timeout: Duration::from_millis(args.probe_ms),
+        probe_timeout: Duration::from_millis(args.probe_timeout_ms),
         ..EventsConfig::default()
     };
     let mut heartbeat = None;
