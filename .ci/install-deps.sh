@@ -20,6 +20,10 @@ command -v nginx >/dev/null || need+=(nginx-light)
 # that adopts orphans (tini -s), and as an unprivileged user in a cgroup
 # delegated to it (the user is made here; the test makes it too if missing)
 command -v tini >/dev/null || need+=(tini)
+# The pg-example's browser test (cargo xtask test-drivers, the pg-example
+# row) drives headless Chromium over the DevTools protocol; without it the
+# row fails under CI=true rather than skip the test.
+command -v chromium >/dev/null || need+=(chromium)
 # chaos's clock-rate fault runs one contender under libfaketime
 [[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]] || need+=(libfaketime)
 # The container route in CI (.ci/docker.sh): a Docker engine, a Debian base

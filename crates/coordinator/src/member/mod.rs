@@ -62,6 +62,9 @@ struct Inner {
     cancels: CancelRegistry,
     scripts: Scripts,
     fence: ownership::Fence,
+    /// Counts successful heartbeats, for work renewed with them
+    /// ([`Member::heartbeats`]).
+    beats: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Member {
@@ -108,6 +111,7 @@ impl Member {
                 fanned: Mutex::default(),
                 cancels: CancelRegistry::new(),
                 scripts: Scripts::new(),
+                beats: tokio::sync::watch::Sender::new(0),
             }),
         })
     }
@@ -202,7 +206,17 @@ impl Member {
             tracing::info!(member = %i.config.id, destinations = known.len(), "lease back after a lapse: epochs re-read");
         }
         i.fence.renewed(started);
+        i.beats.send_modify(|n| *n = n.wrapping_add(1));
         Ok(())
+    }
+
+    /// A receiver that changes after every successful [`Member::heartbeat`]
+    /// (its value counts them). Records that live as long as the member
+    /// (the cluster events' subscription entries, `coordinator-events`)
+    /// are renewed when it changes: they get the member's TTL and lapse
+    /// with it, and a slow renewal never delays the heartbeat.
+    pub fn heartbeats(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.beats.subscribe()
     }
 
     /// Removes the member record, the id from `P:members` and every held
