@@ -108,7 +108,7 @@ async fn work(State(pod): State<Pod>, Path(dest): Path<String>, headers: HeaderM
         let Ok(id) = DestinationId::new(dest.clone()) else {
             return (StatusCode::BAD_REQUEST, "bad destination").into_response();
         };
-        if let Err(refusal) = pod.member.check_ownership(&id, epoch) {
+        if let Err(refusal) = pod.member.check_ownership(&id, epoch).await {
             // not kept: the outer layer records the refusal
             return pod::stale_owner_response(refusal);
         }
