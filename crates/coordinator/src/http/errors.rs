@@ -35,10 +35,11 @@ pub enum ApiError {
     /// 409 `request_id_in_use`: the caller's `x-request-id` names a call
     /// already in flight through this coordinator.
     RequestIdInUse,
-    /// 409 `bound_elsewhere`: *pick and register* forwarded to a pod that
-    /// answered 2xx, but meanwhile another live pod was bound to the
-    /// destination (a racing bind or first touch, or a live owner outside
-    /// this coordinator's address policy): the pod picked was not bound.
+    /// 409 `bound_elsewhere`: *pick and register* (or *register from
+    /// response*) forwarded to a pod that answered 2xx, but another live
+    /// pod holds the destination (a racing bind or first touch, a live
+    /// owner outside this coordinator's address policy, a name the pod
+    /// reused): the pod picked was not bound.
     BoundElsewhere,
     /// 413 `payload_too_large`: the request body is larger than
     /// `CoordinatorConfigBuilder::max_request_body`.

@@ -161,7 +161,8 @@ return tonumber(redis.call('GET', KEYS[2]) or '0')
 /// removes the members whose record is gone (read by the script itself, at
 /// the moment it runs: never a list read earlier, which a member that came
 /// back since would make wrong), then adds the claimer (bumping the epoch)
-/// only when no member is left and the claimer's own record exists. Two
+/// only when no member is left and the claimer's own record exists (a
+/// claimer already in the set has it: won, nothing added). Two
 /// coordinators racing first touch or failover thus leave exactly one
 /// member in the set, and a live member (one a coordinator's address
 /// policy rejects included) is never removed; the loser re-reads the set.
@@ -177,6 +178,12 @@ for _, id in ipairs(ids) do
 end
 if #dead > 0 then
   redis.call('SREM', KEYS[1], unpack(dead))
+end
+if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 1 then
+  if #dead > 0 then
+    return { 1, redis.call('INCR', KEYS[2]), #dead }
+  end
+  return { 1, tonumber(redis.call('GET', KEYS[2]) or '0'), 0 }
 end
 if #dead < #ids or redis.call('HEXISTS', ARGV[1] .. ARGV[2], 'address') == 0 then
   if #dead > 0 then

@@ -476,7 +476,14 @@ impl Ownership {
         }
         s.set &= !gone;
         let max = self.config.max_epoch;
-        if s.set == 0 && (!checked || s.records & bit(pending.pick) != 0) {
+        if checked && s.set & bit(pending.pick) != 0 {
+            // the pick is in the set already (another claim added it): won,
+            // nothing added
+            if gone != 0 {
+                s.bump(max)?;
+            }
+            s.coordinator_mut(c).cache = Some((bit(pending.pick), s.epoch));
+        } else if s.set == 0 && (!checked || s.records & bit(pending.pick) != 0) {
             s.set = bit(pending.pick);
             s.bump(max)?;
             s.coordinator_mut(c).cache = Some((s.set, s.epoch));
