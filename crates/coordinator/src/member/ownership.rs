@@ -282,7 +282,9 @@ impl Member {
     /// (which it then becomes). A destination this pod has no memory of
     /// costs one Valkey read: `epoch` must be at least the destination's
     /// epoch now, and this pod in its set. Use [`crate::http::pod::fenced`]
-    /// to apply it to every routed call of an axum app.
+    /// to apply it to every routed call of an axum app; a pod that checks
+    /// here instead must also leave a destination it tears down
+    /// ([`Member::remove_from_destination`]) before it answers the `DELETE`.
     pub async fn check_ownership(
         &self,
         dest: &DestinationId,
