@@ -14,5 +14,10 @@
 //! [--bug NAME]`. [`run::check`] explores a model breadth-first and returns
 //! a [`run::Outcome`]: the states explored and the first violated property
 //! with its trace.
+//!
+//! | model | module | invariant | seeded bugs |
+//! |---|---|---|---|
+//! | `ownership` | [`ownership`] | outside fan-out, one pod admits a destination's calls at a time | [`ownership::Bug`] |
 
+pub mod ownership;
 pub mod run;

@@ -162,6 +162,8 @@ impl Member {
     /// ([`Member::lease_deadline`]); after a lapse (the lease had run out),
     /// only once the epochs of the destinations the pod remembers were
     /// re-read, those it still belongs to bumped (a second round trip).
+    /// A leave that failed ([`Member::remove_from_destination`]) is tried
+    /// again afterwards.
     pub async fn heartbeat(&self) -> Result<()> {
         let started = std::time::Instant::now();
         let i = &self.inner;
@@ -207,6 +209,18 @@ impl Member {
         }
         i.fence.renewed(started);
         i.beats.send_modify(|n| *n = n.wrapping_add(1));
+        for dest in i.fence.leaving() {
+            // a leave that failed: the destination stays refused until it
+            // is in Valkey
+            match self.leave(&dest).await {
+                Ok(epoch) => {
+                    tracing::info!(member = %i.config.id, destination = %dest, epoch, "left the destination (retried)");
+                }
+                Err(err) => {
+                    tracing::warn!(member = %i.config.id, destination = %dest, %err, "leaving the destination failed again");
+                }
+            }
+        }
         Ok(())
     }
 
@@ -245,25 +259,44 @@ impl Member {
     }
 
     /// Adds this pod to the pod set of `dest`. The destination's epoch
-    /// grows if the set changed; the answer is the epoch after the call.
+    /// grows if the set changed; the answer is the epoch after the call,
+    /// which becomes the oldest this pod admits for `dest` (and a leave of
+    /// `dest` not confirmed yet is dropped).
     pub async fn add_to_destination(&self, dest: &DestinationId) -> Result<u64> {
         let i = &self.inner;
+        let _gate = i.write_gate.lock().await;
         let (epoch, _) = i
             .scripts
             .change_set(&i.client, &i.keys, dest, Some(&i.config.id), &[])
             .await?;
+        i.fence.settled(dest, epoch);
         Ok(epoch)
     }
 
-    /// Removes this pod from the pod set of `dest`. The destination's epoch
-    /// grows if the set changed; the answer is the epoch after the call.
+    /// Removes this pod from the pod set of `dest`, raising its own fence:
+    /// from the start of the call, routed calls for `dest` are refused
+    /// ([`OwnershipRefusal::Left`]), and once the removal is in Valkey only
+    /// epochs from after it are admitted (routes cached before it never
+    /// are, whoever claims `dest` next). The destination's epoch grows if
+    /// the set changed; the answer is the epoch after the call. On an error
+    /// `dest` stays refused and every heartbeat tries the removal again.
     pub async fn remove_from_destination(&self, dest: &DestinationId) -> Result<u64> {
+        let i = &self.inner;
+        let _gate = i.write_gate.lock().await;
+        i.fence.leave_started(dest);
+        self.leave(dest).await
+    }
+
+    /// Runs this pod's removal from `dest` and settles the fence on the
+    /// epoch after it. The caller holds the write gate.
+    async fn leave(&self, dest: &DestinationId) -> Result<u64> {
         let i = &self.inner;
         let gone = [i.config.id.as_str().to_owned()];
         let (epoch, _) = i
             .scripts
             .change_set(&i.client, &i.keys, dest, None, &gone)
             .await?;
+        i.fence.settled(dest, epoch);
         Ok(epoch)
     }
 
