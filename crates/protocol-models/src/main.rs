@@ -24,6 +24,9 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    eprintln!("unknown model {:?} (threads {}, bug {:?})", args.model, args.threads, args.bug);
+    eprintln!(
+        "unknown model {:?} (threads {}, bug {:?})",
+        args.model, args.threads, args.bug
+    );
     ExitCode::from(2)
 }

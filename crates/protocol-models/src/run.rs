@@ -61,11 +61,9 @@ where
         .discoveries()
         .into_iter()
         .filter(|(property, _)| {
-            checker
-                .model()
-                .properties()
-                .iter()
-                .any(|p| p.name == *property && matches!(p.expectation, stateright::Expectation::Always))
+            checker.model().properties().iter().any(|p| {
+                p.name == *property && matches!(p.expectation, stateright::Expectation::Always)
+            })
         })
         .map(|(property, path)| Violation {
             property: property.to_string(),
