@@ -14,5 +14,9 @@
 //! [--bug NAME]`. [`run::check`] explores a model breadth-first and returns
 //! a [`run::Outcome`]: the states explored and the first violated property
 //! with its trace.
+//!
+//! Models: [`handover`] (the leadership hand-over through the store).
 
+pub mod handover;
 pub mod run;
+pub mod shortest;
