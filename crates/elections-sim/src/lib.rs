@@ -43,13 +43,17 @@
 //! ```
 
 mod contender;
+mod groups;
 mod history;
+mod requests;
 mod rng;
 mod scenario;
 mod vvm;
 mod world;
 
+pub use groups::{Group, size_overlaps};
 pub use history::{EndCause, Interval, Verdict, Who, check};
+pub use requests::RequestCounts;
 pub use rng::SimRng;
 pub use scenario::{ContenderKind, RunReport, SimConfig, run_seed};
 pub use world::FaultCounts;

@@ -44,6 +44,9 @@ fn main() -> ExitCode {
     };
     let (mut runs, mut intervals, mut failed) = (0u64, 0u64, Vec::new());
     let mut vvm_runs = 0u64;
+    let (mut two_locks, mut mixed) = (0u64, 0u64);
+    let mut requests = elections_sim::RequestCounts::default();
+    let (mut size_overlaps, mut untruthful) = (0usize, 0usize);
     let mut faults = FaultCounts::default();
     let mut ops = elections_sim::OpCounts::default();
     let (mut overlaps, mut fencing) = (0usize, 0usize);
@@ -55,6 +58,11 @@ fn main() -> ExitCode {
         }
         runs += 1;
         vvm_runs += u64::from(report.kind == elections_sim::ContenderKind::Vvm);
+        two_locks += u64::from(report.locks > 1);
+        mixed += u64::from(report.mixed_sizes);
+        requests.add(&report.requests);
+        size_overlaps += report.size_overlaps.len();
+        untruthful += report.request_violations.len();
         intervals += report.intervals as u64;
         faults.add(&report.faults);
         ops.add(&report.ops);
@@ -77,6 +85,9 @@ fn main() -> ExitCode {
         "runs:                 {runs} ({vvm_runs} with whole VVMs, {} with bare elections)",
         runs - vvm_runs
     );
+    println!(
+        "VVM seeds:            {two_locks} with two locks whose names share a prefix, {mixed} with mixed cluster sizes"
+    );
     println!("leaderships:          {intervals}");
     println!("faults injected:      {} {faults:?}", faults.total());
     println!(
@@ -92,7 +103,22 @@ fn main() -> ExitCode {
         "observers:            {} stale at the end, {} writes; {} identical consecutive reports (distinct records)",
         ops.observe_stale, ops.observer_writes, ops.observe_duplicates
     );
+    println!(
+        "hand-over requests:   {} posted ({} busy): {} handed over, {} no candidate, {} released or failed, {} withdrawn, {} accepted then read from the lease, {} other; {} accepts and {} markers applied",
+        requests.posted,
+        requests.busy,
+        requests.handed_over,
+        requests.no_candidate,
+        requests.released_or_failed,
+        requests.withdrawn,
+        requests.learned,
+        requests.other,
+        requests.accepts,
+        requests.markers
+    );
     println!("overlaps found:       {overlaps}");
+    println!("cluster-size overlaps: {size_overlaps}");
+    println!("untruthful answers:   {untruthful}");
     println!("fencing violations:   {fencing}");
     println!(
         "worst takeover:       {:.3}s (any gap between leaders, faults included)",
@@ -165,6 +191,12 @@ fn print_failure(report: &RunReport) {
     }
     for (a, b) in report.verdict.fencing_violations.iter().take(3) {
         println!("  fencing order:\n    {a}\n    {b}");
+    }
+    for (a, b) in report.size_overlaps.iter().take(3) {
+        println!("  two cluster sizes at once:\n    {a}\n    {b}");
+    }
+    for violation in report.request_violations.iter().take(3) {
+        println!("  request: {violation}");
     }
     if report.ops.observe_stale + report.ops.observer_writes > 0 {
         println!(
