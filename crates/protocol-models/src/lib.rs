@@ -18,6 +18,9 @@
 //! | model | module | invariant | seeded bugs |
 //! |---|---|---|---|
 //! | `ownership` | [`ownership`] | outside fan-out, one pod admits a destination's calls at a time | [`ownership::Bug`] |
+//! | `handover` | [`handover`] | one holder acts per key; a hand-over request is acted on at most once and answered truthfully | [`handover::Bug`] |
 
+pub mod handover;
 pub mod ownership;
 pub mod run;
+pub mod shortest;

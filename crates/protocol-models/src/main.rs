@@ -12,8 +12,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use protocol_models::{
+    handover,
     ownership::{self, Ownership},
     run::{self, Outcome},
+    shortest::shortest_violation,
 };
 
 #[derive(Parser)]
@@ -90,16 +92,57 @@ fn check_ownership(name: &str, bug: Option<ownership::Bug>, threads: usize) -> b
     ok
 }
 
+/// Checks the hand-over model (with `bug` seeded), each refuted property's
+/// trace replaced by the shortest one.
+fn check_handover(name: &str, bug: Option<handover::Bug>, threads: usize) -> Outcome {
+    let model = handover::HandOver { bug };
+    let mut outcome = run::check(name, model, threads);
+    for violation in &mut outcome.violations {
+        if let Some(path) = shortest_violation(&model, &violation.property) {
+            violation.trace = path.iter().map(|a| format!("{a:?}")).collect();
+        }
+    }
+    outcome
+}
+
+/// The hand-over model: the protocol, then (with `bugs`) every seeded bug;
+/// or only the bug named `bug`.
+fn handover(bug: Option<&str>, bugs: bool, threads: usize) -> Result<bool, String> {
+    if let Some(name) = bug {
+        let bug = handover::Bug::parse(name).ok_or_else(|| {
+            let known: Vec<_> = handover::Bug::ALL.iter().map(|b| b.name()).collect();
+            format!("no seeded bug {name:?} in handover (known: {known:?})")
+        })?;
+        let name = format!("handover --bug {}", bug.name());
+        return Ok(report(&check_handover(&name, Some(bug), threads), true));
+    }
+    let mut held = report(&check_handover("handover", None, threads), false);
+    if bugs {
+        for bug in handover::Bug::ALL {
+            let name = format!("handover --bug {}", bug.name());
+            held &= report(&check_handover(&name, Some(bug), threads), true);
+        }
+    }
+    Ok(held)
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
-    let ok = match (args.model.as_str(), args.bug.as_deref()) {
+    let started = std::time::Instant::now();
+    let held = match (args.model.as_str(), args.bug.as_deref()) {
         ("all", None) => {
             let mut ok = check_ownership("full", None, args.threads);
             ok &= check_ownership("pairs", None, args.threads);
             for bug in ownership::Bug::ALL {
                 ok &= check_ownership("full", Some(bug), args.threads);
             }
-            ok
+            match handover(None, true, args.threads) {
+                Ok(held) => ok & held,
+                Err(err) => {
+                    eprintln!("{err}");
+                    return ExitCode::from(2);
+                }
+            }
         }
         ("ownership", None) => check_ownership(&args.bounds, None, args.threads),
         ("ownership", Some(name)) => match ownership::Bug::named(name) {
@@ -110,12 +153,24 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         },
+        ("handover", bug) => match handover(bug, false, args.threads) {
+            Ok(held) => held,
+            Err(err) => {
+                eprintln!("{err}");
+                return ExitCode::from(2);
+            }
+        },
         (model, _) => {
-            eprintln!("unknown model {model:?} (known: all, ownership)");
+            eprintln!("unknown model {model:?} (known: all, ownership, handover)");
             return ExitCode::from(2);
         }
     };
-    if ok {
+    println!(
+        "models: {} in {:.1}s",
+        if held { "ok" } else { "FAILED" },
+        started.elapsed().as_secs_f64()
+    );
+    if held {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
