@@ -2,7 +2,8 @@
 //! in real time, each case on a fresh file in its own temporary directory:
 //! `exclusive` (`RedbStorage`) and `shared` (`SharedRedbStorage`, which
 //! supports watching, so the suite requires it there).
-//! Run with `--test-threads 16` to finish fast (the cases mostly sleep).
+//! Ignored by `cargo test` (about 3 min with its 2 threads, the cases mostly
+//! sleep): run by `cargo xtask test-drivers --engine redb`, 16 threads.
 
 use std::{future::Future, path::PathBuf, sync::Arc};
 
@@ -57,7 +58,11 @@ mod exclusive {
         super::fresh(|path| async move { RedbStorage::open(path).await }).await
     }
 
-    elections_testsuite::testsuite!(real_time, make_storage);
+    elections_testsuite::testsuite!(
+        real_time,
+        make_storage,
+        ignore = "real time, about 3 min: run `cargo xtask test-drivers --engine redb`"
+    );
 }
 
 mod shared {
@@ -68,5 +73,10 @@ mod shared {
         super::fresh(|path| async move { SharedRedbStorage::open(path).await }).await
     }
 
-    elections_testsuite::testsuite!(real_time, make_storage, watch = required);
+    elections_testsuite::testsuite!(
+        real_time,
+        make_storage,
+        watch = required,
+        ignore = "real time, about 3 min: run `cargo xtask test-drivers --engine redb`"
+    );
 }

@@ -166,6 +166,16 @@ pub(crate) fn all() -> Vec<Engine> {
             degraded: None,
         },
         Engine {
+            name: "redb",
+            endpoint_var: "REDB_UNUSED",
+            endpoint_aliases: &[],
+            passthrough_vars: &[],
+            start: start_in_process,
+            suites: &[("storage-redb", "suite")],
+            default: true,
+            degraded: None,
+        },
+        Engine {
             name: "cassandra",
             endpoint_var: "SCYLLA_URI",
             endpoint_aliases: &[],
