@@ -69,6 +69,9 @@ pub mod suite;
 
 pub use mem::MemFence;
 pub use names::{check_name, signed_token};
+/// What every [`Fence`] method returns: [`ttl_storage::Result`], the same
+/// alias (and error type) as the storage operations.
+pub use ttl_storage::Result;
 /// The contract itself lives in `ttl-storage` (so that a driver's
 /// [`ttl_storage::Driver`] descriptor can open its fence); this crate is
 /// its home for everything else and re-exports it.
@@ -78,6 +81,3 @@ pub use ttl_storage::fence::{
 /// What a driver's configuration provides to open its fence (see
 /// [`ttl_storage::Driver::with_fence`]).
 pub use ttl_storage::{FenceConfig, OpenFenceFuture};
-/// What every [`Fence`] method returns: [`ttl_storage::Result`], the same
-/// alias (and error type) as the storage operations.
-pub use ttl_storage::Result;

@@ -195,8 +195,8 @@ mod tls;
 mod url;
 
 pub use config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TABLE, CassandraConfig,
-    CassandraConfigBuilder, TlsSettings,
+    CassandraConfig, CassandraConfigBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_TABLE, TlsSettings,
 };
 pub use consistency::{Replication, SerialConsistency, WriteConsistency};
 pub use error::ConfigError;
@@ -216,4 +216,3 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<CassandraConf
     "scylla://[user:password@]host[:port][,host...]/keyspace[?options] (Cassandra, ScyllaDB; also cassandra://)",
     Some(DEFAULT_PORT),
 ).with_fence::<CassandraConfig>();
-

@@ -28,7 +28,10 @@ const EXPECTED_COLUMNS: [(&str, &str, &str); 2] = [
 /// same table, and the schema versions merge. The driver waits for schema
 /// agreement after each statement, and [`create`] waits once more at the
 /// end, so the table is known cluster-wide before anything uses it.
-pub(crate) async fn create(session: &Session, config: &CassandraConfig) -> Result<(), StorageError> {
+pub(crate) async fn create(
+    session: &Session,
+    config: &CassandraConfig,
+) -> Result<(), StorageError> {
     let Some(replication) = config.replication.as_ref() else {
         return Err(StorageError::permanent(
             "create_schema needs a replication setting",

@@ -47,8 +47,10 @@ mod tests {
         let missing = try_with(PathBuf::from("/nonexistent/ca.pem")).await;
         assert_eq!(missing.err().map(|e| e.kind()), Some(ErrorKind::Permanent));
 
-        let empty =
-            std::env::temp_dir().join(format!("storage-cassandra-empty-{}.pem", std::process::id()));
+        let empty = std::env::temp_dir().join(format!(
+            "storage-cassandra-empty-{}.pem",
+            std::process::id()
+        ));
         std::fs::write(&empty, "no certificate here\n").unwrap();
         let err = try_with(empty.clone()).await.err();
         std::fs::remove_file(&empty).unwrap();

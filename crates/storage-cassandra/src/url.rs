@@ -348,7 +348,11 @@ mod tests {
             ),
         ];
         for (url, expected) in cases {
-            assert_eq!(CassandraConfig::from_url(url).as_ref(), Err(expected), "{url}");
+            assert_eq!(
+                CassandraConfig::from_url(url).as_ref(),
+                Err(expected),
+                "{url}"
+            );
         }
     }
 
@@ -416,11 +420,13 @@ mod tests {
     #[test]
     fn durations_and_their_ms_aliases() {
         let config =
-            CassandraConfig::from_url("scylla://h/ks?timeout=1s%20500ms&connect_timeout=2s").unwrap();
+            CassandraConfig::from_url("scylla://h/ks?timeout=1s%20500ms&connect_timeout=2s")
+                .unwrap();
         assert_eq!(config.request_timeout(), Duration::from_millis(1500));
         assert_eq!(config.connect_timeout(), Duration::from_secs(2));
         let config =
-            CassandraConfig::from_url("scylla://h/ks?timeout_ms=250&connect_timeout_ms=3000").unwrap();
+            CassandraConfig::from_url("scylla://h/ks?timeout_ms=250&connect_timeout_ms=3000")
+                .unwrap();
         assert_eq!(config.request_timeout(), Duration::from_millis(250));
         assert_eq!(config.connect_timeout(), Duration::from_secs(3));
         let bad = |name: &'static str, value: &str| {

@@ -59,7 +59,9 @@ async fn make_fence() -> fence::DynFence {
             }
         })
         .await;
-    match storage_cassandra::fence::open(config, &fence::OpenOptions::new("fence_test", false)).await {
+    match storage_cassandra::fence::open(config, &fence::OpenOptions::new("fence_test", false))
+        .await
+    {
         Ok(fence) => fence,
         Err(err) => panic!("opening the fence on {uri}: {err:?}"),
     }

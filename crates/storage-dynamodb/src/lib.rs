@@ -162,5 +162,5 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<DynamoDbConfi
     &["dynamodb"],
     "dynamodb://TABLE?region=R[&endpoint=URL] (DynamoDB)",
     None,
-).with_fence::<DynamoDbConfig>();
-
+)
+.with_fence::<DynamoDbConfig>();

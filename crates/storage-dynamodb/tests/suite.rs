@@ -11,7 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use storage_dynamodb::{ConnectError, DynamoDbConfig, DynamoDbConfigBuilder, DynamoDbStorage, ExpiryMode};
+use storage_dynamodb::{
+    ConnectError, DynamoDbConfig, DynamoDbConfigBuilder, DynamoDbStorage, ExpiryMode,
+};
 use ttl_storage::{DynTtlStorage, Key, TimeLeft, Ttl, TtlStorage};
 
 const TABLE: &str = "ttl_storage_suite";

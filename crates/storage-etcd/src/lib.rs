@@ -121,4 +121,3 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<EtcdConfig>(
     "etcd://host[:port][?endpoint=host:port...] (etcd v3, every member in endpoint=; etcds:// for TLS)",
     Some(DEFAULT_PORT),
 ).with_fence::<EtcdConfig>();
-

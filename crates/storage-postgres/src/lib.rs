@@ -154,4 +154,3 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<PostgresConfi
     "postgres://user:password@host[:port][,host[:port]...]/database[?sslmode=require] (PostgreSQL; several hosts: the one that accepts writes)",
     Some(DEFAULT_PORT),
 ).with_fence::<PostgresConfig>();
-

@@ -78,7 +78,13 @@ impl FileOptions {
     ) -> Result<(Database, FileIdentity), OpenError> {
         check_magic(path)?;
         probe(path, mode)?;
-        create_checked(path, self.cache_size, check_integrity, mode, self.create_file)
+        create_checked(
+            path,
+            self.cache_size,
+            check_integrity,
+            mode,
+            self.create_file,
+        )
     }
 }
 

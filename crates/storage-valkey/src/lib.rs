@@ -163,4 +163,3 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<ValkeyConfig>
     "redis://[user:password@]host[:port][/db] (Valkey, Redis; rediss:// for TLS).with_fence::<ValkeyConfig>(); redis-sentinel://host[:port][,host[:port]...]/service[/db] (the primary found through Sentinels); ?wait_replicas=N: a write counts once N replicas have it",
     Some(DEFAULT_PORT),
 );
-

@@ -229,8 +229,10 @@ pub struct WrongDriver {
 pub trait FenceConfig: DriverConfig {
     /// Connects and opens the fence, keeping its registers and logs where
     /// `options` says.
-    fn open_fence(self, options: OpenOptions)
-    -> impl Future<Output = crate::Result<DynFence>> + Send;
+    fn open_fence(
+        self,
+        options: OpenOptions,
+    ) -> impl Future<Output = crate::Result<DynFence>> + Send;
 }
 
 /// A driver, declared once by its crate as `pub const DRIVER: Driver`.

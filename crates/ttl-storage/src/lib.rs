@@ -57,8 +57,7 @@ pub mod waiters;
 mod watch;
 
 pub use driver::{
-    Driver, DriverConfig, FenceConfig, NoStore, OpenFenceFuture, OpenFuture, ParsedUrl,
-    WrongDriver,
+    Driver, DriverConfig, FenceConfig, NoStore, OpenFenceFuture, OpenFuture, ParsedUrl, WrongDriver,
 };
 pub use entry::{Entry, TimeLeft};
 pub use error::{BoxError, ErrorKind, StorageError, ValidationError};

@@ -51,7 +51,10 @@ impl DriverConfig for Other {
 
     async fn open_existing(self) -> Result<DynTtlStorage, BoxError> {
         // As a driver whose store is missing says it: inside its own error.
-        Err(StorageError::with_source(ErrorKind::Permanent, "opening", NoStore::new("table t")).into())
+        Err(
+            StorageError::with_source(ErrorKind::Permanent, "opening", NoStore::new("table t"))
+                .into(),
+        )
     }
 }
 

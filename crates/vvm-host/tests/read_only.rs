@@ -69,7 +69,11 @@ fn status_and_handover_create_no_redb_file_or_directory() {
         }
     }
     assert_eq!(entries(dir.path()), ["empty.redb"], "something was created");
-    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0, "the file was written");
+    assert_eq!(
+        std::fs::metadata(&empty).unwrap().len(),
+        0,
+        "the file was written"
+    );
 }
 
 /// PostgreSQL: `POSTGRES_URL`'s first server, as `user` (with `password`)
@@ -160,7 +164,10 @@ fn status_on_postgres_with_a_select_only_role() {
         "sleep",
         "1000",
     ]);
-    admin(&database, &format!("GRANT SELECT ON ttl_records TO {reader}"));
+    admin(
+        &database,
+        &format!("GRANT SELECT ON ttl_records TO {reader}"),
+    );
     let output = read_only(&["status", "--json"], &reader_url);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
@@ -168,9 +175,16 @@ fn status_on_postgres_with_a_select_only_role() {
     assert_eq!(json["leaders"], 1, "{json}");
 
     // Another writer starts on the existing table: no NOTICE at INFO.
-    let second = vvm_host(&["--storage", &writer_url, "--key-prefix", "second/", "--", "true"])
-        .output()
-        .unwrap();
+    let second = vvm_host(&[
+        "--storage",
+        &writer_url,
+        "--key-prefix",
+        "second/",
+        "--",
+        "true",
+    ])
+    .output()
+    .unwrap();
     let second_log = String::from_utf8_lossy(&second.stderr);
     assert_eq!(second.status.code(), Some(0), "{second_log}");
     assert!(!second_log.contains("already exists"), "{second_log}");
@@ -178,7 +192,8 @@ fn status_on_postgres_with_a_select_only_role() {
     let (status, log) = stop(&mut leader, nix::sys::signal::Signal::SIGTERM, log);
     assert!(status.success(), "{log}");
     let deadline = Instant::now() + Duration::from_secs(30);
-    let connected = format!("SELECT count(*)::int FROM pg_stat_activity WHERE datname = '{database}'");
+    let connected =
+        format!("SELECT count(*)::int FROM pg_stat_activity WHERE datname = '{database}'");
     while admin("postgres", &connected)[0].get::<_, i32>(0) > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -185,7 +185,10 @@ pub(crate) fn all() -> Vec<Engine> {
             start: cassandra3::start,
             // The cluster test first: its schema creation and LWTs also warm
             // up a freshly started cluster for the timing-sensitive suite.
-            suites: &[("storage-cassandra", "cluster"), ("storage-cassandra", "suite")],
+            suites: &[
+                ("storage-cassandra", "cluster"),
+                ("storage-cassandra", "suite"),
+            ],
             // In the default list (CI): 85-98 s of wall time on 2 cores
             // (cluster start 16-24 s, rows 31-41 s each; 3 runs in a row 106/0).
             default: true,
