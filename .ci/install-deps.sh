@@ -12,6 +12,7 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 command -v openssl >/dev/null || need+=(openssl)   # throwaway CAs for the TLS cases
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v protoc >/dev/null || need+=(protobuf-compiler)   # etcd-client's build script
+command -v mold >/dev/null || need+=(mold)   # .ci/run links the ~90 test binaries with mold
 command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts single nodes off
 # The coordinator's routing bench compares against nginx (proxy_pass); the
 # bench starts its own nginx (one worker, master_process off).
@@ -20,6 +21,10 @@ command -v nginx >/dev/null || need+=(nginx-light)
 # that adopts orphans (tini -s), and as an unprivileged user in a cgroup
 # delegated to it (the user is made here; the test makes it too if missing)
 command -v tini >/dev/null || need+=(tini)
+# The pg-example's browser test (cargo xtask test-drivers, the pg-example
+# row) drives headless Chromium over the DevTools protocol; without it the
+# row fails under CI=true rather than skip the test.
+command -v chromium >/dev/null || need+=(chromium)
 # chaos's clock-rate fault runs one contender under libfaketime
 [[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]] || need+=(libfaketime)
 # The container route in CI (.ci/docker.sh): a Docker engine, a Debian base

@@ -65,7 +65,7 @@ pub(crate) async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Wh
             let Some(leadership) = acquired else {
                 continue;
             };
-            world.begin_interval(who, key, leadership.fencing_token());
+            world.begin_interval(who, key, leadership.fencing_token(), None);
             if campaign {
                 world.update(|s| s.ops.campaigns += 1);
             }

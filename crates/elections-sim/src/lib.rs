@@ -49,14 +49,18 @@
 
 mod anchor;
 mod contender;
+mod groups;
 mod history;
+mod requests;
 mod rng;
 mod scenario;
 mod vvm;
 mod world;
 
 pub use anchor::{Anchor, LateWrites};
+pub use groups::{Group, size_overlaps};
 pub use history::{EndCause, Interval, Verdict, Who, check};
+pub use requests::RequestCounts;
 pub use rng::SimRng;
 pub use scenario::{ContenderKind, RunReport, SimConfig, run_seed};
 pub use world::FaultCounts;

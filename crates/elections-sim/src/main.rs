@@ -66,6 +66,9 @@ fn main() -> ExitCode {
     let mut vvm_runs = 0u64;
     let mut by_anchor = [0u64; 3];
     let mut late = LateWrites::default();
+    let (mut two_locks, mut mixed) = (0u64, 0u64);
+    let mut requests = elections_sim::RequestCounts::default();
+    let (mut size_overlaps, mut untruthful) = (0usize, 0usize);
     let mut faults = FaultCounts::default();
     let mut ops = elections_sim::OpCounts::default();
     let (mut overlaps, mut fencing) = (0usize, 0usize);
@@ -81,6 +84,11 @@ fn main() -> ExitCode {
         if let Some(i) = Anchor::ALL.iter().position(|a| *a == report.anchor) {
             by_anchor[i] += 1;
         }
+        two_locks += u64::from(report.locks > 1);
+        mixed += u64::from(report.mixed_sizes);
+        requests.add(&report.requests);
+        size_overlaps += report.size_overlaps.len();
+        untruthful += report.request_violations.len();
         intervals += report.intervals as u64;
         faults.add(&report.faults);
         ops.add(&report.ops);
@@ -118,6 +126,9 @@ fn main() -> ExitCode {
         "late writes:          {} refused by the driver's guard, {} renewals landed late and shortened the lease",
         late.refused, late.renewals_shortened
     );
+    println!(
+        "VVM seeds:            {two_locks} with two locks whose names share a prefix, {mixed} with mixed cluster sizes"
+    );
     println!("leaderships:          {intervals}");
     println!("faults injected:      {} {faults:?}", faults.total());
     println!(
@@ -133,7 +144,22 @@ fn main() -> ExitCode {
         "observers:            {} stale at the end, {} writes; {} identical consecutive reports (distinct records)",
         ops.observe_stale, ops.observer_writes, ops.observe_duplicates
     );
+    println!(
+        "hand-over requests:   {} posted ({} busy): {} handed over, {} no candidate, {} released or failed, {} withdrawn, {} accepted then read from the lease, {} other; {} accepts and {} markers applied",
+        requests.posted,
+        requests.busy,
+        requests.handed_over,
+        requests.no_candidate,
+        requests.released_or_failed,
+        requests.withdrawn,
+        requests.learned,
+        requests.other,
+        requests.accepts,
+        requests.markers
+    );
     println!("overlaps found:       {overlaps}");
+    println!("cluster-size overlaps: {size_overlaps}");
+    println!("untruthful answers:   {untruthful}");
     println!("fencing violations:   {fencing}");
     println!(
         "worst takeover:       {:.3}s (any gap between leaders, faults included)",
@@ -210,6 +236,12 @@ fn print_failure(report: &RunReport) {
     }
     for (a, b) in report.verdict.fencing_violations.iter().take(3) {
         println!("  fencing order:\n    {a}\n    {b}");
+    }
+    for (a, b) in report.size_overlaps.iter().take(3) {
+        println!("  two cluster sizes at once:\n    {a}\n    {b}");
+    }
+    for violation in report.request_violations.iter().take(3) {
+        println!("  request: {violation}");
     }
     if report.ops.observe_stale + report.ops.observer_writes > 0 {
         println!(

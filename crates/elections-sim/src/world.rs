@@ -13,6 +13,7 @@ use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage};
 
 use crate::{
     anchor::{Anchor, Store},
+    groups::Group,
     history::{EndCause, History, Who},
     rng::SimRng,
 };
@@ -138,6 +139,10 @@ pub(crate) struct State {
     pub(crate) ops: OpCounts,
     /// The last observation of each key (the observers').
     pub(crate) observed: std::collections::BTreeMap<String, elections::Observation>,
+    /// Hand-over requests: asked, told, and applied ([`crate::requests`]).
+    pub(crate) requests: crate::requests::Ledger,
+    /// Requests not posted (another pending).
+    pub(crate) requests_busy: u64,
 }
 
 /// The world of one run.
@@ -190,13 +195,13 @@ impl World {
     }
 
     /// `who` starts acting as leader of `key` now, unless it is dead (a dead
-    /// process's leftover tasks cannot act).
-    pub(crate) fn begin_interval(&self, who: Who, key: &str, token: u64) {
+    /// process's leftover tasks cannot act). `group`: a VVM's lock and size.
+    pub(crate) fn begin_interval(&self, who: Who, key: &str, token: u64, group: Option<Group>) {
         let mut state = self.lock();
         if state.alive[who.contender] != Some(who.incarnation) {
             return;
         }
-        let idx = state.history.begin(key, who, token, Instant::now());
+        let idx = state.history.begin(key, who, token, group, Instant::now());
         state.open[who.contender] = Some((who.incarnation, idx));
     }
 
@@ -351,10 +356,19 @@ impl TtlStorage for SimStorage {
             old.to_vec(),
             new.to_vec(),
         );
+        let world = self.world.clone();
         self.run(true, move || {
             let sent = Instant::now();
             let (store, key, old, new) = (store.clone(), key.clone(), old.clone(), new.clone());
-            async move { store.swap(&key, &old, &new, ttl, sent).await }
+            let world = world.clone();
+            async move {
+                let swapped = store.swap(&key, &old, &new, ttl, sent).await;
+                // The ground truth of hand-over requests, as applied.
+                if let Ok(true) = swapped {
+                    world.lock().requests.applied_swap(&key, &old, &new);
+                }
+                swapped
+            }
         })
         .await
     }

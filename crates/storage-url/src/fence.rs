@@ -52,4 +52,26 @@ mod tests {
             .err();
         assert!(matches!(err, Some(OpenError::NoFence { .. })), "{err:?}");
     }
+
+    /// Every driver built in but the in-process ones carries its fence
+    /// opener in its descriptor (there is no other list of fences to
+    /// fall back on), and no help line carries a stray piece of code.
+    #[test]
+    fn every_network_driver_carries_its_fence() {
+        for driver in crate::registry::built_in() {
+            let in_process = ["mem", "redb"].contains(&driver.name);
+            assert_eq!(
+                driver.open_fence.is_some(),
+                !in_process,
+                "{}: a fence opener is expected exactly for network drivers",
+                driver.name
+            );
+            assert!(
+                !driver.help.contains("::<"),
+                "{}: {}",
+                driver.name,
+                driver.help
+            );
+        }
+    }
 }

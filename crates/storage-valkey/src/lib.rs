@@ -160,6 +160,7 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<ValkeyConfig>
         "valkey-sentinel",
         "valkeys-sentinel",
     ],
-    "redis://[user:password@]host[:port][/db] (Valkey, Redis; rediss:// for TLS).with_fence::<ValkeyConfig>(); redis-sentinel://host[:port][,host[:port]...]/service[/db] (the primary found through Sentinels); ?wait_replicas=N: a write counts once N replicas have it",
+    "redis://[user:password@]host[:port][/db] (Valkey, Redis; rediss:// for TLS); redis-sentinel://host[:port][,host[:port]...]/service[/db] (the primary found through Sentinels); ?wait_replicas=N: a write counts once N replicas have it",
     Some(DEFAULT_PORT),
-);
+)
+.with_fence::<ValkeyConfig>();

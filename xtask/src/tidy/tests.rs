@@ -3,7 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    Package, check, crate_arrows, driver_lists, file_lengths, network_suite, workspace_root,
+    Package, check, crate_arrows, driver_lists, features_only_forward, file_lengths, network_suite,
+    registry_lines, workspace_root,
 };
 
 fn package(name: &str, deps: &[&str]) -> Package {
@@ -131,6 +132,24 @@ fn a_driver_missing_from_any_list_is_refused() {
 }
 
 #[test]
+fn a_driver_without_its_line_in_the_registry_is_refused() {
+    let packages = [
+        package("storage-url", &[]),
+        package("storage-kv", &[]),
+        package("storage-mem", &[]),
+    ];
+    let registry =
+        "drivers! {\n    storage_mem always [\"mem\"],\n    storage_kv \"kv\" [\"kv\"],\n}\n";
+    assert!(registry_lines(&packages, registry).is_empty());
+    let v = registry_lines(
+        &packages,
+        "drivers! {\n    storage_mem always [\"mem\"],\n}\n",
+    );
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].contains("`storage-kv` has no line"), "{v:?}");
+}
+
+#[test]
 fn a_network_driver_without_the_network_cases_or_a_reason_is_refused() {
     assert!(network_suite("storage-x", "network_suite!(…);").is_empty());
     assert!(network_suite("storage-x", "// tidy: no network suite: it has no network").is_empty());
@@ -139,4 +158,11 @@ fn a_network_driver_without_the_network_cases_or_a_reason_is_refused() {
         network_suite("storage-x", "// tidy: no network suite:").len(),
         1
     );
+}
+
+#[test]
+fn a_program_testing_a_driver_feature_is_refused() {
+    assert!(features_only_forward("fn main() {}\n").is_empty());
+    let v = features_only_forward("#[cfg(feature = \"valkey\")]\nfn f() {}\n");
+    assert!(v.iter().any(|v| v.contains("only forward")), "{v:?}");
 }
