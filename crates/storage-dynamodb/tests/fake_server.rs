@@ -27,6 +27,9 @@ enum Behaviour {
     InternalError,
     /// 400 ProvisionedThroughputExceededException.
     Throttle,
+    /// No table: DescribeTable answers ResourceNotFoundException; every
+    /// other request (CreateTable included) is counted and refused.
+    NoTable,
 }
 
 struct Fake {
@@ -76,7 +79,12 @@ fn serve(stream: TcpStream, behaviour: Behaviour, item_requests: &AtomicUsize) {
         }
         let mut body = vec![0; length];
         reader.read_exact(&mut body).unwrap();
-        let (status, json) = match target.rsplit('.').next().unwrap_or_default() {
+        let operation = target.rsplit('.').next().unwrap_or_default();
+        let (status, json) = match operation {
+            "describetable" if matches!(behaviour, Behaviour::NoTable) => (
+                "400 Bad Request",
+                r#"{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"Requested resource not found"}"#,
+            ),
             "describetable" => (
                 "200 OK",
                 r#"{"Table":{"TableName":"fake_table","TableStatus":"ACTIVE","KeySchema":[{"AttributeName":"pk","KeyType":"HASH"}],"AttributeDefinitions":[{"AttributeName":"pk","AttributeType":"S"}]}}"#,
@@ -92,7 +100,7 @@ fn serve(stream: TcpStream, behaviour: Behaviour, item_requests: &AtomicUsize) {
                         std::thread::sleep(Duration::from_secs(30));
                         return;
                     }
-                    Behaviour::InternalError => (
+                    Behaviour::InternalError | Behaviour::NoTable => (
                         "500 Internal Server Error",
                         r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"boom"}"#,
                     ),
@@ -201,4 +209,29 @@ async fn unreachable_endpoint_is_transient() {
         ConnectError::Storage(e) => assert!(e.is_transient(), "{e:?}"),
         other => panic!("expected a transient storage error, got {other}"),
     }
+}
+
+/// The read-only open (`open_existing`, what `vvm-host status` uses) on a
+/// missing table is `NoStore`, and sends nothing but its DescribeTable:
+/// no CreateTable, no TTL change.
+#[tokio::test]
+async fn open_existing_on_a_missing_table_is_no_store_and_creates_nothing() {
+    let fake = start(Behaviour::NoTable);
+    let config = DynamoDbConfig::builder("fake_table")
+        .endpoint(&fake.endpoint)
+        .region("us-east-1")
+        .credentials("fake", "fake", None)
+        .request_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let err = ttl_storage::DriverConfig::open_existing(config)
+        .await
+        .err()
+        .expect("opened a table that is not there");
+    assert!(ttl_storage::NoStore::find(&*err).is_some(), "{err}");
+    assert_eq!(
+        fake.item_requests.load(Ordering::SeqCst),
+        0,
+        "a request other than DescribeTable was sent"
+    );
 }
