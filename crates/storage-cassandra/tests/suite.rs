@@ -194,4 +194,66 @@ mod cassandra_driver {
         assert!(err.to_string().contains("wrong schema"), "{err}");
         assert!(err.to_string().contains("value text"), "{err}");
     }
+
+    /// `uri()` with its keyspace (the path) or its `table` parameter
+    /// replaced.
+    #[allow(clippy::unwrap_used)]
+    fn uri_with(keyspace: Option<&str>, table: Option<&str>) -> String {
+        let mut url = url::Url::parse(&uri()).unwrap();
+        if let Some(keyspace) = keyspace {
+            url.set_path(&format!("/{keyspace}"));
+        }
+        if let Some(table) = table {
+            let pairs: Vec<(String, String)> = url
+                .query_pairs()
+                .filter(|(name, _)| name != "table")
+                .map(|(n, v)| (n.into_owned(), v.into_owned()))
+                .chain([("table".to_owned(), table.to_owned())])
+                .collect();
+            url.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+        url.to_string()
+    }
+
+    /// The read-only open (`DRIVER.open_existing`, what `vvm-host status`
+    /// uses) on a missing keyspace or table is `NoStore` and creates
+    /// neither, even with `create_schema=true` in the URL: a second
+    /// read-only open still finds nothing. Once a writer made the table,
+    /// it opens and reads.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn open_existing_creates_no_keyspace_or_table() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let table = format!("read_only_{nanos}");
+        let keyspace = format!("read_only_ks_{nanos}");
+        for url in [
+            uri_with(Some(&keyspace), None),
+            uri_with(None, Some(&table)),
+        ] {
+            let parsed = (storage_cassandra::DRIVER.parse)(&url).unwrap();
+            for attempt in 0..2 {
+                let err = (storage_cassandra::DRIVER.open_existing)(&parsed)
+                    .await
+                    .err()
+                    .unwrap_or_else(|| panic!("{url}, attempt {attempt}: opened a missing store"));
+                assert!(ttl_storage::NoStore::find(&*err).is_some(), "{url}: {err}");
+            }
+        }
+        let parsed = (storage_cassandra::DRIVER.parse)(&uri_with(None, Some(&table))).unwrap();
+        let key = key("read-only");
+        let writer = (storage_cassandra::DRIVER.open)(&parsed).await.unwrap();
+        assert!(
+            writer
+                .insert_if_not_exists(&key, b"v", Ttl::from_secs(600).unwrap())
+                .await
+                .unwrap()
+        );
+        let reader = (storage_cassandra::DRIVER.open_existing)(&parsed)
+            .await
+            .unwrap();
+        assert_eq!(reader.get(&key).await.unwrap(), Some(b"v".to_vec()));
+    }
 }
