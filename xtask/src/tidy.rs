@@ -14,7 +14,8 @@
 //!   top of its `lib.rs` (or `main.rs`);
 //! - **driver lists**: every driver crate (`storage-*` but `storage-url`) is
 //!   a feature of `storage-url` (or always built in), vvm-host forwards each
-//!   of `storage-url`'s driver features under the same name, `.ci/run`'s
+//!   of `storage-url`'s driver features under the same name, every driver
+//!   crate has its line in `storage-url`'s `drivers!` list, `.ci/run`'s
 //!   `for feature in …` loops name exactly those features, and an xtask
 //!   engine names every network driver's crate;
 //! - **network suite**: every network driver's tests run the shared network
@@ -84,6 +85,8 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<String>> {
     violations.extend(file_lengths(&source_files(root)?));
     violations.extend(crate_docs(&packages));
     violations.extend(driver_lists(&packages, &ci, &engines));
+    let registry = read(&root.join("crates/storage-url/src/registry.rs"))?;
+    violations.extend(registry_lines(&packages, &registry));
     if let Some(host) = packages.iter().find(|p| p.name == "vvm-host") {
         violations.extend(features_only_forward(&read_dir_text(
             &host.dir.join("src"),
@@ -444,6 +447,28 @@ pub(crate) fn driver_lists(packages: &[Package], ci: &str, engines: &str) -> Vec
         }
     }
     violations
+}
+
+/// Rule: every driver crate has its line in storage-url's `drivers!`
+/// list (`crates/storage-url/src/registry.rs`): `storage_x "feature"
+/// [schemes],` or `storage_x always [schemes],`.
+pub(crate) fn registry_lines(packages: &[Package], registry: &str) -> Vec<String> {
+    drivers(packages)
+        .filter(|driver| {
+            let ident = driver.name.replace('-', "_");
+            !registry.lines().any(|line| {
+                line.trim_start()
+                    .strip_prefix(&ident)
+                    .is_some_and(|rest| rest.starts_with(" \"") || rest.starts_with(" always "))
+            })
+        })
+        .map(|driver| {
+            format!(
+                "driver lists: `{}` has no line in storage-url's `drivers!` list (crates/storage-url/src/registry.rs)",
+                driver.name
+            )
+        })
+        .collect()
 }
 
 /// Rule: vvm-host's driver features only forward to storage-url (no

@@ -8,8 +8,8 @@
 //!
 //! | engine | helper | atomic check |
 //! |---|---|---|
-//! | Cassandra / ScyllaDB | `storage_scylla::fence::CassandraFence` | lightweight transaction |
-//! | DynamoDB | `storage_dynamo::fence::DynamoFence` | conditional `UpdateItem` |
+//! | Cassandra / ScyllaDB | `storage_cassandra::fence::CassandraFence` | lightweight transaction |
+//! | DynamoDB | `storage_dynamodb::fence::DynamoDbFence` | conditional `UpdateItem` |
 //! | Valkey / Redis | `storage_valkey::fence::ValkeyFence` | one Lua script |
 //! | PostgreSQL | `storage_postgres::fence::PostgresFence` | `INSERT … ON CONFLICT … WHERE` in a transaction |
 //! | etcd | `storage_etcd::fence::EtcdFence` | one transaction |

@@ -223,7 +223,7 @@ pub async fn run(config: HarnessConfig) -> anyhow::Result<Report> {
     let bounds = Bounds {
         // The killer fires at 0.8 d; the lease ends at d.
         stop_slack: d / 5,
-        // The record lives d (+1 s: storage-scylla writes TTL t + 1 and
+        // The record lives d (+1 s: storage-cassandra writes TTL t + 1 and
         // Cassandra expires in whole seconds), then one retry interval, and
         // 1 s for the four LWTs of an acquisition on a loaded machine.
         // Direct (a cluster whose nodes the caller faults meanwhile): plus
@@ -502,7 +502,7 @@ mod tests {
             let got: StorageUrl = proxied_url(original, addr).unwrap().parse().unwrap();
             assert_eq!(got.endpoint().as_deref(), Some("127.0.0.1:7000"), "{got}");
             let want: StorageUrl = proxied.parse().unwrap();
-            assert_eq!(got.engine(), want.engine());
+            assert_eq!(got.driver().name, want.driver().name);
             // The password stays (the contender connects with it).
             assert_eq!(
                 proxied_url(original, addr).unwrap().contains("s3cret"),

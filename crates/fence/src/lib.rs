@@ -26,8 +26,8 @@
 //!
 //! | driver | type | atomic check |
 //! |---|---|---|
-//! | Cassandra / ScyllaDB | `storage_scylla::fence::CassandraFence` | lightweight transaction `UPDATE … IF fence <= ?` (Paxos, SERIAL) |
-//! | DynamoDB | `storage_dynamo::fence::DynamoFence` | `UpdateItem` with `ConditionExpression: attribute_not_exists(fence) OR fence <= :t` |
+//! | Cassandra / ScyllaDB | `storage_cassandra::fence::CassandraFence` | lightweight transaction `UPDATE … IF fence <= ?` (Paxos, SERIAL) |
+//! | DynamoDB | `storage_dynamodb::fence::DynamoDbFence` | `UpdateItem` with `ConditionExpression: attribute_not_exists(fence) OR fence <= :t` |
 //! | Valkey / Redis | `storage_valkey::fence::ValkeyFence` | one Lua script |
 //! | PostgreSQL | `storage_postgres::fence::PostgresFence` | `INSERT … ON CONFLICT … WHERE token <= $2`, in a transaction |
 //! | etcd | `storage_etcd::fence::EtcdFence` | one transaction comparing the stored token |
@@ -62,58 +62,22 @@
 //! A token the engine cannot store (above `i64::MAX` for the engines that
 //! store a signed 64-bit integer) is a permanent error, never truncated.
 
-mod driver;
 mod mem;
 mod names;
-mod options;
-mod outcome;
 #[cfg(feature = "suite")]
 pub mod suite;
 
-use std::{fmt, sync::Arc};
-
-use async_trait::async_trait;
-
-pub use driver::{FenceConfig, FenceDriver, OpenFenceFuture};
 pub use mem::MemFence;
 pub use names::{check_name, signed_token};
-pub use options::OpenOptions;
-pub use outcome::{AppendOutcome, FenceOutcome, Fenced, LogEntry, Numbering};
 /// What every [`Fence`] method returns: [`ttl_storage::Result`], the same
 /// alias (and error type) as the storage operations.
 pub use ttl_storage::Result;
-
-/// Fenced registers and logs of one database: the one contract every
-/// driver's fence implements.
-///
-/// Object safe (through `async_trait`, as [`ttl_storage::TtlStorage`]):
-/// programs hold a [`DynFence`] and never name a driver.
-#[async_trait]
-pub trait Fence: Send + Sync + fmt::Debug {
-    /// Guarded write: writes `value` as `resource`'s register value if
-    /// `token` is at least the highest token the resource has seen (equal
-    /// tokens are accepted), and records `token`; or changes nothing and
-    /// returns the higher token. One atomic step of the database.
-    async fn write(&self, resource: &str, token: u64, value: &[u8]) -> Result<FenceOutcome>;
-
-    /// The register of `resource` (the highest token seen and the value the
-    /// last accepted write carried), or `None` if nothing was ever written
-    /// or appended. The value is empty when only appends raised the token.
-    async fn read(&self, resource: &str) -> Result<Option<Fenced>>;
-
-    /// Fenced append: appends `value` to `resource`'s log if `token` is at
-    /// least the highest token the resource has seen (the same token as
-    /// [`write`](Self::write)'s), records `token` and returns the entry's
-    /// sequence number (see [`numbering`](Self::numbering)); or appends
-    /// nothing and returns the higher token.
-    async fn append(&self, resource: &str, token: u64, value: &[u8]) -> Result<AppendOutcome>;
-
-    /// `resource`'s log, in accept order (empty if never appended to).
-    async fn log(&self, resource: &str) -> Result<Vec<LogEntry>>;
-
-    /// How this fence numbers the entries of a log.
-    fn numbering(&self) -> Numbering;
-}
-
-/// A shared fence of any driver, as `storage_url::open_fence` returns it.
-pub type DynFence = Arc<dyn Fence>;
+/// The contract itself lives in `ttl-storage` (so that a driver's
+/// [`ttl_storage::Driver`] descriptor can open its fence); this crate is
+/// its home for everything else and re-exports it.
+pub use ttl_storage::fence::{
+    AppendOutcome, DynFence, Fence, FenceOutcome, Fenced, LogEntry, Numbering, OpenOptions,
+};
+/// What a driver's configuration provides to open its fence (see
+/// [`ttl_storage::Driver::with_fence`]).
+pub use ttl_storage::{FenceConfig, OpenFenceFuture};

@@ -1,4 +1,4 @@
-//! This driver's descriptors, [`crate::DRIVER`] and [`crate::FENCE`].
+//! This driver's descriptor, [`crate::DRIVER`] (its fence included).
 
 use std::sync::Arc;
 
@@ -14,6 +14,11 @@ impl DriverConfig for EtcdConfig {
     async fn open(self) -> Result<DynTtlStorage, BoxError> {
         let storage = EtcdStorage::connect(self).await?;
         Ok(Arc::new(storage) as DynTtlStorage)
+    }
+
+    async fn open_existing(self) -> Result<DynTtlStorage, BoxError> {
+        // Connecting writes nothing: there is no schema to create.
+        self.open().await
     }
 
     fn single_endpoint(&self) -> Option<String> {

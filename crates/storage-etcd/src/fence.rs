@@ -347,7 +347,7 @@ impl Fence for EtcdFence {
 }
 
 /// Opens the fence of an etcd configuration (a parsed URL, as
-/// [`crate::FENCE`] passes it) on a connection of its own. Fences live
+/// [`crate::DRIVER`]'s fence opener passes it) on a connection of its own. Fences live
 /// under the configuration's key prefix; `options` (tables) do not apply.
 ///
 /// # Errors

@@ -120,8 +120,4 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<EtcdConfig>(
     &["etcd", "etcds"],
     "etcd://host[:port][?endpoint=host:port...] (etcd v3, every member in endpoint=; etcds:// for TLS)",
     Some(DEFAULT_PORT),
-);
-
-/// This driver's fence, opened from a URL [`DRIVER`] parsed (see
-/// [`::fence::FenceDriver`]; [`fence::open`] does the work).
-pub const FENCE: ::fence::FenceDriver = ::fence::FenceDriver::new::<EtcdConfig>();
+).with_fence::<EtcdConfig>();

@@ -15,4 +15,9 @@ impl DriverConfig for MemConfig {
         let storage = MemStorage::connect(self).await?;
         Ok(Arc::new(storage) as DynTtlStorage)
     }
+
+    async fn open_existing(self) -> Result<DynTtlStorage, BoxError> {
+        // Nothing outlives the process: an empty store is the one there is.
+        self.open().await
+    }
 }

@@ -1,4 +1,4 @@
-//! This driver's descriptors, [`crate::DRIVER`] and [`crate::FENCE`].
+//! This driver's descriptor, [`crate::DRIVER`] (its fence included).
 
 use std::sync::Arc;
 
@@ -13,6 +13,11 @@ impl DriverConfig for PostgresConfig {
 
     async fn open(self) -> Result<DynTtlStorage, BoxError> {
         let storage = PostgresStorage::connect(self).await?;
+        Ok(Arc::new(storage) as DynTtlStorage)
+    }
+
+    async fn open_existing(self) -> Result<DynTtlStorage, BoxError> {
+        let storage = PostgresStorage::connect_existing(self).await?;
         Ok(Arc::new(storage) as DynTtlStorage)
     }
 

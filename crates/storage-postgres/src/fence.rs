@@ -354,7 +354,7 @@ impl Fence for PostgresFence {
 }
 
 /// Opens the fence of a PostgreSQL configuration (a parsed URL, as
-/// [`crate::FENCE`] passes it) on a pool of its own, in the table
+/// [`crate::DRIVER`]'s fence opener passes it) on a pool of its own, in the table
 /// `options.table` (in the configuration's schema, if any). The tables
 /// are created if missing whatever `options.create` says: creation is
 /// idempotent and serialized by an advisory lock.

@@ -153,8 +153,4 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<PostgresConfi
     &["postgres", "postgresql"],
     "postgres://user:password@host[:port][,host[:port]...]/database[?sslmode=require] (PostgreSQL; several hosts: the one that accepts writes)",
     Some(DEFAULT_PORT),
-);
-
-/// This driver's fence, opened from a URL [`DRIVER`] parsed (see
-/// [`::fence::FenceDriver`]; [`fence::open`] does the work).
-pub const FENCE: ::fence::FenceDriver = ::fence::FenceDriver::new::<PostgresConfig>();
+).with_fence::<PostgresConfig>();

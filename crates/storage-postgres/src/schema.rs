@@ -1,7 +1,7 @@
 //! Creating the table idempotently and checking its shape.
 
 use deadpool_postgres::Object;
-use ttl_storage::{ErrorKind, StorageError};
+use ttl_storage::{ErrorKind, NoStore, StorageError};
 
 use crate::{
     config::PostgresConfig,
@@ -31,6 +31,12 @@ pub(crate) async fn create(
         .transaction()
         .await
         .map_err(|err| failed("starting to create", err))?;
+    // `IF NOT EXISTS` on an existing table or schema sends a NOTICE
+    // ("relation ... already exists, skipping") that the client logs at
+    // INFO on every start: say nothing below a warning here.
+    tx.batch_execute("SET LOCAL client_min_messages = warning")
+        .await
+        .map_err(|err| failed("starting to create", err))?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtext($1))",
         &[&format!("storage-postgres:{table}")],
@@ -52,6 +58,37 @@ pub(crate) async fn create(
     .map_err(|err| failed("creating", err))?;
     tx.commit().await.map_err(|err| failed("creating", err))?;
     Ok(())
+}
+
+/// A [`NoStore`] error (permanent) unless the table exists: for a
+/// read-only open, which creates nothing. Needs no privilege on the table.
+pub(crate) async fn require(client: &Object, config: &PostgresConfig) -> Result<(), StorageError> {
+    let table = config.qualified_table();
+    let row = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .map_err(|err| {
+            storage_error(
+                classify(&err, Op::Read),
+                &format!("looking up table {table}"),
+                err,
+            )
+        })?;
+    let exists: bool = row.try_get(0).map_err(|err| {
+        storage_error(
+            ErrorKind::Permanent,
+            &format!("looking up table {table}"),
+            err,
+        )
+    })?;
+    if exists {
+        return Ok(());
+    }
+    Err(StorageError::with_source(
+        ErrorKind::Permanent,
+        "opening without creating",
+        NoStore::new(format!("table {table}")),
+    ))
 }
 
 /// Checks that the table exists with exactly the expected columns.

@@ -109,6 +109,15 @@ impl Drop for PostgresStorage {
     }
 }
 
+/// What opening does to the table.
+#[derive(Debug, Clone, Copy)]
+enum Setup {
+    /// Creates it when the configuration says so (`create_table`).
+    AsConfigured,
+    /// Creates nothing; a missing table is a [`ttl_storage::NoStore`].
+    Existing,
+}
+
 /// A task aborted when this is dropped (also when `connect` fails after
 /// starting it).
 struct AbortOnDrop(JoinHandle<()>);
@@ -144,6 +153,19 @@ impl PostgresStorage {
     /// instance `sslmode=require` against a server without TLS), a missing
     /// table without `create_table` or a table of the wrong shape.
     pub async fn connect(config: PostgresConfig) -> Result<Self> {
+        Self::open(config, Setup::AsConfigured).await
+    }
+
+    /// Connects like [`connect`](Self::connect) but writes nothing while
+    /// opening, whatever `create_table` says: no schema, no table. A
+    /// missing table is a permanent error whose source is a
+    /// [`ttl_storage::NoStore`]. A role that may only `SELECT` opens this
+    /// way (`vvm-host status`).
+    pub async fn connect_existing(config: PostgresConfig) -> Result<Self> {
+        Self::open(config, Setup::Existing).await
+    }
+
+    async fn open(config: PostgresConfig, setup: Setup) -> Result<Self> {
         let url = config.redacted_url();
         let mut pg = tokio_postgres::Config::new();
         for (host, port) in config.hosts() {
@@ -209,8 +231,12 @@ impl PostgresStorage {
         let mut client = storage.client(&format!("connecting to {url}")).await?;
         let config = &storage.config;
         let setup = async {
-            if config.create_table {
-                schema::create(&mut client, config).await?;
+            match setup {
+                Setup::AsConfigured if config.create_table => {
+                    schema::create(&mut client, config).await?;
+                }
+                Setup::AsConfigured => {}
+                Setup::Existing => schema::require(&client, config).await?,
             }
             schema::validate(&client, config).await
         };

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use ttl_storage::{BoxError, DriverConfig, DynTtlStorage};
+use ttl_storage::{BoxError, DriverConfig, DynTtlStorage, NoStore};
 
-use crate::{RedbConfig, RedbMode, RedbStorage, SharedRedbStorage};
+use crate::{OpenError, RedbConfig, RedbMode, RedbStorage, SharedRedbStorage};
 
 impl DriverConfig for RedbConfig {
     fn parse_url(url: &str) -> Result<Self, BoxError> {
@@ -17,5 +17,26 @@ impl DriverConfig for RedbConfig {
             RedbMode::Exclusive => Arc::new(RedbStorage::connect(self).await?),
         };
         Ok(storage)
+    }
+
+    async fn open_existing(self) -> Result<DynTtlStorage, BoxError> {
+        let opened: Result<DynTtlStorage, OpenError> = match self.mode() {
+            RedbMode::Shared => SharedRedbStorage::builder()
+                .existing_only()
+                .open(self.path())
+                .await
+                .map(|storage| Arc::new(storage) as DynTtlStorage),
+            RedbMode::Exclusive => RedbStorage::builder()
+                .existing_only()
+                .open(self.path())
+                .await
+                .map(|storage| Arc::new(storage) as DynTtlStorage),
+        };
+        opened.map_err(|err| match err {
+            OpenError::Missing { path } => {
+                NoStore::new(format!("storage file {}", path.display())).into()
+            }
+            other => other.into(),
+        })
     }
 }

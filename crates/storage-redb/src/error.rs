@@ -35,6 +35,13 @@ pub enum OpenError {
         /// The storage file.
         path: PathBuf,
     },
+    /// A read-only open found no storage file (or an empty one) at the
+    /// path: nothing was created.
+    #[error("no storage file at {path:?} (nothing was created)")]
+    Missing {
+        /// The storage file.
+        path: PathBuf,
+    },
     /// Another process (or another handle in this process) has the file open.
     /// redb allows one writer per file; stop the other owner first.
     #[error("storage file {path:?} is already open in another process or handle")]

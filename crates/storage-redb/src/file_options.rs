@@ -19,6 +19,9 @@ pub(crate) struct FileOptions {
     pub(crate) max_batch: usize,
     pub(crate) cache_size: usize,
     pub(crate) create_parent_dirs: bool,
+    /// Whether a missing (or empty) file is created; when not, it is
+    /// [`OpenError::Missing`] and nothing is created (a read-only open).
+    pub(crate) create_file: bool,
 }
 
 impl FileOptions {
@@ -28,6 +31,7 @@ impl FileOptions {
         max_batch: 256,
         cache_size: 16 * 1024 * 1024,
         create_parent_dirs: true,
+        create_file: true,
     };
 
     /// Checks the ranges.
@@ -41,10 +45,25 @@ impl FileOptions {
         Ok(())
     }
 
-    /// Checks the path and creates (or requires) its parent directory.
-    /// Blocks.
+    /// Checks the path and creates (or requires) its parent directory;
+    /// without `create_file`, requires the file itself (an empty one is no
+    /// store yet either). Blocks.
     pub(crate) fn prepare(&self, path: &Path) -> Result<(), OpenError> {
         check_path(path)?;
+        if !self.create_file {
+            let missing = || OpenError::Missing {
+                path: path.to_path_buf(),
+            };
+            return match std::fs::metadata(path) {
+                Ok(meta) if meta.len() > 0 => Ok(()),
+                Ok(_) => Err(missing()),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(missing()),
+                Err(source) => Err(OpenError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                }),
+            };
+        }
         ensure_parent(path, self.create_parent_dirs)
     }
 
@@ -59,7 +78,13 @@ impl FileOptions {
     ) -> Result<(Database, FileIdentity), OpenError> {
         check_magic(path)?;
         probe(path, mode)?;
-        create_checked(path, self.cache_size, check_integrity, mode)
+        create_checked(
+            path,
+            self.cache_size,
+            check_integrity,
+            mode,
+            self.create_file,
+        )
     }
 }
 
@@ -105,6 +130,14 @@ macro_rules! file_option_setters {
         /// reported as [`OpenError::MissingParentDir`](crate::OpenError::MissingParentDir).
         pub fn create_parent_dirs(&mut self, create: bool) -> &mut Self {
             self.file.create_parent_dirs = create;
+            self
+        }
+
+        /// Opens only a file that exists: creates neither the file nor a
+        /// directory (a missing file is [`OpenError::Missing`](crate::OpenError::Missing)).
+        pub(crate) fn existing_only(&mut self) -> &mut Self {
+            self.file.create_file = false;
+            self.file.create_parent_dirs = false;
             self
         }
     };

@@ -34,7 +34,7 @@ pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
     Ok(())
 }
 
-/// Opens (or creates) the redb file at `path` read-write and creates or
+/// Opens (or, with `create`, creates) the redb file at `path` read-write and creates or
 /// checks this crate's tables in it. Call after [`check_magic`] and [`probe`].
 /// Returns the database and the identity of the file it has open, which
 /// the path must still name now.
@@ -43,6 +43,7 @@ pub(crate) fn create_checked(
     cache_size: usize,
     check_integrity: bool,
     mode: redb::ConcurrencyMode,
+    create: bool,
 ) -> Result<(redb::Database, FileIdentity), OpenError> {
     let io_error = |source| OpenError::Io {
         path: path.to_path_buf(),
@@ -53,10 +54,15 @@ pub(crate) fn create_checked(
     let file = fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create(create)
         .truncate(false)
         .open(path)
-        .map_err(io_error)?;
+        .map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound if !create => OpenError::Missing {
+                path: path.to_path_buf(),
+            },
+            _ => io_error(source),
+        })?;
     let identity = FileIdentity::of(&file, path).map_err(io_error)?;
     let backend = redb::backends::FileBackend::new(file)
         .map_err(|err| OpenError::from_redb(path.to_path_buf(), err.into()))?;

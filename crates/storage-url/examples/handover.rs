@@ -161,7 +161,7 @@ async fn case(
     let events: Events = Arc::default();
     let mut tasks = Vec::new();
     // `mem` opens a fresh store each time: share one.
-    let shared_mem = if url.engine() == storage_url::Engine::Mem {
+    let shared_mem = if url.driver().name == "mem" {
         Some(url.open().await?)
     } else {
         None
@@ -256,7 +256,7 @@ async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     );
     for url in &urls {
         // Display hides the password.
-        let engine = url.engine().label();
+        let engine = url.driver().name;
         report(&format!("{engine}, watch"), case(url, true, rounds).await?);
         if polling_rounds > 0 {
             report(

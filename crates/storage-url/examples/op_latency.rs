@@ -5,7 +5,7 @@
 //! cargo run --release -p storage-url --features valkey --example op_latency -- redis://127.0.0.1:6379
 //! cargo run --release -p storage-url --features postgres --example op_latency -- postgres://...
 //! cargo run --release -p storage-url --features etcd --example op_latency -- etcd://127.0.0.1:2379
-//! cargo run --release -p storage-url --features scylla --example op_latency -- scylla://127.0.0.1:9042/ks
+//! cargo run --release -p storage-url --features cassandra --example op_latency -- scylla://127.0.0.1:9042/ks
 //! cargo run --release -p storage-url --example op_latency -- redb:///tmp/latency.redb [ROUNDS]
 //! ```
 

@@ -65,6 +65,16 @@ pub enum OpenError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A read-only open ([`crate::StorageUrl::open_existing`]) found no
+    /// store: the table, keyspace or file the URL names does not exist.
+    /// Nothing was created.
+    #[error("no store at {url}: {what} does not exist (nothing was created)")]
+    NoStore {
+        /// The URL, password redacted.
+        url: String,
+        /// What is missing (`table ttl_records`, `storage file /x.redb`, ...).
+        what: String,
+    },
     /// The URL's engine has no fence ([`crate::open_fence`]): `mem` and
     /// `redb` protect nothing outside their host.
     #[error("no fence on {url}: use a cassandra, dynamodb, valkey, postgres or etcd URL")]

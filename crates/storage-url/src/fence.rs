@@ -1,28 +1,11 @@
-//! Open a driver's [`Fence`](::fence::Fence) from a storage URL: the list
-//! of the drivers that have one (their `FENCE` descriptors), each behind
-//! its cargo feature. The fence opens the configuration parsed with the
-//! URL: the text is not parsed again.
+//! Open a driver's [`Fence`](ttl_storage::fence::Fence) from a storage
+//! URL: the descriptor of the URL's driver carries its fence opener
+//! ([`Driver::open_fence`](ttl_storage::Driver::open_fence)), which opens
+//! the configuration parsed with the URL: the text is not parsed again.
 
-use ::fence::{DynFence, FenceDriver, OpenOptions};
+use ttl_storage::fence::{DynFence, OpenOptions};
 
 use crate::{OpenError, StorageUrl};
-
-/// Every driver compiled in that has a fence: each driver crate's `FENCE`
-/// descriptor, found by the configuration its `DRIVER` parsed.
-const FENCES: &[FenceDriver] = &[
-    #[cfg(feature = "scylla")]
-    storage_scylla::FENCE,
-    #[cfg(feature = "dynamodb")]
-    storage_dynamo::FENCE,
-    #[cfg(feature = "valkey")]
-    storage_valkey::FENCE,
-    #[cfg(feature = "postgres")]
-    storage_postgres::FENCE,
-    #[cfg(feature = "etcd")]
-    storage_etcd::FENCE,
-    #[cfg(test)]
-    crate::parse::tests::COUNTED_FENCE,
-];
 
 /// Opens the fence of the database `url` names (Cassandra / ScyllaDB,
 /// DynamoDB, Valkey / Redis, PostgreSQL, etcd), with its own connection,
@@ -30,7 +13,7 @@ const FENCES: &[FenceDriver] = &[
 ///
 /// ```no_run
 /// # async fn demo(token: u64) -> Result<(), Box<dyn std::error::Error>> {
-/// use fence::{Fence, FenceOutcome, OpenOptions};
+/// use ttl_storage::fence::{Fence, FenceOutcome, OpenOptions};
 ///
 /// let url: storage_url::StorageUrl = "etcd://127.0.0.1:2379".parse()?;
 /// let fence = storage_url::open_fence(&url, &OpenOptions::new("fences", true)).await?;
@@ -45,13 +28,12 @@ const FENCES: &[FenceDriver] = &[
 /// [`OpenError::NoFence`] for `mem` and `redb` URLs; [`OpenError::Connect`]
 /// naming the URL (password redacted) if the fence cannot be opened.
 pub async fn open_fence(url: &StorageUrl, options: &OpenOptions) -> Result<DynFence, OpenError> {
-    let parsed = url.parsed();
-    let Some(driver) = FENCES.iter().find(|driver| driver.accepts(parsed)) else {
+    let Some(open) = url.driver().open_fence else {
         return Err(OpenError::NoFence {
             url: url.to_string(),
         });
     };
-    (driver.open)(parsed, options)
+    open(url.parsed(), options)
         .await
         .map_err(|err| OpenError::Connect {
             url: url.to_string(),
@@ -69,5 +51,27 @@ mod tests {
             .await
             .err();
         assert!(matches!(err, Some(OpenError::NoFence { .. })), "{err:?}");
+    }
+
+    /// Every driver built in but the in-process ones carries its fence
+    /// opener in its descriptor (there is no other list of fences to
+    /// fall back on), and no help line carries a stray piece of code.
+    #[test]
+    fn every_network_driver_carries_its_fence() {
+        for driver in crate::registry::built_in() {
+            let in_process = ["mem", "redb"].contains(&driver.name);
+            assert_eq!(
+                driver.open_fence.is_some(),
+                !in_process,
+                "{}: a fence opener is expected exactly for network drivers",
+                driver.name
+            );
+            assert!(
+                !driver.help.contains("::<"),
+                "{}: {}",
+                driver.name,
+                driver.help
+            );
+        }
     }
 }

@@ -10,8 +10,8 @@
 //! | `mem` | `storage-mem`: this process only | always |
 //! | `redb:///path/file.redb` | `storage-redb`'s `SharedRedbStorage`: an embedded file that the processes of one host share | `redb` (default) |
 //! | `redb:///path/file.redb?mode=exclusive` | `storage-redb`'s `RedbStorage`: one process at a time, group commit | `redb` (default) |
-//! | `scylla://[user:pw@]host[:port][,host...]/keyspace[?...]`, `cassandra://` | `storage-scylla` | `scylla` |
-//! | `dynamodb://TABLE?region=R[&endpoint=URL...]` | `storage-dynamo` | `dynamodb` |
+//! | `scylla://[user:pw@]host[:port][,host...]/keyspace[?...]`, `cassandra://` | `storage-cassandra` | `cassandra` (alias: `scylla`) |
+//! | `dynamodb://TABLE?region=R[&endpoint=URL...]` | `storage-dynamodb` | `dynamodb` |
 //! | `redis://`, `rediss://` (TLS), `valkey://`, `valkeys://` | `storage-valkey` | `valkey` |
 //! | `redis-sentinel://s1:26379,s2:26379/service` (also `rediss-`, `valkey-`, `valkeys-sentinel`): the primary found through Sentinels | `storage-valkey` | `valkey` |
 //! | `postgres://`, `postgresql://`; several servers `postgres://u:pw@pg-a:5432,pg-b:5432/db` (the one that accepts writes) | `storage-postgres` | `postgres` |
@@ -21,6 +21,11 @@
 //! so a bad one is a usage error before anything connects; a scheme whose
 //! driver is not compiled in says which feature to enable. Shown URLs
 //! ([`Display`](std::fmt::Display), errors) never include a password.
+//!
+//! [`StorageUrl::open`] may create what the store needs (a table, a file:
+//! each driver's URL says when); [`StorageUrl::open_existing`] creates
+//! nothing and answers [`OpenError::NoStore`] for a store that is not
+//! there, for commands that only read.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -45,7 +50,7 @@ mod registry;
 
 use std::{fmt, sync::Arc};
 
-use ttl_storage::{Driver, DriverConfig, DynTtlStorage, Instrumented, ParsedUrl};
+use ttl_storage::{Driver, DriverConfig, DynTtlStorage, Instrumented, NoStore, ParsedUrl};
 
 pub use error::{OpenError, UrlError};
 pub use fence::open_fence;
@@ -57,32 +62,9 @@ pub use fence::open_fence;
 #[derive(Clone)]
 pub struct StorageUrl {
     driver: &'static Driver,
-    engine: Engine,
     parsed: ParsedUrl,
     /// The URL as given (may hold a password: never shown).
     raw: String,
-}
-
-/// The engine a URL names, for programs that talk to the same engine
-/// beside the storage (the chaos harness's guarded table, say) without
-/// matching on schemes themselves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Engine {
-    /// `mem`.
-    Mem,
-    /// `redb://`.
-    Redb,
-    /// `scylla://`, `cassandra://`.
-    Cassandra,
-    /// `dynamodb://`.
-    DynamoDb,
-    /// `redis://`, `rediss://`, `valkey://`, `valkeys://`, `redis-sentinel://`, ...
-    Valkey,
-    /// `postgres://`, `postgresql://`.
-    Postgres,
-    /// `etcd://`, `etcds://`.
-    Etcd,
 }
 
 /// Opens the storage `url` names: parses, validates, connects. The store
@@ -129,7 +111,6 @@ impl StorageUrl {
     fn from_config<C: DriverConfig>(driver: &'static Driver, config: C, raw: &str) -> StorageUrl {
         StorageUrl {
             driver,
-            engine: Engine::from_label(driver.name).unwrap_or(Engine::Mem),
             parsed: ParsedUrl::from_config(config),
             raw: raw.to_owned(),
         }
@@ -148,12 +129,10 @@ impl StorageUrl {
             .map_or("mem", |(scheme, _)| scheme)
     }
 
-    /// The engine this URL names.
-    pub fn engine(&self) -> Engine {
-        self.engine
-    }
-
-    /// The descriptor of the driver this URL selects.
+    /// The descriptor of the driver this URL selects: its
+    /// [`name`](Driver::name) (`mem`, `redb`, `cassandra`, `dynamodb`,
+    /// `valkey`, `postgres`, `etcd`) is the engine's one name, the `store`
+    /// label of the metrics.
     pub fn driver(&self) -> &'static Driver {
         self.driver
     }
@@ -163,18 +142,6 @@ impl StorageUrl {
     /// instead of parsing the URL again.
     pub fn config<C: DriverConfig>(&self) -> Option<&C> {
         self.parsed.get::<C>()
-    }
-
-    /// The local file a file-backed store's URL names (a `redb://` URL),
-    /// `None` for `mem` and the network engines: a command that must not
-    /// create a store checks that it exists before opening it (opening
-    /// creates it).
-    pub fn local_file(&self) -> Option<&std::path::Path> {
-        #[cfg(feature = "redb")]
-        if let Some(redb) = self.config::<storage_redb::RedbConfig>() {
-            return Some(redb.path());
-        }
-        None
     }
 
     /// The configuration parsed with the URL, as the drivers' descriptors
@@ -212,8 +179,9 @@ impl StorageUrl {
 
     /// Connects to (or opens) the storage, wrapped in
     /// [`ttl_storage::Instrumented`]: every operation records the
-    /// `ttl_storage_*` metrics (labelled `store` = [`Engine::label`]) and a
-    /// tracing span.
+    /// `ttl_storage_*` metrics (labelled `store` = the driver's
+    /// [`name`](Driver::name)) and a tracing span. What the store needs and
+    /// lacks (a table, a file) is created where the URL says so.
     ///
     /// The driver opens the configuration parsed when this URL was: the
     /// text is not parsed again.
@@ -232,42 +200,34 @@ impl StorageUrl {
                     url: self.to_string(),
                     source,
                 })?;
-        Ok(Arc::new(Instrumented::new(driver, self.engine.label())))
-    }
-}
-
-impl Engine {
-    /// Every engine.
-    const ALL: [Engine; 7] = [
-        Engine::Mem,
-        Engine::Redb,
-        Engine::Cassandra,
-        Engine::DynamoDb,
-        Engine::Valkey,
-        Engine::Postgres,
-        Engine::Etcd,
-    ];
-
-    /// The engine whose [`label`](Engine::label) is a driver's
-    /// [`name`](Driver::name).
-    fn from_label(name: &str) -> Option<Engine> {
-        Engine::ALL
-            .into_iter()
-            .find(|engine| engine.label() == name)
+        Ok(Arc::new(Instrumented::new(driver, self.driver.name)))
     }
 
-    /// A short lowercase name (`mem`, `redb`, `cassandra`, `dynamodb`,
-    /// `valkey`, `postgres`, `etcd`): the `store` label of the metrics.
-    pub fn label(self) -> &'static str {
-        match self {
-            Engine::Mem => "mem",
-            Engine::Redb => "redb",
-            Engine::Cassandra => "cassandra",
-            Engine::DynamoDb => "dynamodb",
-            Engine::Valkey => "valkey",
-            Engine::Postgres => "postgres",
-            Engine::Etcd => "etcd",
-        }
+    /// Opens the storage as [`open`](Self::open) does, but **writes nothing
+    /// while opening**: no table, keyspace, schema, file or directory is
+    /// created, whatever the URL says (the descriptor's
+    /// [`open_existing`](Driver::open_existing)). For commands that only
+    /// read (`vvm-host status`); a role that may only read can open this
+    /// way.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::NoStore`] when the store the URL names does not exist
+    /// (nothing was created); [`OpenError::Connect`] naming the URL
+    /// (password redacted) and why for anything else.
+    pub async fn open_existing(&self) -> Result<DynTtlStorage, OpenError> {
+        let opened = (self.driver.open_existing)(&self.parsed).await;
+        let driver = opened.map_err(|source| match NoStore::find(&*source) {
+            Some(missing) => OpenError::NoStore {
+                url: self.to_string(),
+                what: missing.what.clone(),
+            },
+            None => OpenError::Connect {
+                url: self.to_string(),
+                source,
+            },
+        })?;
+        Ok(Arc::new(Instrumented::new(driver, self.driver.name)))
     }
 }
 
@@ -286,12 +246,8 @@ impl std::str::FromStr for StorageUrl {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let raw = s.trim();
         let (driver, parsed) = parse::parse(raw)?;
-        let engine = Engine::from_label(driver.name).ok_or_else(|| UrlError::Unknown {
-            url: redact::redact(raw),
-        })?;
         Ok(StorageUrl {
             driver,
-            engine,
             parsed,
             raw: raw.to_owned(),
         })

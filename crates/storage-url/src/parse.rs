@@ -43,8 +43,10 @@ pub(crate) mod tests {
         atomic::{AtomicUsize, Ordering},
     };
 
-    use fence::{DynFence, FenceConfig, FenceDriver, MemFence, OpenOptions};
-    use ttl_storage::{BoxError, Driver, DriverConfig, DynTtlStorage};
+    use ttl_storage::{
+        BoxError, Driver, DriverConfig, DynTtlStorage, FenceConfig,
+        fence::{DynFence, OpenOptions},
+    };
 
     use crate::{StorageUrl, UrlError};
 
@@ -78,23 +80,25 @@ pub(crate) mod tests {
             Ok(Arc::new(storage_mem::MemStorage::new()) as DynTtlStorage)
         }
 
+        async fn open_existing(self) -> Result<DynTtlStorage, BoxError> {
+            self.open().await
+        }
+
         fn single_endpoint(&self) -> Option<String> {
             Some(self.0.clone())
         }
     }
 
     impl FenceConfig for Counted {
-        async fn open_fence(self, _options: OpenOptions) -> fence::Result<DynFence> {
-            Ok(Arc::new(MemFence::default()) as DynFence)
+        async fn open_fence(self, _options: OpenOptions) -> ttl_storage::Result<DynFence> {
+            Ok(Arc::new(fence::MemFence::default()) as DynFence)
         }
     }
 
     /// A test driver in the registry (see `registry::DRIVERS`).
     pub(crate) const COUNTED: Driver =
-        Driver::new::<Counted>("mem", &["counted"], "counted://host:port (tests)", None);
-
-    /// Its fence (see `fence::FENCES`).
-    pub(crate) const COUNTED_FENCE: FenceDriver = FenceDriver::new::<Counted>();
+        Driver::new::<Counted>("counted", &["counted"], "counted://host:port (tests)", None)
+            .with_fence::<Counted>();
 
     #[tokio::test]
     async fn a_url_is_parsed_once_on_its_way_to_a_fence() {
@@ -164,16 +168,16 @@ pub(crate) mod tests {
         assert_eq!(shown.to_string().parse::<StorageUrl>().unwrap(), shown);
     }
 
-    #[cfg(not(feature = "scylla"))]
+    #[cfg(not(feature = "cassandra"))]
     #[test]
     fn drivers_not_built_in_say_which_feature() {
         let err = "scylla://10.0.0.1/ks".parse::<StorageUrl>().unwrap_err();
-        assert!(err.to_string().contains("`scylla`"), "{err}");
+        assert!(err.to_string().contains("`cassandra`"), "{err}");
     }
 
-    #[cfg(feature = "scylla")]
+    #[cfg(feature = "cassandra")]
     #[test]
-    fn scylla_urls() {
+    fn cassandra_urls() {
         let url: StorageUrl = "scylla://app:pw@10.0.0.1:9042/leases".parse().unwrap();
         assert_eq!(url.to_string(), "scylla://app:***@10.0.0.1:9042/leases");
         assert_eq!(url.endpoint().as_deref(), Some("10.0.0.1:9042"));
@@ -219,7 +223,7 @@ pub(crate) mod tests {
             "redis-sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster?wait_replicas=1"
                 .parse()
                 .unwrap();
-        assert_eq!(sentinel.engine(), crate::Engine::Valkey);
+        assert_eq!(sentinel.driver().name, "valkey");
         assert_eq!(
             sentinel.to_string(),
             "redis-sentinel://:***@127.0.0.1:26379,127.0.0.1:26380/mymaster?wait_replicas=1"
@@ -233,7 +237,7 @@ pub(crate) mod tests {
             "postgres://u:p@pg-a:5432,pg-b:5433/db?target_session_attrs=read-write"
                 .parse()
                 .unwrap();
-        assert_eq!(pg.engine(), crate::Engine::Postgres);
+        assert_eq!(pg.driver().name, "postgres");
         assert_eq!(pg.endpoint(), None);
         let etcd: StorageUrl = "etcd://m1:2379?endpoint=m2:2379&endpoint=m3:2379"
             .parse()

@@ -1,8 +1,17 @@
-//! The registry: every driver compiled into this build (each crate's
-//! `DRIVER` descriptor, one line per driver) and the ones known but left
-//! out, with the cargo feature that adds them. The `--help` text
+//! The registry: every driver, declared once in [`drivers!`] below (its
+//! crate, the cargo feature that compiles it in, and the URL schemes it
+//! answers). From that one list come the drivers compiled into this build
+//! (each crate's `DRIVER` descriptor, its fence included), the ones left
+//! out with the feature that adds them, the `--help` text
 //! ([`crate::schemes_help`]), the "unknown scheme" error and the "not built
-//! in" error are all derived from it.
+//! in" error.
+//!
+//! A left-out driver's schemes cannot be read from its crate (it is not
+//! compiled), so its line copies them; wherever the driver is compiled in,
+//! a compile-time assertion proves the copy equals the crate's
+//! `DRIVER.schemes` (`.ci/run` compiles storage-url once per driver
+//! feature, so every line's assertion runs there; `cargo xtask tidy`
+//! checks that every driver crate has a line).
 
 use ttl_storage::Driver;
 
@@ -17,108 +26,100 @@ pub(crate) enum Entry {
         feature: Option<&'static str>,
     },
     /// Known, but its cargo feature is off in this build.
-    #[cfg_attr(
-        all(
-            feature = "redb",
-            feature = "scylla",
-            feature = "dynamodb",
-            feature = "valkey",
-            feature = "postgres",
-            feature = "etcd"
-        ),
-        allow(dead_code)
-    )]
+    #[allow(dead_code)] // never built when every feature is on
     Missing {
-        /// The URL schemes it answers.
+        /// The URL schemes it answers (its `DRIVER.schemes`).
         schemes: &'static [&'static str],
         /// The cargo feature that adds it.
         feature: &'static str,
     },
 }
 
-/// Every driver, in the order of the `--help` text. Adding a driver: one
-/// line here (and one `Missing` line for builds without it).
-pub(crate) const DRIVERS: &[Entry] = &[
-    Entry::BuiltIn {
-        driver: &storage_mem::DRIVER,
-        feature: None,
-    },
-    #[cfg(feature = "redb")]
-    Entry::BuiltIn {
-        driver: &storage_redb::DRIVER,
-        feature: Some("redb"),
-    },
-    #[cfg(not(feature = "redb"))]
-    Entry::Missing {
-        schemes: &["redb"],
-        feature: "redb",
-    },
-    #[cfg(feature = "scylla")]
-    Entry::BuiltIn {
-        driver: &storage_scylla::DRIVER,
-        feature: Some("scylla"),
-    },
-    #[cfg(not(feature = "scylla"))]
-    Entry::Missing {
-        schemes: &["scylla", "cassandra"],
-        feature: "scylla",
-    },
-    #[cfg(feature = "dynamodb")]
-    Entry::BuiltIn {
-        driver: &storage_dynamo::DRIVER,
-        feature: Some("dynamodb"),
-    },
-    #[cfg(not(feature = "dynamodb"))]
-    Entry::Missing {
-        schemes: &["dynamodb"],
-        feature: "dynamodb",
-    },
-    #[cfg(feature = "valkey")]
-    Entry::BuiltIn {
-        driver: &storage_valkey::DRIVER,
-        feature: Some("valkey"),
-    },
-    #[cfg(not(feature = "valkey"))]
-    Entry::Missing {
-        schemes: &[
-            "redis",
-            "rediss",
-            "valkey",
-            "valkeys",
-            "redis-sentinel",
-            "rediss-sentinel",
-            "valkey-sentinel",
-            "valkeys-sentinel",
-        ],
-        feature: "valkey",
-    },
-    #[cfg(feature = "postgres")]
-    Entry::BuiltIn {
-        driver: &storage_postgres::DRIVER,
-        feature: Some("postgres"),
-    },
-    #[cfg(not(feature = "postgres"))]
-    Entry::Missing {
-        schemes: &["postgres", "postgresql"],
-        feature: "postgres",
-    },
-    #[cfg(feature = "etcd")]
-    Entry::BuiltIn {
-        driver: &storage_etcd::DRIVER,
-        feature: Some("etcd"),
-    },
-    #[cfg(not(feature = "etcd"))]
-    Entry::Missing {
-        schemes: &["etcd", "etcds"],
-        feature: "etcd",
-    },
-    // A driver that counts how often it parses (`crate::parse`'s tests).
-    #[cfg(test)]
-    Entry::BuiltIn {
-        driver: &crate::parse::tests::COUNTED,
-        feature: None,
-    },
-];
+/// Declares the list [`DRIVERS`], one line per driver:
+/// `crate_name "feature" [schemes],` (or `crate_name always [schemes],`
+/// for a driver that is always compiled in).
+macro_rules! drivers {
+    ($($krate:ident $feature:tt [$($scheme:literal),+ $(,)?],)+) => {
+        /// Every driver, in the order of the `--help` text.
+        pub(crate) const DRIVERS: &[Entry] = &[
+            $(drivers!(@entry $krate $feature [$($scheme),+]),)+
+            // A driver that counts how often it parses (`crate::parse`'s tests).
+            #[cfg(test)]
+            Entry::BuiltIn {
+                driver: &crate::parse::tests::COUNTED,
+                feature: None,
+            },
+        ];
+        $(drivers!(@same $krate $feature [$($scheme),+]);)+
+    };
+    (@entry $krate:ident always [$($scheme:literal),+]) => {
+        Entry::BuiltIn { driver: &$krate::DRIVER, feature: None }
+    };
+    (@entry $krate:ident $feature:literal [$($scheme:literal),+]) => {{
+        #[cfg(feature = $feature)]
+        let entry = Entry::BuiltIn { driver: &$krate::DRIVER, feature: Some($feature) };
+        #[cfg(not(feature = $feature))]
+        let entry = Entry::Missing { schemes: &[$($scheme),+], feature: $feature };
+        entry
+    }};
+    (@same $krate:ident always [$($scheme:literal),+]) => {
+        const _: () = assert!(
+            same_schemes($krate::DRIVER.schemes, &[$($scheme),+]),
+            concat!("storage-url's schemes of ", stringify!($krate), " differ from its DRIVER.schemes"),
+        );
+    };
+    (@same $krate:ident $feature:literal [$($scheme:literal),+]) => {
+        #[cfg(feature = $feature)]
+        const _: () = assert!(
+            same_schemes($krate::DRIVER.schemes, &[$($scheme),+]),
+            concat!("storage-url's schemes of ", stringify!($krate), " differ from its DRIVER.schemes"),
+        );
+    };
+}
+
+// Adding a driver: one line here (and its cargo feature in Cargo.toml,
+// one engine in xtask: `cargo xtask tidy` checks both).
+drivers! {
+    storage_mem always ["mem"],
+    storage_redb "redb" ["redb"],
+    storage_cassandra "cassandra" ["scylla", "cassandra"],
+    storage_dynamodb "dynamodb" ["dynamodb"],
+    storage_valkey "valkey" [
+        "redis",
+        "rediss",
+        "valkey",
+        "valkeys",
+        "redis-sentinel",
+        "rediss-sentinel",
+        "valkey-sentinel",
+        "valkeys-sentinel",
+    ],
+    storage_postgres "postgres" ["postgres", "postgresql"],
+    storage_etcd "etcd" ["etcd", "etcds"],
+}
+
+/// Whether two scheme lists are equal (in a `const` context).
+const fn same_schemes(a: &[&str], b: &[&str]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        let (x, y) = (a[i].as_bytes(), b[i].as_bytes());
+        if x.len() != y.len() {
+            return false;
+        }
+        let mut j = 0;
+        while j < x.len() {
+            if x[j] != y[j] {
+                return false;
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    true
+}
 
 impl Entry {
     /// The URL schemes it answers.
@@ -234,14 +235,24 @@ mod tests {
     }
 
     #[test]
-    fn every_built_in_driver_names_an_engine() {
-        for driver in built_in() {
-            assert!(
-                crate::Engine::from_label(driver.name).is_some(),
-                "{}",
-                driver.name
-            );
+    fn a_scheme_list_that_differs_is_caught() {
+        assert!(same_schemes(&["etcd", "etcds"], &["etcd", "etcds"]));
+        assert!(!same_schemes(&["etcd", "etcds"], &["etcd"]));
+        assert!(!same_schemes(&["etcd", "etcds"], &["etcd", "etcdz"]));
+        assert!(!same_schemes(&["etcd", "etcds"], &["etcds", "etcd"]));
+    }
+
+    #[test]
+    fn every_driver_has_one_entry_and_unique_schemes() {
+        let mut seen = std::collections::HashSet::new();
+        for driver in DRIVERS {
+            for scheme in driver.schemes() {
+                assert!(seen.insert(*scheme), "{scheme} answered twice");
+            }
         }
+        let names: Vec<&str> = built_in().map(|d| d.name).collect();
+        let unique: std::collections::HashSet<&str> = names.iter().copied().collect();
+        assert_eq!(names.len(), unique.len(), "{names:?}");
     }
 
     #[test]

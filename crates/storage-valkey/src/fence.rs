@@ -390,7 +390,7 @@ impl Fence for ValkeyFence {
 }
 
 /// Opens the fence of a Valkey / Redis configuration (a parsed URL, as
-/// [`crate::FENCE`] passes it) on a connection of its own. Fences live
+/// [`crate::DRIVER`]'s fence opener passes it) on a connection of its own. Fences live
 /// under the configuration's key prefix; `options` (tables) do not apply.
 ///
 /// # Errors

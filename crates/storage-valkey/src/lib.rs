@@ -162,8 +162,5 @@ pub const DRIVER: ttl_storage::Driver = ttl_storage::Driver::new::<ValkeyConfig>
     ],
     "redis://[user:password@]host[:port][/db] (Valkey, Redis; rediss:// for TLS); redis-sentinel://host[:port][,host[:port]...]/service[/db] (the primary found through Sentinels); ?wait_replicas=N: a write counts once N replicas have it",
     Some(DEFAULT_PORT),
-);
-
-/// This driver's fence, opened from a URL [`DRIVER`] parsed (see
-/// [`::fence::FenceDriver`]; [`fence::open`] does the work).
-pub const FENCE: ::fence::FenceDriver = ::fence::FenceDriver::new::<ValkeyConfig>();
+)
+.with_fence::<ValkeyConfig>();

@@ -3,19 +3,24 @@
 //!
 //! Each driver crate exports one `pub const DRIVER: Driver`, built by
 //! [`Driver::new`] from its configuration type (a [`DriverConfig`]): its
-//! name, URL schemes, `--help` line, default port and three function
-//! pointers: [`Driver::parse`] (a URL to an opaque [`ParsedUrl`]),
-//! [`Driver::open`] (that parsed configuration to a [`DynTtlStorage`]) and
-//! [`Driver::endpoint`] (the one `host:port` it connects to, for display and
-//! proxies). A registry (the `storage-url` crate) is then a list of these
-//! constants.
+//! name, URL schemes, `--help` line, default port and the function
+//! pointers a registry calls: [`Driver::parse`] (a URL to an opaque
+//! [`ParsedUrl`]), [`Driver::open`] (that parsed configuration to a
+//! [`DynTtlStorage`]), [`Driver::open_existing`] (the same, creating
+//! nothing: a missing store is [`NoStore`]), [`Driver::endpoint`] (the one
+//! `host:port` it connects to, for display and proxies) and, for a driver
+//! that fences ([`Driver::with_fence`]), [`Driver::open_fence`]. A
+//! registry (the `storage-url` crate) is then a list of these constants.
 //!
 //! A URL is parsed once: [`Driver::open`] takes the [`ParsedUrl`], not the
 //! text, so nothing on the way to `connect` can parse it again.
 //!
 //! ```
 //! use std::sync::Arc;
-//! use ttl_storage::{BoxError, Driver, DriverConfig, DynTtlStorage};
+//! use ttl_storage::{
+//!     BoxError, Driver, DriverConfig, DynTtlStorage, FenceConfig,
+//!     fence::{DynFence, OpenOptions},
+//! };
 //!
 //! /// The configuration a URL `demo://N` selects.
 //! #[derive(Debug, Clone, PartialEq)]
@@ -30,9 +35,21 @@
 //!     async fn open(self) -> Result<DynTtlStorage, BoxError> {
 //!         Ok(Arc::new(storage_mem::MemStorage::new()) as DynTtlStorage)
 //!     }
+//!
+//!     async fn open_existing(self) -> Result<DynTtlStorage, BoxError> {
+//!         // Nothing to create: opening is reading.
+//!         self.open().await
+//!     }
 //! }
 //!
-//! const DRIVER: Driver = Driver::new::<DemoConfig>("demo", &["demo"], "demo://N", None);
+//! impl FenceConfig for DemoConfig {
+//!     async fn open_fence(self, _options: OpenOptions) -> ttl_storage::Result<DynFence> {
+//!         Err(ttl_storage::StorageError::permanent("this demo has no fence"))
+//!     }
+//! }
+//!
+//! const DRIVER: Driver =
+//!     Driver::new::<DemoConfig>("demo", &["demo"], "demo://N", None).with_fence::<DemoConfig>();
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), BoxError> {
@@ -40,22 +57,60 @@
 //! assert_eq!(parsed.get::<DemoConfig>(), Some(&DemoConfig(7)));
 //! let _storage = (DRIVER.open)(&parsed).await?;
 //! assert_eq!((DRIVER.endpoint)(&parsed), None);
+//! assert!(DRIVER.open_fence.is_some());
 //! assert!((DRIVER.parse)("demo://x").is_err());
 //! # Ok(()) }
 //! ```
 
 use std::{any::Any, fmt, future::Future, pin::Pin, sync::Arc};
 
-use crate::{BoxError, DynTtlStorage};
+use crate::{
+    BoxError, DynTtlStorage, ErrorKind, StorageError,
+    fence::{DynFence, OpenOptions},
+};
 
 /// The future [`Driver::open`] returns.
 pub type OpenFuture = Pin<Box<dyn Future<Output = Result<DynTtlStorage, BoxError>> + Send>>;
 
+/// The future [`Driver::open_fence`] returns.
+pub type OpenFenceFuture = Pin<Box<dyn Future<Output = crate::Result<DynFence>> + Send>>;
+
+/// What a read-only open ([`Driver::open_existing`]) found instead of a
+/// store: the table, keyspace or file the URL names does not exist.
+/// Nothing was created. Drivers return it (boxed) from
+/// [`DriverConfig::open_existing`]; registries find it in the error's
+/// source chain with [`NoStore::find`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} does not exist")]
+pub struct NoStore {
+    /// What is missing (`table ttl_records`, `file /var/lib/x.redb`, ...).
+    pub what: String,
+}
+
+impl NoStore {
+    /// `what` does not exist.
+    pub fn new(what: impl Into<String>) -> NoStore {
+        NoStore { what: what.into() }
+    }
+
+    /// The [`NoStore`] in `err` or its chain of sources, if any.
+    pub fn find<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a NoStore> {
+        let mut next = Some(err);
+        while let Some(err) = next {
+            if let Some(found) = err.downcast_ref::<NoStore>() {
+                return Some(found);
+            }
+            next = err.source();
+        }
+        None
+    }
+}
+
 /// What a driver's configuration type provides to its [`Driver`]: parse a
 /// URL, connect, and say which one network address it names.
 ///
-/// Implemented by `MemConfig`, `RedbConfig`, `ScyllaConfig`,
-/// `DynamoConfig`, `ValkeyConfig`, `PostgresConfig` and `EtcdConfig`:
+/// Implemented by `MemConfig`, `RedbConfig`, `CassandraConfig`,
+/// `DynamoDbConfig`, `ValkeyConfig`, `PostgresConfig` and `EtcdConfig`:
 /// [`parse_url`](DriverConfig::parse_url) forwards to the type's own
 /// `XConfig::from_url`, [`open`](DriverConfig::open) to the storage's
 /// `XStorage::connect(config)`.
@@ -67,8 +122,17 @@ pub trait DriverConfig: Clone + PartialEq + fmt::Debug + Send + Sync + 'static {
     /// The driver's reason the URL is unusable.
     fn parse_url(url: &str) -> Result<Self, BoxError>;
 
-    /// Connects to (or opens) the storage this configuration names.
+    /// Connects to (or opens) the storage this configuration names,
+    /// creating what it needs (a table, a file) where the configuration
+    /// says so.
     fn open(self) -> impl Future<Output = Result<DynTtlStorage, BoxError>> + Send;
+
+    /// Connects to the storage this configuration names **without writing
+    /// anything at open**: no table, keyspace, schema, file or directory is
+    /// created, whatever the configuration says; a store that does not
+    /// exist is a [`NoStore`] error (in the returned error's source chain).
+    /// Read-only commands (`vvm-host status`) open stores this way.
+    fn open_existing(self) -> impl Future<Output = Result<DynTtlStorage, BoxError>> + Send;
 
     /// The one network address (`host:port`) this configuration connects
     /// to, if it names exactly one: a proxy or a firewall rule can then sit
@@ -159,10 +223,22 @@ pub struct WrongDriver {
     pub given: &'static str,
 }
 
+/// What a driver's configuration type provides to open its fence
+/// ([`Driver::with_fence`]): the fence of the database it names, on a
+/// connection of its own.
+pub trait FenceConfig: DriverConfig {
+    /// Connects and opens the fence, keeping its registers and logs where
+    /// `options` says.
+    fn open_fence(
+        self,
+        options: OpenOptions,
+    ) -> impl Future<Output = crate::Result<DynFence>> + Send;
+}
+
 /// A driver, declared once by its crate as `pub const DRIVER: Driver`.
 ///
-/// Construct it with [`Driver::new`]; a registry calls the function
-/// pointers.
+/// Construct it with [`Driver::new`] (and [`Driver::with_fence`] for a
+/// driver that fences); a registry calls the function pointers.
 #[derive(Clone, Copy)]
 pub struct Driver {
     /// A short lowercase name (`valkey`, `postgres`, ...): the `store`
@@ -180,6 +256,13 @@ pub struct Driver {
     /// Opens a [`ParsedUrl`] this driver parsed (a [`WrongDriver`] error
     /// for another's).
     pub open: fn(&ParsedUrl) -> OpenFuture,
+    /// Opens a [`ParsedUrl`] this driver parsed without creating anything
+    /// (see [`DriverConfig::open_existing`]).
+    pub open_existing: fn(&ParsedUrl) -> OpenFuture,
+    /// Opens the fence of a [`ParsedUrl`] this driver parsed (a permanent
+    /// error naming the [`WrongDriver`] for another's); `None` for a driver
+    /// without a fence.
+    pub open_fence: Option<fn(&ParsedUrl, &OpenOptions) -> OpenFenceFuture>,
     /// The one `host:port` a [`ParsedUrl`] of this driver connects to, if
     /// exactly one.
     pub endpoint: fn(&ParsedUrl) -> Option<String>,
@@ -203,8 +286,19 @@ impl Driver {
             default_port,
             parse: parse::<C>,
             open: open::<C>,
+            open_existing: open_existing::<C>,
+            open_fence: None,
             endpoint: endpoint::<C>,
             with_endpoint: C::with_endpoint,
+        }
+    }
+
+    /// This descriptor with the fence of `C` (the driver's configuration
+    /// type, which also implements [`FenceConfig`]).
+    pub const fn with_fence<C: FenceConfig>(self) -> Driver {
+        Driver {
+            open_fence: Some(open_fence::<C>),
+            ..self
         }
     }
 
@@ -220,6 +314,7 @@ impl fmt::Debug for Driver {
             .field("name", &self.name)
             .field("schemes", &self.schemes)
             .field("default_port", &self.default_port)
+            .field("fences", &self.open_fence.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -234,15 +329,34 @@ fn parse<C: DriverConfig>(url: &str) -> Result<ParsedUrl, BoxError> {
     Ok(ParsedUrl::from_config(C::parse_url(url)?))
 }
 
+/// `parsed`'s configuration if it is a `C`, else the [`WrongDriver`] error.
+fn config<C: DriverConfig>(parsed: &ParsedUrl) -> Result<C, WrongDriver> {
+    parsed.get::<C>().cloned().ok_or(WrongDriver {
+        driver: type_name::<C>(),
+        given: parsed.driver,
+    })
+}
+
 fn open<C: DriverConfig>(parsed: &ParsedUrl) -> OpenFuture {
-    match parsed.get::<C>() {
-        Some(config) => Box::pin(config.clone().open()),
-        None => {
-            let err = WrongDriver {
-                driver: type_name::<C>(),
-                given: parsed.driver,
-            };
-            Box::pin(std::future::ready(Err(err.into())))
+    match config::<C>(parsed) {
+        Ok(config) => Box::pin(config.open()),
+        Err(err) => Box::pin(std::future::ready(Err(err.into()))),
+    }
+}
+
+fn open_existing<C: DriverConfig>(parsed: &ParsedUrl) -> OpenFuture {
+    match config::<C>(parsed) {
+        Ok(config) => Box::pin(config.open_existing()),
+        Err(err) => Box::pin(std::future::ready(Err(err.into()))),
+    }
+}
+
+fn open_fence<C: FenceConfig>(parsed: &ParsedUrl, options: &OpenOptions) -> OpenFenceFuture {
+    match config::<C>(parsed) {
+        Ok(config) => Box::pin(config.open_fence(options.clone())),
+        Err(err) => {
+            let err = StorageError::with_source(ErrorKind::Permanent, "opening a fence", err);
+            Box::pin(std::future::ready(Err(err)))
         }
     }
 }

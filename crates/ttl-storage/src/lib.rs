@@ -19,6 +19,8 @@
 //!
 //! Each driver crate declares itself once as `pub const DRIVER:`
 //! [`Driver`] (see [`driver`]); the `storage-url` crate is the list of them.
+//! The fencing contract ([`fence::Fence`]) is here too, so that a
+//! descriptor can open its driver's fence; the `fence` crate re-exports it.
 //!
 //! Inputs are validated at the boundary: keys are [`Key`]s, TTLs are [`Ttl`]s,
 //! and values pass [`check_value`]. All failures are one [`StorageError`] whose
@@ -43,6 +45,7 @@
 pub mod driver;
 mod entry;
 mod error;
+pub mod fence;
 pub mod instrumented;
 mod key;
 #[cfg(feature = "kit")]
@@ -53,7 +56,9 @@ mod value;
 pub mod waiters;
 mod watch;
 
-pub use driver::{Driver, DriverConfig, OpenFuture, ParsedUrl, WrongDriver};
+pub use driver::{
+    Driver, DriverConfig, FenceConfig, NoStore, OpenFenceFuture, OpenFuture, ParsedUrl, WrongDriver,
+};
 pub use entry::{Entry, TimeLeft};
 pub use error::{BoxError, ErrorKind, StorageError, ValidationError};
 pub use instrumented::Instrumented;

@@ -8,7 +8,9 @@ use std::sync::{
     atomic::{AtomicUsize, Ordering},
 };
 
-use ttl_storage::{BoxError, Driver, DriverConfig, DynTtlStorage, ParsedUrl};
+use ttl_storage::{
+    BoxError, Driver, DriverConfig, DynTtlStorage, ErrorKind, NoStore, ParsedUrl, StorageError,
+};
 
 static PARSES: AtomicUsize = AtomicUsize::new(0);
 
@@ -26,6 +28,10 @@ impl DriverConfig for Counted {
         Ok(Arc::new(storage_mem::MemStorage::new()) as DynTtlStorage)
     }
 
+    async fn open_existing(self) -> Result<DynTtlStorage, BoxError> {
+        self.open().await
+    }
+
     fn single_endpoint(&self) -> Option<String> {
         Some(self.0.clone())
     }
@@ -41,6 +47,14 @@ impl DriverConfig for Other {
 
     async fn open(self) -> Result<DynTtlStorage, BoxError> {
         Err("never".into())
+    }
+
+    async fn open_existing(self) -> Result<DynTtlStorage, BoxError> {
+        // As a driver whose store is missing says it: inside its own error.
+        Err(
+            StorageError::with_source(ErrorKind::Permanent, "opening", NoStore::new("table t"))
+                .into(),
+        )
     }
 }
 
@@ -67,4 +81,17 @@ async fn a_configuration_opens_only_with_its_own_driver() {
     assert_eq!(parsed, (OTHER.parse)("other://y").unwrap());
     assert!(COUNTED.answers("counted") && !COUNTED.answers("other"));
     assert_eq!((COUNTED.with_endpoint)("counted://a", "b:1"), None);
+}
+
+#[tokio::test]
+async fn a_read_only_open_says_what_is_missing() {
+    let parsed = (OTHER.parse)("other://x").unwrap();
+    let err = (OTHER.open_existing)(&parsed).await.err().unwrap();
+    assert_eq!(NoStore::find(&*err), Some(&NoStore::new("table t")));
+    // Another driver's configuration is refused, never opened.
+    let err = (COUNTED.open_existing)(&parsed).await.err().unwrap();
+    assert!(err.to_string().contains("cannot be opened"), "{err}");
+    assert_eq!(NoStore::find(&*err), None);
+    // Neither declares a fence.
+    assert!(COUNTED.open_fence.is_none() && OTHER.open_fence.is_none());
 }

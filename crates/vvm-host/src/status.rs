@@ -6,8 +6,8 @@
 //!
 //! For each key, the leader's address, the latest fencing token issued and,
 //! where the driver can tell, the time left on the lease. Never takes or
-//! extends a lease, and never creates a store: a redb file that does not
-//! exist is its own exit status.
+//! extends a lease, and never creates a store (the driver's read-only
+//! open): a store that does not exist is its own exit status.
 
 use std::{process::ExitCode, time::Duration};
 
@@ -23,7 +23,7 @@ const NO_STORE: u8 = 4;
 /// `vvm-host status --help`'s closing text.
 pub(crate) const AFTER_HELP: &str = "\
 Exit status: 0 some key has a leader; 3 no key has a leader; 4 the store does
-not exist (a redb file that is not there: status creates nothing); 2 bad
+not exist (no file, table or keyspace: status creates nothing); 2 bad
 options; 125 the store cannot be read. With --watch: 0 when interrupted
 (SIGINT, SIGTERM); a store that fails while watched is a line
 (`store error: ...`), not an exit.

@@ -1,5 +1,6 @@
 //! The lock and where it lives, as every subcommand names it
-//! ([`StoreArgs`]), and opening an existing store without creating one.
+//! ([`StoreArgs`]), and opening an existing store without creating one
+//! ([`open_existing`]).
 
 use storage_url::StorageUrl;
 use ttl_storage::DynTtlStorage;
@@ -70,23 +71,28 @@ fn parse_name(text: &str) -> Result<String, String> {
         .map_err(|err| format!("{text:?} is not a valid lock name: {err}"))
 }
 
-/// Why a read-only command (status, handover) read nothing.
+/// Why a read-only command (status, handover) read nothing: the store the
+/// URL names does not exist.
 #[derive(Debug, thiserror::Error)]
-#[error("no store at {0}: nothing was created (start `vvm-host run` with this --storage first)")]
-pub(crate) struct NoStore(String);
+#[error(
+    "no store at {url}: {what} does not exist; nothing was created (start `vvm-host run` with this --storage first)"
+)]
+pub(crate) struct NoStore {
+    url: String,
+    what: String,
+}
 
-/// Opens the store for reading only: a redb URL whose file does not exist
-/// is [`NoStore`] (opening it would create it).
+/// Opens the store without creating anything (no file, directory, table
+/// or schema: the driver's read-only open); a store that does not exist is
+/// [`NoStore`].
 pub(crate) async fn open_existing(store: &StoreArgs) -> anyhow::Result<DynTtlStorage> {
     let url = match &store.storage {
         Some(url) => url.clone(),
         None => crate::default_storage::default_url()?,
     };
-    // Read only: opening a redb URL would create the file.
-    if let Some(file) = url.local_file()
-        && !file.exists()
-    {
-        return Err(NoStore(file.display().to_string()).into());
+    match url.open_existing().await {
+        Ok(storage) => Ok(storage),
+        Err(storage_url::OpenError::NoStore { url, what }) => Err(NoStore { url, what }.into()),
+        Err(err) => Err(err.into()),
     }
-    Ok(url.open().await?)
 }

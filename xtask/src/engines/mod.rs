@@ -181,21 +181,24 @@ pub(crate) fn all() -> Vec<Engine> {
             endpoint_aliases: &[],
             passthrough_vars: &[],
             start: cassandra::start,
-            // The storage-scylla suite includes the fence suite.
-            suites: &[("storage-scylla", "suite"), ("vvm-host", "failover")],
+            // The storage-cassandra suite includes the fence suite.
+            suites: &[("storage-cassandra", "suite"), ("vvm-host", "failover")],
             default: true,
             degraded: None,
         },
         Engine {
             name: "cassandra-3",
             endpoint_var: "SCYLLA_CLUSTER_URI",
-            // The storage-scylla suites read SCYLLA_URI.
+            // The storage-cassandra suites read SCYLLA_URI.
             endpoint_aliases: &["SCYLLA_URI"],
             passthrough_vars: &[],
             start: cassandra3::start,
             // The cluster test first: its schema creation and LWTs also warm
             // up a freshly started cluster for the timing-sensitive suite.
-            suites: &[("storage-scylla", "cluster"), ("storage-scylla", "suite")],
+            suites: &[
+                ("storage-cassandra", "cluster"),
+                ("storage-cassandra", "suite"),
+            ],
             // In the default list (CI): 85-98 s of wall time on 2 cores
             // (cluster start 16-24 s, rows 31-41 s each; 3 runs in a row 106/0).
             default: true,
@@ -210,8 +213,8 @@ pub(crate) fn all() -> Vec<Engine> {
             endpoint_aliases: &[],
             passthrough_vars: &["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
             start: dynamodb::start,
-            // The storage-dynamo suite includes the fence suite.
-            suites: &[("storage-dynamo", "suite")],
+            // The storage-dynamodb suite includes the fence suite.
+            suites: &[("storage-dynamodb", "suite")],
             default: true,
             degraded: None,
         },
@@ -252,7 +255,8 @@ pub(crate) fn all() -> Vec<Engine> {
             endpoint_aliases: &[],
             passthrough_vars: &["POSTGRES_TLS_URL"],
             start: postgres::start_with_password,
-            suites: &[("storage-postgres", "suite")],
+            // vvm-host's read-only case: `status` with a role that may only SELECT.
+            suites: &[("storage-postgres", "suite"), ("vvm-host", "read_only")],
             default: true,
             degraded: None,
         },

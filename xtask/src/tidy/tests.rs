@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     Package, check, crate_arrows, driver_lists, features_only_forward, file_lengths, network_suite,
-    workspace_root,
+    registry_lines, workspace_root,
 };
 
 fn package(name: &str, deps: &[&str]) -> Package {
@@ -129,6 +129,24 @@ fn a_driver_missing_from_any_list_is_refused() {
             .any(|v| v.contains("`storage-new` is not in storage-url")),
         "{v:?}"
     );
+}
+
+#[test]
+fn a_driver_without_its_line_in_the_registry_is_refused() {
+    let packages = [
+        package("storage-url", &[]),
+        package("storage-kv", &[]),
+        package("storage-mem", &[]),
+    ];
+    let registry =
+        "drivers! {\n    storage_mem always [\"mem\"],\n    storage_kv \"kv\" [\"kv\"],\n}\n";
+    assert!(registry_lines(&packages, registry).is_empty());
+    let v = registry_lines(
+        &packages,
+        "drivers! {\n    storage_mem always [\"mem\"],\n}\n",
+    );
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].contains("`storage-kv` has no line"), "{v:?}");
 }
 
 #[test]

@@ -17,6 +17,7 @@
 
 mod connection;
 mod fencing;
+mod read_only;
 mod watch;
 
 use std::{

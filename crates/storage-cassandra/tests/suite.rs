@@ -1,0 +1,259 @@
+//! The shared `elections-testsuite`, plus this driver's own cases, against a
+//! real Cassandra or ScyllaDB named by `SCYLLA_URI`.
+//!
+//! Run with `cargo xtask test-drivers --engine cassandra`, which starts a
+//! local Apache Cassandra and sets `SCYLLA_URI`; or point `SCYLLA_URI` at
+//! your own cluster:
+//!
+//! ```text
+//! SCYLLA_URI='scylla://host:9042/ttl_suite?replication=simple:1&create_schema=true' \
+//!     cargo test -p storage-cassandra --test suite -- --ignored --test-threads 16
+//! ```
+
+use std::{sync::Arc, time::Duration};
+
+use storage_cassandra::CassandraStorage;
+use ttl_storage::{DynTtlStorage, ErrorKind, Key, Ttl};
+
+fn uri() -> String {
+    std::env::var("SCYLLA_URI").unwrap_or_else(|_| {
+        panic!(
+            "SCYLLA_URI is not set: run `cargo xtask test-drivers --engine cassandra`, or set \
+             SCYLLA_URI=scylla://host:9042/keyspace?replication=simple:1&create_schema=true"
+        )
+    })
+}
+
+async fn make_storage() -> DynTtlStorage {
+    let uri = uri();
+    match CassandraStorage::from_url(&uri).await {
+        Ok(storage) => Arc::new(storage),
+        Err(err) => panic!("connecting to {uri}: {err:?}"),
+    }
+}
+
+elections_testsuite::testsuite!(
+    real_time,
+    make_storage,
+    ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"
+);
+
+/// The fence of the URL's keyspace, in the table `fence_test`: created
+/// once per test process (concurrent schema changes are unsafe on a
+/// Cassandra cluster), after the storage created the keyspace.
+async fn make_fence() -> fence::DynFence {
+    static CREATED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    let uri = uri();
+    let config = match storage_cassandra::CassandraConfig::from_url(&uri) {
+        Ok(config) => config,
+        Err(err) => panic!("parsing {uri}: {err:?}"),
+    };
+    CREATED
+        .get_or_init(|| async {
+            if let Err(err) = CassandraStorage::from_url(&uri).await {
+                panic!("connecting to {uri}: {err:?}");
+            }
+            let options = fence::OpenOptions::new("fence_test", true);
+            if let Err(err) = storage_cassandra::fence::open(config.clone(), &options).await {
+                panic!("creating the fence table on {uri}: {err:?}");
+            }
+        })
+        .await;
+    match storage_cassandra::fence::open(config, &fence::OpenOptions::new("fence_test", false))
+        .await
+    {
+        Ok(fence) => fence,
+        Err(err) => panic!("opening the fence on {uri}: {err:?}"),
+    }
+}
+
+fence::suite!(
+    make_fence,
+    ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"
+);
+
+/// Driver-specific cases.
+mod cassandra_driver {
+    use super::*;
+
+    #[allow(clippy::unwrap_used)] // test helper: a bad key is a bug in the test
+    fn key(name: &str) -> Key {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        Key::new(format!("scylla-driver/{name}/{nanos}")).unwrap()
+    }
+
+    /// A record first written without expiry, then swapped to an expiring
+    /// TTL, must expire: no row marker may outlive the value.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn swap_from_never_to_expiring_expires() {
+        let s = make_storage().await;
+        let key = key("never-to-1s");
+        assert!(
+            s.insert_if_not_exists(&key, b"v", Ttl::NEVER)
+                .await
+                .unwrap()
+        );
+        let one = Ttl::from_secs(1).unwrap();
+        assert!(s.compare_and_swap(&key, b"v", b"w", one).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(2200)).await;
+        assert_eq!(s.get(&key).await.unwrap(), None);
+        assert!(s.insert_if_not_exists(&key, b"x", one).await.unwrap());
+    }
+
+    /// `get_entry` reads `TTL(value)`: a record written with a 20 s TTL
+    /// (stored as 21 s, whole seconds) shows 19-21 s left, and none after
+    /// a swap to `Ttl::NEVER`.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn entry_reports_the_cell_ttl() {
+        let s = make_storage().await;
+        elections_testsuite::assert_time_left_round_trip(
+            &*s,
+            &key("entry-ttl"),
+            Duration::from_secs(19)..=Duration::from_secs(21),
+        )
+        .await;
+    }
+
+    /// Issue 34, case 7 (the shared case): a renewal held 2.5 s on its way
+    /// lands after a later one was acknowledged. Cassandra counts the TTL
+    /// from when the coordinator starts the statement, after it arrived.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn renewal_applied_late_never_moves_the_expiry_earlier() {
+        let direct = CassandraStorage::from_url(&uri()).await.unwrap();
+        let mut url = url::Url::parse(&uri()).unwrap();
+        let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
+        let port = url.port().unwrap_or(9042);
+        let server = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+            .unwrap()
+            .next()
+            .unwrap();
+        let proxy = elections_testsuite::proxy::Proxy::start(server)
+            .await
+            .unwrap();
+        url.set_port(Some(proxy.addr.port())).unwrap();
+        url.query_pairs_mut().append_pair("timeout", "20s");
+        let held = CassandraStorage::from_url(url.as_str()).await.unwrap();
+        elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
+            &held,
+            &direct,
+            &proxy,
+            &key("late-renewal"),
+            0,
+        )
+        .await;
+    }
+
+    /// Connecting to a table that does not exist, without create_schema,
+    /// is a permanent error that names the problem.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn missing_table_is_a_permanent_error() {
+        let uri = uri();
+        let base = uri.split('?').next().unwrap();
+        let err = CassandraStorage::from_url(&format!("{base}?table=no_such_table_here"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+        assert!(err.to_string().contains("does not exist"), "{err}");
+    }
+
+    /// A table with the wrong column types is refused at connect time.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn wrong_schema_is_a_permanent_error() {
+        // Make sure the keyspace exists, then add a table of the wrong shape.
+        let good = CassandraStorage::from_url(&uri()).await.unwrap();
+        let config = good.config();
+        let session = scylla::client::session_builder::SessionBuilder::new()
+            .known_nodes(config.contact_points())
+            .build()
+            .await
+            .unwrap();
+        session
+            .query_unpaged(
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {}.wrong_shape (key text PRIMARY KEY, value text)",
+                    config.keyspace()
+                ),
+                (),
+            )
+            .await
+            .unwrap();
+        let base = uri();
+        let base = base.split('?').next().unwrap();
+        let err = CassandraStorage::from_url(&format!("{base}?table=wrong_shape"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+        assert!(err.to_string().contains("wrong schema"), "{err}");
+        assert!(err.to_string().contains("value text"), "{err}");
+    }
+
+    /// `uri()` with its keyspace (the path) or its `table` parameter
+    /// replaced.
+    #[allow(clippy::unwrap_used)]
+    fn uri_with(keyspace: Option<&str>, table: Option<&str>) -> String {
+        let mut url = url::Url::parse(&uri()).unwrap();
+        if let Some(keyspace) = keyspace {
+            url.set_path(&format!("/{keyspace}"));
+        }
+        if let Some(table) = table {
+            let pairs: Vec<(String, String)> = url
+                .query_pairs()
+                .filter(|(name, _)| name != "table")
+                .map(|(n, v)| (n.into_owned(), v.into_owned()))
+                .chain([("table".to_owned(), table.to_owned())])
+                .collect();
+            url.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+        url.to_string()
+    }
+
+    /// The read-only open (`DRIVER.open_existing`, what `vvm-host status`
+    /// uses) on a missing keyspace or table is `NoStore` and creates
+    /// neither, even with `create_schema=true` in the URL: a second
+    /// read-only open still finds nothing. Once a writer made the table,
+    /// it opens and reads.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn open_existing_creates_no_keyspace_or_table() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let table = format!("read_only_{nanos}");
+        let keyspace = format!("read_only_ks_{nanos}");
+        for url in [
+            uri_with(Some(&keyspace), None),
+            uri_with(None, Some(&table)),
+        ] {
+            let parsed = (storage_cassandra::DRIVER.parse)(&url).unwrap();
+            for attempt in 0..2 {
+                let err = (storage_cassandra::DRIVER.open_existing)(&parsed)
+                    .await
+                    .err()
+                    .unwrap_or_else(|| panic!("{url}, attempt {attempt}: opened a missing store"));
+                assert!(ttl_storage::NoStore::find(&*err).is_some(), "{url}: {err}");
+            }
+        }
+        let parsed = (storage_cassandra::DRIVER.parse)(&uri_with(None, Some(&table))).unwrap();
+        let key = key("read-only");
+        let writer = (storage_cassandra::DRIVER.open)(&parsed).await.unwrap();
+        assert!(
+            writer
+                .insert_if_not_exists(&key, b"v", Ttl::from_secs(600).unwrap())
+                .await
+                .unwrap()
+        );
+        let reader = (storage_cassandra::DRIVER.open_existing)(&parsed)
+            .await
+            .unwrap();
+        assert_eq!(reader.get(&key).await.unwrap(), Some(b"v".to_vec()));
+    }
+}
