@@ -16,8 +16,11 @@ command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts
 # The coordinator's routing bench compares against nginx (proxy_pass); the
 # bench starts its own nginx (one worker, master_process off).
 command -v nginx >/dev/null || need+=(nginx-light)
-# chaos's clock-rate fault runs one contender under libfaketime
+# chaos's clock-rate fault runs one contender under libfaketime, and its
+# server clock fault the PostgreSQL server (Valkey: a shim built with cc)
 [[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]] || need+=(libfaketime)
+# test-drivers' postgres-pgbouncer row: the suite through PgBouncer
+command -v pgbouncer >/dev/null || need+=(pgbouncer)
 # The container route in CI (.ci/docker.sh): a Docker engine, a Debian base
 # image built with debootstrap, docker-compose to validate docker-compose.yml.
 command -v dockerd >/dev/null || need+=(docker.io)
