@@ -18,7 +18,9 @@ cd "$(dirname "$0")/.."
 DOCKER_DIR="${TTL_DOCKER_DIR:-/var/tmp/ttl-docker}"
 SOCK=/var/run/docker.sock
 MIRROR="${TTL_DEBIAN_MIRROR:-$(sed -n 's/^URIs: *\([^ ]*\/debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)}"
-MIRROR="${MIRROR:-http://deb.debian.org/debian}"
+# The machine's own Debian mirror (never a host named here); TTL_DEBIAN_MIRROR overrides.
+MIRROR="${MIRROR:-$(sed -n 's/^deb \(\[[^]]*\] \)\?\([^ ]*\/debian\) .*/\2/p' /etc/apt/sources.list 2>/dev/null | head -1)}"
+[[ -n $MIRROR ]] || { echo "docker.sh: no Debian mirror in /etc/apt/sources.list{,.d}; set TTL_DEBIAN_MIRROR" >&2; exit 1; }
 
 started=$(date +%s)
 say() { echo "-- docker [$(($(date +%s) - started))s] $*"; }
@@ -220,5 +222,7 @@ else
   docker-compose -f docker-compose.yml --profile pg-example config -q
   say "bash .ci/compose-smoke.sh (the pg-example profile, started)"
   bash .ci/compose-smoke.sh
+  say "bash .ci/deb-smoke.sh (vvm-host's .deb installed in a clean Debian container)"
+  bash .ci/deb-smoke.sh
 fi
 say "done"

@@ -16,6 +16,14 @@ command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts
 # The coordinator's routing bench compares against nginx (proxy_pass); the
 # bench starts its own nginx (one worker, master_process off).
 command -v nginx >/dev/null || need+=(nginx-light)
+# vvm-host's containment tests (root step) run vvm-host under a supervisor
+# that adopts orphans (tini -s), and as an unprivileged user in a cgroup
+# delegated to it (the user is made here; the test makes it too if missing)
+command -v tini >/dev/null || need+=(tini)
+# The pg-example's browser test (cargo xtask test-drivers, the pg-example
+# row) drives headless Chromium over the DevTools protocol; without it the
+# row fails under CI=true rather than skip the test.
+command -v chromium >/dev/null || need+=(chromium)
 # chaos's clock-rate fault runs one contender under libfaketime, and its
 # server clock fault the PostgreSQL server (Valkey: a shim built with cc)
 [[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]] || need+=(libfaketime)
@@ -46,9 +54,13 @@ if [[ -n $need_valkey ]]; then
   if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release; then
     backports=/etc/apt/sources.list.d/bookworm-backports.sources
     if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-      cat >"$backports" <<'SOURCES'
+      # The same mirror the machine's bookworm sources use (never a host named here).
+      mirror=$(sed -n 's/^URIs: *\([^ ]*\/debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
+      mirror=${mirror:-$(sed -n 's/^deb \(\[[^]]*\] \)\?\([^ ]*\/debian\) .*/\2/p' /etc/apt/sources.list 2>/dev/null | head -1)}
+      [[ -n $mirror ]] || { echo "install-deps: no Debian mirror configured in /etc/apt" >&2; exit 1; }
+      cat >"$backports" <<SOURCES
 Types: deb
-URIs: http://deb.debian.org/debian
+URIs: $mirror
 Suites: bookworm-backports
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
@@ -62,5 +74,8 @@ SOURCES
   fi
 fi
 [[ -z $own_policy ]] || rm -f "$policy"
+if [[ $(id -u) == 0 ]] && ! id -u vvm-host-test >/dev/null 2>&1; then
+  useradd --system --no-create-home --shell /usr/sbin/nologin vvm-host-test
+fi
 valkey-server --version
 java -version 2>&1 | head -1

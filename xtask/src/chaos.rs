@@ -10,8 +10,12 @@
 //!
 //! `--engine coordinator` is coordinator chaos (the chaos crate's
 //! `chaos-fleet`): pod and coordinator processes of the `coordinator` crate
-//! on one Valkey, pods killed, paused and cut from Valkey, coordinators
-//! killed; it fails when a destination was served by two pods at once.
+//! on one Valkey, pods killed (and restarted at their old address, every
+//! other time under the same id after hanging), paused and cut from Valkey,
+//! coordinators killed, destinations deregistered; one coordinator's Valkey
+//! replies delayed in windows (its reads and the claims it sends on them
+//! seconds apart) and another with an address policy that rejects one pod
+//! slot; it fails when a destination was served by two pods at once.
 
 use std::{
     io::{BufRead, BufReader},

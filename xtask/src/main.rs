@@ -10,9 +10,11 @@
 //!   killed, paused and cut off from a real engine, fencing checked.
 //! - `cargo xtask model`: the protocol models (stateright), every seeded bug refuted.
 //! - `cargo xtask tidy`: the map's invariants (`docs/architecture.md`), checked.
+//! - `cargo xtask dist`: vvm-host's release tarball and `.deb`.
 //! - `cargo xtask man`: writes vvm-host's man page (`crates/vvm-host/doc/vvm-host.1`).
 
 mod chaos;
+mod dist;
 mod docker;
 mod engines;
 mod man;
@@ -43,6 +45,8 @@ enum Task {
     Model(model::Args),
     /// Check the architecture's invariants (crate arrows, file lengths, docs, driver lists, network suites).
     Tidy,
+    /// Package vvm-host: a release tarball and a .deb (binary, man pages, completions).
+    Dist(dist::Args),
     /// Write vvm-host's man page from its clap definition (a test checks it is current).
     Man,
 }
@@ -54,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         Task::Chaos(args) => chaos::run(args),
         Task::Model(args) => model::run(args),
         Task::Tidy => tidy::run(),
+        Task::Dist(args) => dist::run(args),
         Task::Man => man::run(),
     }
 }

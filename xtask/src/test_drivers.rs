@@ -10,6 +10,8 @@ use std::{
 
 use anyhow::Context;
 
+mod skips;
+
 use crate::{
     engines::{self, Engine, Started},
     workspace_build::{self, TestBinary},
@@ -39,6 +41,10 @@ struct Outcome {
     passed: u64,
     failed: u64,
     ignored: u64,
+    /// Tests left out because a program they need is missing.
+    skipped: u64,
+    /// What was skipped and why.
+    skip_notes: Vec<String>,
     run_time: Duration,
     error: Option<String>,
     /// `(package/test, passed, failed, ignored)` per suite binary.
@@ -123,10 +129,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         for (suite, passed, failed, ignored) in &o.suites {
             println!("  {suite:<31}{passed:>6} {failed:>7} {ignored:>8}");
         }
+        for note in &o.skip_notes {
+            println!("  {note}");
+        }
     }
     let passed: u64 = outcomes.iter().map(|o| o.passed).sum();
     let failed: u64 = outcomes.iter().map(|o| o.failed).sum();
-    println!("test-drivers: {passed} passed, {failed} failed");
+    let skipped: u64 = outcomes.iter().map(|o| o.skipped).sum();
+    match skipped {
+        0 => println!("test-drivers: {passed} passed, {failed} failed"),
+        _ => println!("test-drivers: {passed} passed, {failed} failed, {skipped} skipped"),
+    }
     if !ok {
         anyhow::bail!("test-drivers failed");
     }
@@ -142,6 +155,8 @@ impl Outcome {
             passed: 0,
             failed: 0,
             ignored: 0,
+            skipped: 0,
+            skip_notes: Vec::new(),
             run_time: Duration::ZERO,
             error: None,
             suites: Vec::new(),
@@ -266,9 +281,13 @@ fn run_suite(
     test_args: &[String],
     outcome: &mut Outcome,
 ) -> anyhow::Result<()> {
+    let skip = skips::for_suite(package, test, &binary.executable)?;
+    outcome.skipped += skip.count;
+    outcome.skip_notes.extend(skip.notes);
     // As `cargo test` runs it: from the package's directory.
     let mut cmd = Command::new(&binary.executable);
     cmd.args(["--ignored", "--test-threads", "16"])
+        .args(&skip.args)
         .args(test_args)
         .current_dir(&binary.package_dir)
         .env("CARGO_MANIFEST_DIR", &binary.package_dir)

@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 /// Coordinators forward only to addresses read from member records, and only
 /// after they parse as a `MemberAddress` and pass the registry's
 /// [`AddressPolicy`](crate::AddressPolicy); a record with anything else is
-/// treated as dead.
+/// never forwarded to (nor picked), but its member is not removed from any
+/// pod set while the record exists: another coordinator, with another
+/// policy, may route to it.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct MemberAddress {
     text: String,

@@ -149,8 +149,8 @@ pub use member::{
 };
 pub use record::{LockRecord, MemberRecord};
 pub use registry::{
-    FleetLoad, Registry, RegistryConfig, RegistryMetrics, Resolution, ResolveOptions, Route,
-    RouteSource,
+    Deregistration, FleetLoad, Registry, RegistryConfig, RegistryMetrics, Resolution,
+    ResolveOptions, Route, RouteSource,
 };
 pub use valkey::{ValkeyOptions, connect, connect_with};
 

@@ -14,6 +14,8 @@ mod edge;
 mod fencing;
 #[path = "http/https_member.rs"]
 mod https_member;
+#[path = "http/ownership.rs"]
+mod ownership;
 #[path = "http/register.rs"]
 mod register;
 #[path = "http/status.rs"]

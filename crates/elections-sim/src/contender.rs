@@ -65,7 +65,7 @@ pub(crate) async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Wh
             let Some(leadership) = acquired else {
                 continue;
             };
-            world.begin_interval(who, key, leadership.fencing_token());
+            world.begin_interval(who, key, leadership.fencing_token(), None);
             if campaign {
                 world.update(|s| s.ops.campaigns += 1);
             }
@@ -205,10 +205,10 @@ impl TtlStorage for ReadOnly {
         self.write()
     }
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        self.world.store.get(key).await
+        self.world.store.map.get(key).await
     }
     async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
-        self.world.store.get_entry(key).await
+        self.world.store.map.get_entry(key).await
     }
 }
 

@@ -4,6 +4,8 @@ use std::{collections::BTreeMap, fmt, time::Duration};
 
 use tokio::time::Instant;
 
+use crate::groups::Group;
+
 /// Who acted: a contender and its incarnation (a restart is a new process).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Who {
@@ -44,6 +46,9 @@ pub struct Interval {
     pub end: Option<Duration>,
     /// How it ended.
     pub cause: Option<EndCause>,
+    /// The lock and cluster size of a VVM's leadership (`None` for bare
+    /// elections).
+    pub group: Option<Group>,
 }
 
 impl fmt::Display for Interval {
@@ -59,7 +64,11 @@ impl fmt::Display for Interval {
             self.end
                 .map_or("open".to_string(), |e| format!("{:.3}s", e.as_secs_f64())),
             self.cause
-        )
+        )?;
+        if let Some(group) = self.group {
+            write!(f, " cluster size {}", group.size)?;
+        }
+        Ok(())
     }
 }
 
@@ -94,11 +103,26 @@ impl History {
     }
 
     /// Opens an interval; returns its index.
-    pub(crate) fn begin(&mut self, key: &str, who: Who, token: u64, at: Instant) -> usize {
+    pub(crate) fn begin(
+        &mut self,
+        key: &str,
+        who: Who,
+        token: u64,
+        group: Option<Group>,
+        at: Instant,
+    ) -> usize {
+        // Tokens start at the wall clock (see `elections::fencing`): the log
+        // names a token by its rank among the key's tokens so far, which a
+        // replay reproduces; the checker compares the tokens themselves.
+        let rank = 1 + self
+            .intervals
+            .iter()
+            .filter(|iv| iv.key == key && iv.token < token)
+            .count();
         self.note(
             at,
             format_args!(
-                "lead  {key} c{}/i{} token {token}",
+                "lead  {key} c{}/i{} token #{rank}",
                 who.contender, who.incarnation
             ),
         );
@@ -109,6 +133,7 @@ impl History {
             start: self.offset(at),
             end: None,
             cause: None,
+            group,
         });
         self.intervals.len() - 1
     }
@@ -207,6 +232,7 @@ mod tests {
             start: Duration::from_secs(start),
             end: Some(Duration::from_secs(end)),
             cause: Some(EndCause::Stopped),
+            group: None,
         }
     }
 

@@ -12,9 +12,14 @@
 //! Faults injected while the fault phase lasts (30 leases by default):
 //!
 //! - per storage call: transient errors, outcome-unknown (applied, not
-//!   applied, or applied *later*, as a delayed packet would — at the latest
-//!   when the faults stop, so nothing is in flight in the calm phase), and
-//!   answers delayed past the renewal interval after the write applied;
+//!   applied, or applied *later*, up to a lease later, as a delayed packet
+//!   would — at the latest when the faults stop, so nothing is in flight in
+//!   the calm phase), and answers delayed past the renewal interval after
+//!   the write applied. A late write's expiry counts from where the seed's
+//!   driver counts it ([`Anchor`], `seed % 3`): the store's apply (mem,
+//!   redb, Valkey, PostgreSQL, Cassandra), the lease grant before sending
+//!   (etcd) or the client's clock before sending (DynamoDB), each with its
+//!   driver's guard against landing on a later write (see `anchor.rs`);
 //! - whole-store stalls (every call hangs);
 //! - contender pauses longer than the TTL (the process makes no progress:
 //!   its work loop and all its storage calls are frozen);
@@ -42,14 +47,20 @@
 //! assert!(report.passed(), "{report:?}");
 //! ```
 
+mod anchor;
 mod contender;
+mod groups;
 mod history;
+mod requests;
 mod rng;
 mod scenario;
 mod vvm;
 mod world;
 
+pub use anchor::{Anchor, LateWrites};
+pub use groups::{Group, size_overlaps};
 pub use history::{EndCause, Interval, Verdict, Who, check};
+pub use requests::RequestCounts;
 pub use rng::SimRng;
 pub use scenario::{ContenderKind, RunReport, SimConfig, run_seed};
 pub use world::FaultCounts;

@@ -3,12 +3,13 @@
 //! ```text
 //! cargo run --release -p elections-sim -- --seeds 10000
 //! cargo run -p elections-sim -- --seed 1234 --log     # replay one seed, print its history
+//! cargo run --release -p elections-sim -- --anchor etcd --unguarded-late-writes  # must fail
 //! ```
 
 use std::{process::ExitCode, time::Duration};
 
 use clap::Parser;
-use elections_sim::{FaultCounts, RunReport, SimConfig, run_seed};
+use elections_sim::{Anchor, FaultCounts, LateWrites, RunReport, SimConfig, run_seed};
 
 #[derive(Parser)]
 #[command(about = "Deterministic simulation of elections under faults")]
@@ -25,11 +26,30 @@ struct Args {
     /// Print the event log of each run.
     #[arg(long)]
     log: bool,
+    /// Count every expiry from this anchor (`apply`, `etcd`, `dynamodb`)
+    /// instead of `seed % 3`.
+    #[arg(long, value_parser = parse_anchor)]
+    anchor: Option<Anchor>,
+    /// Negative control: let late writes of the send-anchored drivers land
+    /// unguarded, as before issue 34's fix (afc8b88). Runs must fail.
+    #[arg(long)]
+    unguarded_late_writes: bool,
+}
+
+fn parse_anchor(name: &str) -> Result<Anchor, String> {
+    Anchor::ALL
+        .into_iter()
+        .find(|a| a.name() == name)
+        .ok_or_else(|| format!("unknown anchor {name:?}: apply, etcd or dynamodb"))
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let config = SimConfig::default();
+    let config = SimConfig {
+        anchor: args.anchor,
+        unguarded_late_writes: args.unguarded_late_writes,
+        ..SimConfig::default()
+    };
     let seeds = match args.seed {
         Some(seed) => seed..seed + 1,
         None => args.first..args.first + args.seeds,
@@ -44,6 +64,11 @@ fn main() -> ExitCode {
     };
     let (mut runs, mut intervals, mut failed) = (0u64, 0u64, Vec::new());
     let mut vvm_runs = 0u64;
+    let mut by_anchor = [0u64; 3];
+    let mut late = LateWrites::default();
+    let (mut two_locks, mut mixed) = (0u64, 0u64);
+    let mut requests = elections_sim::RequestCounts::default();
+    let (mut size_overlaps, mut untruthful) = (0usize, 0usize);
     let mut faults = FaultCounts::default();
     let mut ops = elections_sim::OpCounts::default();
     let (mut overlaps, mut fencing) = (0usize, 0usize);
@@ -55,6 +80,15 @@ fn main() -> ExitCode {
         }
         runs += 1;
         vvm_runs += u64::from(report.kind == elections_sim::ContenderKind::Vvm);
+        late.add(&report.late);
+        if let Some(i) = Anchor::ALL.iter().position(|a| *a == report.anchor) {
+            by_anchor[i] += 1;
+        }
+        two_locks += u64::from(report.locks > 1);
+        mixed += u64::from(report.mixed_sizes);
+        requests.add(&report.requests);
+        size_overlaps += report.size_overlaps.len();
+        untruthful += report.request_violations.len();
         intervals += report.intervals as u64;
         faults.add(&report.faults);
         ops.add(&report.ops);
@@ -77,6 +111,24 @@ fn main() -> ExitCode {
         "runs:                 {runs} ({vvm_runs} with whole VVMs, {} with bare elections)",
         runs - vvm_runs
     );
+    println!(
+        "expiry anchors:       {} at apply, {} at the etcd lease grant, {} at the DynamoDB client{}",
+        by_anchor[0],
+        by_anchor[1],
+        by_anchor[2],
+        if config.unguarded_late_writes {
+            " (late writes UNGUARDED: negative control)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "late writes:          {} refused by the driver's guard, {} renewals landed late and shortened the lease",
+        late.refused, late.renewals_shortened
+    );
+    println!(
+        "VVM seeds:            {two_locks} with two locks whose names share a prefix, {mixed} with mixed cluster sizes"
+    );
     println!("leaderships:          {intervals}");
     println!("faults injected:      {} {faults:?}", faults.total());
     println!(
@@ -92,7 +144,22 @@ fn main() -> ExitCode {
         "observers:            {} stale at the end, {} writes; {} identical consecutive reports (distinct records)",
         ops.observe_stale, ops.observer_writes, ops.observe_duplicates
     );
+    println!(
+        "hand-over requests:   {} posted ({} busy): {} handed over, {} no candidate, {} released or failed, {} withdrawn, {} accepted then read from the lease, {} other; {} accepts and {} markers applied",
+        requests.posted,
+        requests.busy,
+        requests.handed_over,
+        requests.no_candidate,
+        requests.released_or_failed,
+        requests.withdrawn,
+        requests.learned,
+        requests.other,
+        requests.accepts,
+        requests.markers
+    );
     println!("overlaps found:       {overlaps}");
+    println!("cluster-size overlaps: {size_overlaps}");
+    println!("untruthful answers:   {untruthful}");
     println!("fencing violations:   {fencing}");
     println!(
         "worst takeover:       {:.3}s (any gap between leaders, faults included)",
@@ -159,12 +226,22 @@ fn run_all(
 }
 
 fn print_failure(report: &RunReport) {
-    println!("seed {} FAILED", report.seed);
+    println!(
+        "seed {} FAILED (expiry anchor: {})",
+        report.seed,
+        report.anchor.name()
+    );
     for (a, b) in report.verdict.overlaps.iter().take(3) {
         println!("  overlap:\n    {a}\n    {b}");
     }
     for (a, b) in report.verdict.fencing_violations.iter().take(3) {
         println!("  fencing order:\n    {a}\n    {b}");
+    }
+    for (a, b) in report.size_overlaps.iter().take(3) {
+        println!("  two cluster sizes at once:\n    {a}\n    {b}");
+    }
+    for violation in report.request_violations.iter().take(3) {
+        println!("  request: {violation}");
     }
     if report.ops.observe_stale + report.ops.observer_writes > 0 {
         println!(

@@ -9,12 +9,18 @@ use std::{
 use tokio::time::{Instant, sleep};
 
 use crate::{
+    anchor::{Anchor, LateWrites},
     contender::{self, contender, observer},
-    history::{self, EndCause, History, Verdict, Who},
+    groups::{self, Plan},
+    history::{self, EndCause, History, Interval, Verdict, Who},
+    requests::{self, RequestCounts},
     rng::SimRng,
-    vvm::{KEY_PREFIX, vvm_host},
+    vvm::vvm_host,
     world::{FaultCounts, OpCounts, State, World},
 };
+
+/// The keys of bare-elections seeds.
+const KEY_PREFIX: &str = "vvm/leader/";
 
 /// Parameters of a run.
 #[derive(Debug, Clone)]
@@ -28,6 +34,12 @@ pub struct SimConfig {
     /// Make inserts overwrite live records: a broken store, to show the
     /// checker catches what it should. Never set outside that test.
     pub broken_store: bool,
+    /// The expiry anchor every seed uses; `None`: seed `n` uses
+    /// [`Anchor::for_seed`] (apply, etcd, DynamoDB in turn).
+    pub anchor: Option<Anchor>,
+    /// Drop the send-anchored drivers' late-write guards (their behaviour on
+    /// afc8b88, before issue 34's fix), to show the checker catches it.
+    pub unguarded_late_writes: bool,
 }
 
 impl Default for SimConfig {
@@ -37,6 +49,8 @@ impl Default for SimConfig {
             fault_leases: 30,
             calm_leases: 4,
             broken_store: false,
+            anchor: None,
+            unguarded_late_writes: false,
         }
     }
 }
@@ -58,10 +72,26 @@ pub struct RunReport {
     pub seed: u64,
     /// What the contenders were.
     pub kind: ContenderKind,
+    /// Where the store counted expiries from.
+    pub anchor: Anchor,
+    /// What became of writes that arrived after a later write.
+    pub late: LateWrites,
     /// Contenders in the run.
     pub contenders: usize,
     /// Keys contended for.
     pub keys: usize,
+    /// VVM seeds: locks (names sharing prefixes) in the run.
+    pub locks: usize,
+    /// VVM seeds: some lock's nodes were started with different cluster sizes.
+    pub mixed_sizes: bool,
+    /// Leaderships of one lock started with different cluster sizes that
+    /// overlapped in time (must be empty).
+    pub size_overlaps: Vec<(Interval, Interval)>,
+    /// VVM seeds: hand-over requests under faults.
+    pub requests: RequestCounts,
+    /// Answers that were not what happened (must be empty; see
+    /// [`crate::requests`]).
+    pub request_violations: Vec<String>,
     /// Leadership intervals recorded.
     pub intervals: usize,
     /// Faults injected.
@@ -79,11 +109,15 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// True when no overlap, no fencing violation, every key recovered in
-    /// time, and the observers wrote nothing and ended on the true leaders.
+    /// True when no overlap (of one key, or of two cluster sizes of one
+    /// lock), no fencing violation, every request answered truthfully, every
+    /// key recovered in time, and the observers wrote nothing and ended on
+    /// the true leaders.
     pub fn passed(&self) -> bool {
         self.verdict.overlaps.is_empty()
             && self.verdict.fencing_violations.is_empty()
+            && self.size_overlaps.is_empty()
+            && self.request_violations.is_empty()
             && self.liveness_failures().is_empty()
             && self.ops.observe_stale == 0
             && self.ops.observer_writes == 0
@@ -130,11 +164,23 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
         ContenderKind::Elections
     };
     let key_count = 1 + rng.below(contenders as u64 - 1).min(1) as u32;
-    let keys: Vec<String> = (1..=key_count)
-        .map(|k| format!("{KEY_PREFIX}{k}"))
-        .collect();
+    // VVM seeds: one or two locks sharing a prefix, mixed cluster sizes.
+    let plan = (kind == ContenderKind::Vvm).then(|| Arc::new(Plan::draw(&mut rng, contenders)));
+    let keys: Vec<String> = match &plan {
+        Some(plan) => plan.keys(),
+        None => (1..=key_count)
+            .map(|k| format!("{KEY_PREFIX}{k}"))
+            .collect(),
+    };
+    let liveness = plan.as_ref().map_or_else(
+        || keys.iter().map(|key| vec![key.clone()]).collect(),
+        |p| p.liveness(),
+    );
+    // One more process slot than contenders: the hand-over requester.
+    let slots = contenders + 1;
     let op_fault_p = rng.unit() * 0.08;
     let heal_at = origin + d * config.fault_leases;
+    let anchor = config.anchor.unwrap_or_else(|| Anchor::for_seed(seed));
     let world = World::new(
         State {
             rng,
@@ -144,22 +190,34 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
             injecting: true,
             heal_at,
             stalled: false,
-            paused: vec![false; contenders],
-            partitioned: vec![false; contenders],
-            alive: vec![None; contenders],
-            tasks: vec![None; contenders],
-            open: vec![None; contenders],
+            paused: vec![false; slots],
+            partitioned: vec![false; slots],
+            alive: vec![None; slots],
+            tasks: vec![None; slots],
+            open: vec![None; slots],
             broken_insert: config.broken_store,
             ops: OpCounts::default(),
             observed: std::collections::BTreeMap::new(),
+            requests: requests::Ledger::default(),
+            requests_busy: 0,
         },
         d,
+        anchor,
+        !config.unguarded_late_writes,
     );
     let keys = Arc::new(keys);
     let mut incarnations = vec![0u32; contenders];
     for c in 0..contenders {
-        start_contender(&world, &keys, kind, c, &mut incarnations);
+        start_contender(&world, &keys, plan.as_ref(), c, &mut incarnations);
     }
+    let requester = plan.clone().map(|plan| {
+        let who = Who {
+            contender: contenders,
+            incarnation: 0,
+        };
+        world.lock().alive[contenders] = Some(0);
+        tokio::spawn(requests::requester(world.clone(), plan, who, contenders))
+    });
     let observers: Vec<_> = keys
         .iter()
         .map(|key| tokio::spawn(observer(world.clone(), key.clone())))
@@ -182,7 +240,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
                     }
                     (true, Some(at)) if Instant::now() >= at => {
                         *restart = None;
-                        start_contender(&world, &keys, kind, c, &mut incarnations);
+                        start_contender(&world, &keys, plan.as_ref(), c, &mut incarnations);
                     }
                     _ => {}
                 }
@@ -204,15 +262,28 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     });
     for c in 0..contenders {
         if world.lock().alive[c].is_none() {
-            start_contender(&world, &keys, kind, c, &mut incarnations);
+            start_contender(&world, &keys, plan.as_ref(), c, &mut incarnations);
         }
     }
-    sleep(d * config.calm_leases).await;
+    // A contender whose killer fires in the calm phase (its lease lapsed
+    // during the last fault) is restarted as a supervisor would.
+    let calm_end = Instant::now() + d * config.calm_leases;
+    while Instant::now() < calm_end {
+        sleep(d / 20).await;
+        for c in 0..contenders {
+            if world.lock().alive[c].is_none() {
+                start_contender(&world, &keys, plan.as_ref(), c, &mut incarnations);
+            }
+        }
+    }
 
     for observer in observers {
         observer.abort();
     }
-    let (intervals, log, faults, mut ops, observed) = {
+    if let Some(requester) = requester {
+        requester.abort();
+    }
+    let (intervals, log, faults, mut ops, observed, request_counts, request_violations) = {
         let mut state = world.lock();
         state.history.close_all(Instant::now());
         (
@@ -221,6 +292,13 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
             state.faults,
             state.ops,
             std::mem::take(&mut state.observed),
+            state.requests.counts(state.requests_busy),
+            // Bare elections hand over without requests.
+            if kind == ContenderKind::Vvm {
+                state.requests.violations()
+            } else {
+                Vec::new()
+            },
         )
     };
     // Bare contenders lead with the value `c<N>-i<M>`; VVMs store more.
@@ -237,14 +315,32 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
             task.abort();
         }
     }
-    let verdict = history::check(&intervals, &keys, heal_at - origin);
+    let mut verdict = history::check(&intervals, &keys, heal_at - origin);
+    // Recovery per set of keys one of which must have a leader again.
+    verdict.recovery = liveness
+        .iter()
+        .map(|set| {
+            let recovered = set
+                .iter()
+                .filter_map(|key| verdict.recovery.get(key).copied().flatten())
+                .min();
+            (set.join(" or "), recovered)
+        })
+        .collect();
     let mut hasher = DefaultHasher::new();
     log.hash(&mut hasher);
     RunReport {
         seed,
         kind,
+        anchor,
+        late: world.store.late_writes(),
         contenders,
         keys: keys.len(),
+        locks: plan.as_ref().map_or(0, |p| p.locks.len()),
+        mixed_sizes: plan.as_ref().is_some_and(|p| p.mixed()),
+        size_overlaps: groups::size_overlaps(&intervals),
+        requests: request_counts,
+        request_violations,
         intervals: intervals.len(),
         faults,
         ops,
@@ -329,7 +425,7 @@ async fn chaos_action(world: &Arc<World>, contenders: usize, heal_at: Instant) {
 fn start_contender(
     world: &Arc<World>,
     keys: &Arc<Vec<String>>,
-    kind: ContenderKind,
+    plan: Option<&Arc<Plan>>,
     c: usize,
     incarnations: &mut [u32],
 ) {
@@ -340,9 +436,13 @@ fn start_contender(
     incarnations[c] += 1;
     // Mark it alive first: its storage view refuses calls of dead incarnations.
     world.lock().alive[c] = Some(who.incarnation);
-    let task = match kind {
-        ContenderKind::Elections => tokio::spawn(contender(world.clone(), keys.clone(), who)),
-        ContenderKind::Vvm => tokio::spawn(vvm_host(world.clone(), keys.len() as u32, who)),
+    let task = match plan {
+        None => tokio::spawn(contender(world.clone(), keys.clone(), who)),
+        Some(plan) => {
+            let group = plan.groups[c];
+            let prefix = plan.locks[group.lock].prefix.clone();
+            tokio::spawn(vvm_host(world.clone(), prefix, group, who))
+        }
     };
     let mut s = world.lock();
     s.alive[c] = Some(who.incarnation);

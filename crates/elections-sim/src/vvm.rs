@@ -9,12 +9,10 @@ use tokio::time::sleep;
 use vvm_orch::{ServiceContext, ServicePipeline, Vvm, VvmConfig};
 
 use crate::{
+    groups::Group,
     history::{EndCause, Who},
     world::{SimKiller, SimStorage, World},
 };
-
-/// The leadership keys' prefix (the VVM default).
-pub(crate) const KEY_PREFIX: &str = "vvm/leader/";
 
 /// Acts from the moment it starts until it has stopped after its
 /// shutdown signal (which takes a random while, possibly past the killer
@@ -22,17 +20,18 @@ pub(crate) const KEY_PREFIX: &str = "vvm/leader/";
 struct SimPipeline {
     world: Arc<World>,
     who: Who,
+    group: Group,
 }
 
 impl ServicePipeline for SimPipeline {
     type Error = Infallible;
 
     fn run(&self, ctx: ServiceContext) -> impl Future<Output = Result<(), Infallible>> + Send {
-        let (world, who) = (self.world.clone(), self.who);
+        let (world, who, group) = (self.world.clone(), self.who, self.group);
         async move {
             world.wait_runnable(who.contender, false).await;
             if !ctx.is_shutdown_requested() {
-                world.begin_interval(who, ctx.key().as_str(), ctx.fencing_token());
+                world.begin_interval(who, ctx.key().as_str(), ctx.fencing_token(), Some(group));
             }
             ctx.shutdown_requested().await;
             world.wait_runnable(who.contender, false).await;
@@ -48,14 +47,15 @@ impl ServicePipeline for SimPipeline {
 }
 
 /// The host process of one incarnation: launch, wait for a problem (or a
-/// planned restart), shut down, launch again.
-pub(crate) async fn vvm_host(world: Arc<World>, cluster_size: u32, who: Who) {
+/// planned restart), shut down, launch again. Its lock's keys are
+/// `prefix1..`, its cluster size `group.size`.
+pub(crate) async fn vvm_host(world: Arc<World>, prefix: String, group: Group, who: Who) {
     let d = world.lease;
     loop {
         world.wait_runnable(who.contender, false).await;
         let mut config = VvmConfig::new(format!("c{}-i{}", who.contender, who.incarnation));
-        config.cluster_size = cluster_size;
-        config.key_prefix = KEY_PREFIX.to_string();
+        config.cluster_size = group.size;
+        config.key_prefix.clone_from(&prefix);
         config.leadership_duration = d;
         config.acquisition_duration = d * 100;
         config.acquisition_retry_pause = d / 20;
@@ -66,6 +66,7 @@ pub(crate) async fn vvm_host(world: Arc<World>, cluster_size: u32, who: Who) {
         let pipeline = SimPipeline {
             world: world.clone(),
             who,
+            group,
         };
         let vvm = match Vvm::provide(config, storage, pipeline) {
             Ok(vvm) => vvm.with_killer(Arc::new(SimKiller {
@@ -85,6 +86,11 @@ pub(crate) async fn vvm_host(world: Arc<World>, cluster_size: u32, who: Who) {
             () = sleep(hold) => {}
         }
         world.wait_runnable(who.contender, false).await;
-        let _ = launched.shutdown().await;
+        if launched.shutdown().await.is_err() {
+            // A supervisor restarts a failed host after a pause (a node of
+            // another cluster size is refused at once, again and again).
+            let pause = world.lock().rng.between(d / 20, d / 2);
+            sleep(pause).await;
+        }
     }
 }

@@ -8,11 +8,12 @@ use std::{
 
 use async_trait::async_trait;
 use elections::Killer;
-use storage_mem::MemStorage;
 use tokio::{sync::Notify, task::AbortHandle, time::Instant};
 use ttl_storage::{Key, Result, StorageError, Ttl, TtlStorage};
 
 use crate::{
+    anchor::{Anchor, Store},
+    groups::Group,
     history::{EndCause, History, Who},
     rng::SimRng,
 };
@@ -138,11 +139,16 @@ pub(crate) struct State {
     pub(crate) ops: OpCounts,
     /// The last observation of each key (the observers').
     pub(crate) observed: std::collections::BTreeMap<String, elections::Observation>,
+    /// Hand-over requests: asked, told, and applied ([`crate::requests`]).
+    pub(crate) requests: crate::requests::Ledger,
+    /// Requests not posted (another pending).
+    pub(crate) requests_busy: u64,
 }
 
 /// The world of one run.
 pub(crate) struct World {
-    pub(crate) store: MemStorage,
+    /// The store, with the drivers' expiry anchors (see [`crate::anchor`]).
+    pub(crate) store: Arc<Store>,
     pub(crate) lease: Duration,
     state: Mutex<State>,
     /// Notified whenever pauses, stalls or partitions change. (Not a
@@ -152,9 +158,9 @@ pub(crate) struct World {
 }
 
 impl World {
-    pub(crate) fn new(state: State, lease: Duration) -> Arc<Self> {
+    pub(crate) fn new(state: State, lease: Duration, anchor: Anchor, guarded: bool) -> Arc<Self> {
         Arc::new(World {
-            store: MemStorage::new(),
+            store: Arc::new(Store::new(anchor, guarded)),
             lease,
             state: Mutex::new(state),
             changed: Notify::new(),
@@ -189,13 +195,13 @@ impl World {
     }
 
     /// `who` starts acting as leader of `key` now, unless it is dead (a dead
-    /// process's leftover tasks cannot act).
-    pub(crate) fn begin_interval(&self, who: Who, key: &str, token: u64) {
+    /// process's leftover tasks cannot act). `group`: a VVM's lock and size.
+    pub(crate) fn begin_interval(&self, who: Who, key: &str, token: u64, group: Option<Group>) {
         let mut state = self.lock();
         if state.alive[who.contender] != Some(who.incarnation) {
             return;
         }
-        let idx = state.history.begin(key, who, token, Instant::now());
+        let idx = state.history.begin(key, who, token, group, Instant::now());
         state.open[who.contender] = Some((who.incarnation, idx));
     }
 
@@ -271,7 +277,10 @@ impl SimStorage {
             2 => CallFault::UnknownApplied,
             3 => CallFault::UnknownNotApplied,
             4 => {
-                let delay = state.rng.between(Duration::ZERO, d / 4);
+                // Up to a whole lease (a request stuck in a retransmission
+                // queue): long enough to land after the writer's next
+                // renewals, where a send-anchored expiry would hurt.
+                let delay = state.rng.between(Duration::ZERO, d);
                 let room = state.heal_at.saturating_duration_since(Instant::now());
                 CallFault::LateApply(delay.min(room))
             }
@@ -327,12 +336,14 @@ impl TtlStorage for SimStorage {
         let (store, key, value) = (self.world.store.clone(), key.clone(), value.to_vec());
         let broken = self.world.lock().broken_insert;
         self.run(true, move || {
+            // Sent now (a late write's future is made when it is sent).
+            let sent = Instant::now();
             let (store, key, value) = (store.clone(), key.clone(), value.clone());
             async move {
-                if broken && let Some(current) = store.get(&key).await? {
-                    store.compare_and_delete(&key, &current).await?;
+                if broken && let Some(current) = store.map.get(&key).await? {
+                    store.delete(&key, &current).await?;
                 }
-                store.insert_if_not_exists(&key, &value, ttl).await
+                store.insert(&key, &value, ttl, sent).await
             }
         })
         .await
@@ -345,9 +356,19 @@ impl TtlStorage for SimStorage {
             old.to_vec(),
             new.to_vec(),
         );
+        let world = self.world.clone();
         self.run(true, move || {
+            let sent = Instant::now();
             let (store, key, old, new) = (store.clone(), key.clone(), old.clone(), new.clone());
-            async move { store.compare_and_swap(&key, &old, &new, ttl).await }
+            let world = world.clone();
+            async move {
+                let swapped = store.swap(&key, &old, &new, ttl, sent).await;
+                // The ground truth of hand-over requests, as applied.
+                if let Ok(true) = swapped {
+                    world.lock().requests.applied_swap(&key, &old, &new);
+                }
+                swapped
+            }
         })
         .await
     }
@@ -356,7 +377,7 @@ impl TtlStorage for SimStorage {
         let (store, key, value) = (self.world.store.clone(), key.clone(), value.to_vec());
         self.run(true, move || {
             let (store, key, value) = (store.clone(), key.clone(), value.clone());
-            async move { store.compare_and_delete(&key, &value).await }
+            async move { store.delete(&key, &value).await }
         })
         .await
     }
@@ -365,7 +386,7 @@ impl TtlStorage for SimStorage {
         let (store, key) = (self.world.store.clone(), key.clone());
         self.run(false, move || {
             let (store, key) = (store.clone(), key.clone());
-            async move { store.get(&key).await }
+            async move { store.map.get(&key).await }
         })
         .await
     }

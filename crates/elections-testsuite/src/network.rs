@@ -139,6 +139,88 @@ pub async fn lost_answer_of_a_write_is_outcome_unknown(
     }
 }
 
+/// How long [`renewal_applied_late_never_moves_the_expiry_earlier`] holds
+/// the first renewal in the proxy.
+pub const LATE_RENEWAL_HOLD: Duration = Duration::from_millis(2_500);
+
+/// Issue 34, case 7: a renewal applied late never moves the expiry earlier
+/// than a renewal already acknowledged.
+///
+/// `held` reaches the engine through `proxy`, `direct` does not (two
+/// clients standing for one process whose two attempts were reordered on
+/// the way, as follower forwarding in an etcd cluster or a retransmitted
+/// packet does). `direct` inserts `key` with a 5 s TTL; `held` renews it
+/// (`v -> v`) once through the proxy to warm its connection up (prepared
+/// statements, loaded scripts), then renews again while the proxy holds its
+/// request back, after letting `answers_before_write` answers through (etcd:
+/// 1, the lease grant that anchors the expiry; others 0). While that
+/// request waits for [`LATE_RENEWAL_HOLD`], `direct` renews and is
+/// acknowledged; then the held request arrives. The renewal acknowledged
+/// last promised the record until its start + 5 s: the record must still be
+/// there 1.5 s before that, whatever the late request did. A driver that
+/// anchors the late request's expiry at its send (an etcd lease granted
+/// before the hold, a client-side `now + ttl`) and lets it land loses the
+/// record 1 s before this check. The late call itself must answer
+/// `Ok(true)`: the record held its value all along.
+///
+/// `held` must wait longer than the hold for an answer (a request timeout
+/// of 10 s or more).
+pub async fn renewal_applied_late_never_moves_the_expiry_earlier(
+    held: &impl TtlStorage,
+    direct: &impl TtlStorage,
+    proxy: &Proxy,
+    key: &Key,
+    answers_before_write: usize,
+) {
+    let secs = 5;
+    let ttl = Ttl::from_secs(secs).unwrap_or_else(|err| panic!("{err}"));
+    assert!(ok(direct.insert_if_not_exists(key, b"v", ttl).await));
+    assert!(
+        ok(held.compare_and_swap(key, b"v", b"v", ttl).await),
+        "the warm-up renewal through the proxy failed"
+    );
+    proxy.hold_requests_after(answers_before_write);
+    let late = async {
+        let answer = held.compare_and_swap(key, b"v", b"v", ttl).await;
+        (answer, tokio::time::Instant::now())
+    };
+    let on_time = async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while proxy.held_bytes() == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the proxy never held the renewal: does the driver send it through the proxy?"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(LATE_RENEWAL_HOLD).await;
+        let start = tokio::time::Instant::now();
+        assert!(
+            ok(direct.compare_and_swap(key, b"v", b"v", ttl).await),
+            "the on-time renewal failed"
+        );
+        proxy.release_requests();
+        start
+    };
+    let ((late, late_answered), acknowledged_start) = tokio::join!(late, on_time);
+    assert!(
+        late_answered > acknowledged_start,
+        "the late renewal answered before the proxy let it through: it did not go through the proxy"
+    );
+    assert!(
+        ok(late),
+        "the late renewal answered false although the record held its value"
+    );
+    let check_at = acknowledged_start + Duration::from_secs(secs) - Duration::from_millis(1_500);
+    tokio::time::sleep_until(check_at).await;
+    assert_eq!(
+        ok(direct.get(key).await).as_deref(),
+        Some(&b"v"[..]),
+        "a renewal applied late moved the expiry earlier: the record is gone 1.5 s before \
+         the acknowledged renewal's start + TTL"
+    );
+}
+
 /// After `proxy` shut down: `op` fails as [`ErrorKind::Transient`] within
 /// 10 s (a driver may take a moment to see its connection gone), and
 /// returns that error.

@@ -12,8 +12,8 @@ use std::{
 use ttl_storage::{ErrorKind, Key, TtlStorage};
 
 use crate::{
-    CandidateId, Elections, ElectionsError, Leadership, candidates::Candidacy, fencing::timed,
-    handover, telemetry, timing::Timing,
+    CandidateId, Elections, ElectionsError, Leadership, SharedClaim, candidates::Candidacy,
+    fencing::timed, handover, telemetry, timing::Timing,
 };
 
 /// The longest pause between two acquisition attempts of a campaign (and
@@ -104,7 +104,8 @@ impl Elections {
     /// # Errors
     ///
     /// [`ElectionsError::Invalid`] for a leadership duration the timing
-    /// rules refuse.
+    /// rules refuse or a key whose records would be invalid keys,
+    /// [`ElectionsError::ReservedKey`] for a key in the reserved namespace.
     pub fn stand_by(
         &self,
         key: &Key,
@@ -112,6 +113,7 @@ impl Elections {
         duration: Duration,
     ) -> Result<Standby, ElectionsError> {
         let timing = Timing::new(duration)?;
+        Self::check_key(key)?;
         let storage = self.inner_storage();
         let (instance, counter) = self.next_nonce();
         let value = value.as_ref().to_vec();
@@ -121,12 +123,15 @@ impl Elections {
             candidacy: WithdrawOnDrop {
                 storage,
                 candidacy: Candidacy::new(instance, counter, &value, duration),
+                limit: timing.call_timeout(),
+                elections: self.clone(),
             },
             value,
             duration,
             limit: timing.call_timeout(),
             pause: poll_interval(timing),
             slot_gone: Arc::default(),
+            claim: None,
         })
     }
 }
@@ -142,6 +147,8 @@ pub struct Standby {
     candidacy: WithdrawOnDrop,
     /// Set by a detached [`Standby::watch`] that saw the candidate record go.
     slot_gone: Arc<AtomicBool>,
+    /// The shared claim every leadership this standby takes holds.
+    claim: Option<SharedClaim>,
 }
 
 impl std::fmt::Debug for Standby {
@@ -164,6 +171,17 @@ impl Standby {
         &self.key
     }
 
+    /// Every leadership this standby takes also holds `claim`, taken after
+    /// the lease and renewed with it: a conflicting claim fails the
+    /// attempt with [`ElectionsError::ClaimConflict`] (the lease is given
+    /// back), and a claim lost while leading ends the leadership
+    /// ([`crate::EndReason::ClaimLost`]). See [`crate::claim`].
+    #[must_use]
+    pub fn with_claim(mut self, claim: SharedClaim) -> Self {
+        self.claim = Some(claim);
+        self
+    }
+
     /// One attempt: acquires the key when it is free, takes it when a
     /// hand-over marker names this candidacy, and otherwise announces (or
     /// renews) the candidacy and returns `Ok(None)`.
@@ -181,14 +199,26 @@ impl Standby {
         let attempt = match look {
             Ok(None) => {
                 self.elections
-                    .acquire_from(&self.key, &self.value, self.duration, None)
+                    .acquire_from(
+                        &self.key,
+                        &self.value,
+                        self.duration,
+                        None,
+                        self.claim.as_ref(),
+                    )
                     .await
             }
             Ok(Some(record)) => match handover::marker_target(&record) {
                 Some(target) if target == self.id().0.as_bytes() => {
                     tracing::info!(key = %self.key, "the key was handed over to us; taking it");
                     self.elections
-                        .acquire_from(&self.key, &self.value, self.duration, Some(&record))
+                        .acquire_from(
+                            &self.key,
+                            &self.value,
+                            self.duration,
+                            Some(&record),
+                            self.claim.as_ref(),
+                        )
                         .await
                 }
                 _ => {
@@ -203,7 +233,10 @@ impl Standby {
         };
         // No await between an acquisition and the return: a caller that
         // drops this future must never lose a leadership it already holds.
+        // The winner stops being a candidate at once (listings leave the
+        // leader out even while the withdrawal is under way).
         if let Ok(Some(_)) = &attempt {
+            self.candidacy.withdraw_now();
             return attempt;
         }
         self.candidacy
@@ -269,23 +302,29 @@ async fn optional(watch: Option<ttl_storage::Watch>) {
 struct WithdrawOnDrop {
     storage: Arc<dyn TtlStorage>,
     candidacy: Candidacy,
+    /// The storage call limit of the leadership duration.
+    limit: Duration,
+    /// Where the background withdrawal runs (cleanup waits for it).
+    elections: Elections,
+}
+
+impl WithdrawOnDrop {
+    /// Starts the withdrawal of the announced record, if any, in the
+    /// background (no await: a caller that just won must not lose the
+    /// leadership to a dropped future).
+    fn withdraw_now(&mut self) {
+        let Some(withdrawal) = self.candidacy.withdrawal(self.limit) else {
+            return;
+        };
+        let storage = self.storage.clone();
+        self.elections
+            .spawn_background(async move { withdrawal.run(&*storage).await });
+    }
 }
 
 impl Drop for WithdrawOnDrop {
     fn drop(&mut self) {
-        let Some((slot, record)) = self.candidacy.take_slot() else {
-            return;
-        };
-        let storage = self.storage.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = timed(
-                    Duration::from_secs(2),
-                    storage.compare_and_delete(&slot, &record),
-                )
-                .await;
-            });
-        }
+        self.withdraw_now();
     }
 }
 

@@ -32,6 +32,15 @@ const FORMAT: &[u8] = b"cand1 ";
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CandidateId(pub(crate) String);
 
+impl CandidateId {
+    /// The elections instance part of the id (its first 16 hex digits):
+    /// the same as the instance part of the nonce of every record that
+    /// instance writes ([`crate::record::instance_of`]).
+    pub(crate) fn instance(&self) -> &str {
+        self.0.get(..16).unwrap_or(&self.0)
+    }
+}
+
 impl fmt::Display for CandidateId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -54,11 +63,6 @@ pub struct Candidate {
 /// The key of slot `slot` of election key `key`.
 pub(crate) fn slot_key(key: &Key, slot: usize) -> Result<Key, ValidationError> {
     Key::new(format!("{CANDIDATE_PREFIX}{slot:02}/{key}"))
-}
-
-/// True when `key` lies in the namespace reserved for candidate records.
-pub(crate) fn is_reserved(key: &Key) -> bool {
-    key.as_str().starts_with(CANDIDATE_PREFIX)
 }
 
 /// The TTL of a candidate record for leadership duration `d`: half a lease,
@@ -96,19 +100,22 @@ fn decode(slot: usize, record: &[u8]) -> Option<Candidate> {
     })
 }
 
-/// Every announced candidate of `key`, longest-waiting first. Slots that
-/// cannot be read are skipped; the first error is returned only when no
-/// slot could be read.
+/// Every announced candidate of `key`, longest-waiting first, except those
+/// of the elections instance `leader` (the leader's own candidacies, left
+/// behind when a withdrawal failed: a leader is never its own candidate).
+/// Slots that cannot be read are skipped; the first error is returned only
+/// when no slot could be read.
 pub(crate) async fn list(
     storage: &dyn TtlStorage,
     key: &Key,
     limit: Duration,
+    leader: Option<&str>,
 ) -> Result<Vec<Candidate>, StorageError> {
     let mut reads = Vec::with_capacity(MAX_CANDIDATES);
     for slot in 0..MAX_CANDIDATES {
-        let Ok(slot_key) = slot_key(key, slot) else {
-            return Ok(Vec::new());
-        };
+        let slot_key = slot_key(key, slot).map_err(|err| {
+            StorageError::permanent(format!("the candidate slots of {key}: {err}"))
+        })?;
         reads.push(async move { (slot, timed(limit, storage.get(&slot_key)).await) });
     }
     let mut candidates = Vec::new();
@@ -118,7 +125,9 @@ pub(crate) async fn list(
         match read {
             Ok(Some(record)) => {
                 answered = true;
-                if let Some(candidate) = decode(slot, &record) {
+                if let Some(candidate) = decode(slot, &record)
+                    && leader.is_none_or(|leader| candidate.id.instance() != leader)
+                {
                     candidates.push(candidate);
                 }
             }
@@ -142,6 +151,9 @@ pub(crate) struct Candidacy {
     slot: Option<(usize, Key)>,
     ttl: Ttl,
     refreshed: Option<tokio::time::Instant>,
+    /// Start of the last write that put the record in its slot: it lives
+    /// at most its TTL after that (plus the clock-rate margin).
+    written: Option<tokio::time::Instant>,
 }
 
 impl Candidacy {
@@ -154,6 +166,7 @@ impl Candidacy {
             slot: None,
             ttl: ttl(d),
             refreshed: None,
+            written: None,
         }
     }
 
@@ -172,6 +185,7 @@ impl Candidacy {
             return;
         }
         if let Some((_, slot_key)) = &self.slot {
+            let start = tokio::time::Instant::now();
             match timed(
                 limit,
                 storage.compare_and_swap(slot_key, &self.record, &self.record, self.ttl),
@@ -180,6 +194,7 @@ impl Candidacy {
             {
                 Ok(true) => {
                     self.refreshed = Some(tokio::time::Instant::now());
+                    self.written = Some(start);
                     return;
                 }
                 // Gone (expired, or deleted by a hand-over): announce again.
@@ -203,6 +218,7 @@ impl Candidacy {
             let Ok(slot_key) = slot_key(key, slot) else {
                 return;
             };
+            let start = tokio::time::Instant::now();
             match timed(
                 limit,
                 storage.insert_if_not_exists(&slot_key, &self.record, self.ttl),
@@ -212,6 +228,7 @@ impl Candidacy {
                 Ok(true) => {
                     self.slot = Some((slot, slot_key));
                     self.refreshed = Some(tokio::time::Instant::now());
+                    self.written = Some(start);
                     return;
                 }
                 Ok(false) => {}
@@ -230,11 +247,59 @@ impl Candidacy {
         self.refreshed = None;
     }
 
-    /// The slot and record bytes, for a withdrawal after the future is gone.
-    pub(crate) fn take_slot(&mut self) -> Option<(Key, Vec<u8>)> {
-        self.slot
-            .take()
-            .map(|(_, slot_key)| (slot_key, self.record.clone()))
+    /// The withdrawal of the announced record, if any (the candidacy no
+    /// longer holds a slot afterwards): run it with [`Withdrawal::run`].
+    pub(crate) fn withdrawal(&mut self, limit: Duration) -> Option<Withdrawal> {
+        let (_, slot) = self.slot.take()?;
+        let ttl = Duration::from_secs(self.ttl.as_secs());
+        // After this the record has expired, even on a store whose clock
+        // runs 20 % slow: nothing is left to withdraw.
+        let until = self
+            .written
+            .map_or_else(tokio::time::Instant::now, |at| at + ttl + ttl / 5);
+        Some(Withdrawal {
+            slot,
+            record: self.record.clone(),
+            until,
+            limit,
+        })
+    }
+}
+
+/// Deletes a candidate record that is no longer waiting (its campaign won,
+/// failed or was dropped). Retried until it succeeds or the record has
+/// expired anyway, so a store error does not leave the candidate listed
+/// for long (a winner is never listed meanwhile: listings leave out the
+/// leader's own candidacies).
+pub(crate) struct Withdrawal {
+    slot: Key,
+    record: Vec<u8>,
+    until: tokio::time::Instant,
+    limit: Duration,
+}
+
+impl Withdrawal {
+    /// Runs the withdrawal to its end.
+    pub(crate) async fn run(self, storage: &dyn TtlStorage) {
+        let pause = (self.limit / 5).max(Duration::from_millis(50));
+        loop {
+            match timed(
+                self.limit,
+                storage.compare_and_delete(&self.slot, &self.record),
+            )
+            .await
+            {
+                Ok(_) => return,
+                Err(err) if tokio::time::Instant::now() >= self.until => {
+                    tracing::debug!(slot = %self.slot, error = %err, "candidate record not withdrawn; it has expired by now");
+                    return;
+                }
+                Err(err) => {
+                    tracing::debug!(slot = %self.slot, error = %err, "could not withdraw the candidate record; retrying");
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
     }
 }
 

@@ -13,17 +13,17 @@ use std::{
 use tokio::{task::JoinHandle, time::Instant};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
-use ttl_storage::{ErrorKind, Key, StorageError, TtlStorage, check_value};
+use ttl_storage::{Key, TtlStorage};
 
+mod acquire;
 mod release;
 
 use crate::{
     ElectionsError,
+    claim::SharedClaim,
     end::{EndReason, EndSignal},
-    fencing::{self, timed},
     killer::{Killer, KillerTimer, ProcessKiller},
     leadership::Leadership,
-    record,
     renewal::Renewal,
     telemetry,
     timing::Timing,
@@ -112,10 +112,6 @@ impl Entry {
     }
 }
 
-/// Inserts of one acquisition whose outcome stays unknown (each followed by
-/// a read-back) before it gives up.
-const UNKNOWN_INSERT_ATTEMPTS: u32 = 3;
-
 impl Elections {
     /// Elections over `storage` with the production killer ([`ProcessKiller`]),
     /// which exits the process if a lost leadership is not released in time.
@@ -166,142 +162,8 @@ impl Elections {
         value: impl AsRef<[u8]>,
         duration: Duration,
     ) -> Result<Option<Leadership>, ElectionsError> {
-        self.acquire_from(key, value.as_ref(), duration, None).await
-    }
-
-    /// [`acquire_leadership`](Self::acquire_leadership), or, with `marker`,
-    /// the taking of a hand-over marker: the first write is then
-    /// `compare_and_swap(marker -> record)` instead of an insert.
-    pub(crate) async fn acquire_from(
-        &self,
-        key: &Key,
-        value: &[u8],
-        duration: Duration,
-        marker: Option<&[u8]>,
-    ) -> Result<Option<Leadership>, ElectionsError> {
-        let timing = Timing::new(duration)?;
-        if value.starts_with(crate::handover::RESERVED_PREFIX) {
-            return Err(ElectionsError::ReservedValue);
-        }
-        let counter_value = self.inner.acquisitions.fetch_add(1, Ordering::Relaxed);
-        let value: Arc<[u8]> = record::encode(value, self.inner.instance, counter_value).into();
-        check_value(&value)?;
-        if fencing::is_reserved(key) || crate::candidates::is_reserved(key) {
-            return Err(ElectionsError::ReservedKey(key.clone()));
-        }
-        let counter = fencing::counter_key(key)?;
-        let reservation = Reservation::take(&self.inner, key)?;
-        let span = tracing::info_span!("acquire_leadership", %key);
-        let acquired = self
-            .try_acquire(key, &counter, &value, timing, marker)
-            .instrument(span.clone())
+        self.acquire_from(key, value.as_ref(), duration, None, None)
             .await
-            .inspect_err(|_| telemetry::attempt(key, "error"))?;
-        let Some((fencing_token, lease_start)) = acquired else {
-            telemetry::attempt(key, "held_by_other");
-            return Ok(None);
-        };
-        self.install(reservation, value, timing, fencing_token, lease_start)
-            .instrument(span)
-            .await
-    }
-
-    async fn try_acquire(
-        &self,
-        key: &Key,
-        counter: &Key,
-        value: &[u8],
-        timing: Timing,
-        marker: Option<&[u8]>,
-    ) -> Result<Option<(u64, Instant)>, ElectionsError> {
-        let storage = &*self.inner.storage;
-        let limit = timing.call_timeout();
-        // An insert whose outcome is unknown may still land after a read-back
-        // found the key empty (a Paxos round the database keeps retrying):
-        // then nobody would hold the record until it expired. So an empty
-        // read-back is answered by inserting the same unique value again: if
-        // the first insert lands meanwhile, the retry fails and the read-back
-        // finds our own value.
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let inserted = match marker {
-                None => {
-                    timed(
-                        limit,
-                        storage.insert_if_not_exists(key, value, timing.ttl()),
-                    )
-                    .await
-                }
-                Some(marker) => {
-                    timed(
-                        limit,
-                        storage.compare_and_swap(key, marker, value, timing.ttl()),
-                    )
-                    .await
-                }
-            };
-            let err = match inserted {
-                Ok(true) => break,
-                Ok(false) if attempts == 1 => return Ok(None),
-                Err(err) if err.kind() == ErrorKind::OutcomeUnknown => {
-                    tracing::warn!(error = %err, attempts, "insert outcome unknown; reading the record back");
-                    err
-                }
-                // A retry found the key taken: maybe by our earlier write.
-                Ok(false) => StorageError::outcome_unknown("an earlier write may have landed"),
-                Err(err) => return Err(err.into()),
-            };
-            match timed(limit, storage.get(key)).await {
-                Ok(Some(current)) if *current == *value => break,
-                Ok(Some(_)) => return Ok(None),
-                Ok(None) if attempts < UNKNOWN_INSERT_ATTEMPTS => {
-                    tokio::time::sleep(timing.retry_interval()).await;
-                }
-                Ok(None) => {
-                    tracing::warn!("insert still unknown after {attempts} attempts; withdrawing");
-                    self.withdraw_record(key, value, timing).await;
-                    return Err(err.into());
-                }
-                Err(read_err) => {
-                    tracing::warn!(error = %read_err, "read-back failed; withdrawing");
-                    self.withdraw_record(key, value, timing).await;
-                    return Err(err.into());
-                }
-            }
-        }
-
-        let token =
-            match fencing::next_token(storage, counter, limit, timing.retry_interval()).await {
-                Ok(token) => token,
-                Err(err) => {
-                    tracing::warn!(error = %err, "could not take a fencing token; withdrawing");
-                    self.withdraw_record(key, value, timing).await;
-                    return Err(err.into());
-                }
-            };
-
-        let lease_start = Instant::now();
-        match timed(
-            limit,
-            storage.compare_and_swap(key, value, value, timing.ttl()),
-        )
-        .await
-        {
-            Ok(true) => {
-                tracing::info!(fencing_token = token, "leadership acquired");
-                Ok(Some((token, lease_start)))
-            }
-            Ok(false) => {
-                tracing::warn!("record lost between insert and confirmation; not leading");
-                Ok(None)
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "confirmation failed; withdrawing");
-                self.withdraw_record(key, value, timing).await;
-                Err(err.into())
-            }
-        }
     }
 
     async fn install(
@@ -311,6 +173,7 @@ impl Elections {
         timing: Timing,
         fencing_token: u64,
         lease_start: Instant,
+        claim: Option<SharedClaim>,
     ) -> Result<Option<Leadership>, ElectionsError> {
         let key = reservation.key.clone();
         {
@@ -335,6 +198,7 @@ impl Elections {
                     end: end.clone(),
                     stop: stop.clone(),
                     lease_start,
+                    claim,
                 };
                 let span = tracing::info_span!("leadership", %key, fencing_token);
                 let renewal = self.inner.tracker.spawn(renewal.run().instrument(span));
@@ -436,6 +300,17 @@ impl Elections {
     /// The storage these elections run on.
     pub(crate) fn inner_storage(&self) -> Arc<dyn TtlStorage> {
         self.inner.storage.clone()
+    }
+
+    /// This instance's id as it appears in record nonces and candidate ids
+    /// (16 hex digits).
+    pub(crate) fn instance_hex(&self) -> String {
+        format!("{:016x}", self.inner.instance)
+    }
+
+    /// Runs `task` in the background; [`cleanup`](Self::cleanup) waits for it.
+    pub(crate) fn spawn_background(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.inner.tracker.spawn(task);
     }
 
     /// Background tasks (renewals and killer timers) still running.

@@ -40,6 +40,15 @@ pub enum EndReason {
         /// The last attempt's error, as text.
         last_error: String,
     },
+    /// A renewal found the leadership's shared claim ([`crate::SharedClaim`])
+    /// gone or holding another value: the group this leader belongs to no
+    /// longer holds it, so it must stop as on any loss.
+    ClaimLost {
+        /// The claim's key.
+        claim: ttl_storage::Key,
+        /// What the claim holds now; `None` when it is gone.
+        found: Option<Vec<u8>>,
+    },
     /// Every [`crate::Elections`] clone and every [`Leadership`](crate::Leadership) handle was
     /// dropped without a release; renewal stopped and the killer was
     /// disarmed (the record is left to expire).
@@ -55,7 +64,7 @@ impl EndReason {
     }
 
     /// The reason's name in metrics (`cause` label) and logs: `released`,
-    /// `superseded`, `stolen`, `expired`, `store_unavailable`,
+    /// `superseded`, `stolen`, `expired`, `store_unavailable`, `claim_lost`,
     /// `elections_dropped`.
     pub fn label(&self) -> &'static str {
         match self {
@@ -64,6 +73,7 @@ impl EndReason {
             EndReason::Stolen { .. } => "stolen",
             EndReason::Expired => "expired",
             EndReason::StoreUnavailable { .. } => "store_unavailable",
+            EndReason::ClaimLost { .. } => "claim_lost",
             EndReason::ElectionsDropped => "elections_dropped",
         }
     }
@@ -94,6 +104,17 @@ impl fmt::Display for EndReason {
                 f,
                 "lost (store unavailable): {attempts} renewal attempts failed, last: {last_error}"
             ),
+            EndReason::ClaimLost {
+                claim,
+                found: Some(found),
+            } => write!(
+                f,
+                "lost (claim lost): the shared claim {claim} now holds {:?}",
+                String::from_utf8_lossy(found)
+            ),
+            EndReason::ClaimLost { claim, found: None } => {
+                write!(f, "lost (claim lost): the shared claim {claim} is gone")
+            }
             EndReason::ElectionsDropped => {
                 f.write_str("lost (elections dropped): every handle was dropped without a release")
             }

@@ -13,9 +13,24 @@ pub enum ElectionsError {
     /// This elections instance already holds (or is acquiring) this key.
     #[error("this elections instance already holds or is acquiring key {0}")]
     AlreadyHeld(Key),
-    /// The key lies in the namespace reserved for fencing counters.
-    #[error("key {0} is reserved for fencing counters (prefix {prefix})", prefix = crate::fencing::FENCING_PREFIX)]
+    /// The key lies in the namespace reserved for the library's own
+    /// records (it starts with `__`: fencing counters, candidates, ...; see
+    /// [`crate::keys`]).
+    #[error("key {0} lies in the namespace reserved for the library's records (keys starting with {prefix:?})", prefix = crate::keys::RESERVED)]
     ReservedKey(Key),
+    /// The leadership's shared claim ([`crate::SharedClaim`]) holds another
+    /// value: leaders of another group hold it. The lease was given back;
+    /// nothing ran under it.
+    #[error(
+        "the shared claim {claim} holds {:?}, not this leader's value",
+        String::from_utf8_lossy(found)
+    )]
+    ClaimConflict {
+        /// The claim's key.
+        claim: Key,
+        /// The value it holds.
+        found: Vec<u8>,
+    },
     /// The value starts with the prefix reserved for hand-over markers (a
     /// NUL byte followed by `elections/`).
     #[error("values starting with \"\\0elections/\" are reserved for hand-over markers")]

@@ -12,10 +12,27 @@
 //! counter never expires; gaps are possible (a failed acquisition may have
 //! advanced the counter), order is what matters.
 //!
+//! **Tokens never repeat across a re-created store.** A store wiped,
+//! re-created, or restored from an older backup has lost (or rolled back)
+//! its counters; a counter starting again at 1 would hand out tokens that
+//! leaders of the old store already used. So every advance takes at least
+//! the [`floor`]: the wall clock in nanoseconds since the Unix epoch (the
+//! next token is `max(counter + 1, floor)`; a new counter starts at the
+//! floor). A token handed out before the store was re-created is at most
+//! the floor of its time plus the number of tokens taken since, so a later
+//! store's first token is larger **assuming** the clock of the node that
+//! takes it is not behind the clocks of the nodes that took the old tokens
+//! by more than the time between the two (NTP-synchronised clocks and a
+//! re-creation that takes longer than their skew), and that no more than
+//! one token per nanosecond was taken. Tokens stay below `i64::MAX` (until
+//! the year 2262), so resources that store them as a signed 64-bit integer
+//! (PostgreSQL `bigint`, Cassandra `bigint`, DynamoDB numbers) keep them
+//! exactly.
+//!
 //! A resource protected by fencing accepts a write only with a token at
 //! least as high as any it has seen (see `docs/guarantees.md`).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ttl_storage::{ErrorKind, Key, StorageError, Ttl, TtlStorage};
 
@@ -24,6 +41,22 @@ pub const FENCING_PREFIX: &str = "__fencing__/";
 
 /// Attempts to advance a counter before giving up with a transient error.
 const MAX_TRIES: u32 = 16;
+
+/// The largest token handed out: tokens fit a signed 64-bit integer.
+pub const MAX_TOKEN: u64 = i64::MAX as u64;
+
+/// The least token a counter may hand out now: the wall clock in
+/// nanoseconds since the Unix epoch (1 for a clock before it; at most
+/// [`MAX_TOKEN`]). See the [module docs](self) for what it protects and
+/// the assumption it makes.
+pub fn floor() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |since| {
+            u64::try_from(since.as_nanos()).unwrap_or(MAX_TOKEN)
+        })
+        .clamp(1, MAX_TOKEN)
+}
 
 /// The key of the fencing counter for election key `key`.
 pub fn counter_key(key: &Key) -> Result<Key, ttl_storage::ValidationError> {
@@ -76,20 +109,27 @@ async fn try_advance(
     call_timeout: Duration,
 ) -> Result<Option<u64>, StorageError> {
     let current = timed(call_timeout, storage.get(counter)).await?;
+    let floor = floor();
     match current {
         None => {
             let won = timed(
                 call_timeout,
-                storage.insert_if_not_exists(counter, b"1", Ttl::NEVER),
+                storage.insert_if_not_exists(counter, floor.to_string().as_bytes(), Ttl::NEVER),
             )
             .await?;
-            Ok(won.then_some(1))
+            Ok(won.then_some(floor))
         }
         Some(bytes) => {
             let n = parse(counter, &bytes)?;
-            let next = n.checked_add(1).ok_or_else(|| {
-                StorageError::permanent(format!("fencing counter {counter} overflowed"))
-            })?;
+            let next = n
+                .checked_add(1)
+                .filter(|&next| next <= MAX_TOKEN)
+                .ok_or_else(|| {
+                    StorageError::permanent(format!(
+                        "fencing counter {counter} is exhausted (at {n}, tokens stay below 2^63)"
+                    ))
+                })?
+                .max(floor);
             let won = timed(
                 call_timeout,
                 storage.compare_and_swap(counter, &bytes, next.to_string().as_bytes(), Ttl::NEVER),

@@ -66,7 +66,8 @@ pub enum HandOverError {
     /// The leadership had already ended (or ended while its work stopped).
     #[error("the leadership ended before the hand-over: {0}")]
     Ended(EndReason),
-    /// The candidates could not be listed (nothing was changed), or the
+    /// The candidates could not be listed (nothing was changed: the
+    /// leadership is still active, check [`Leadership::is_active`]), or the
     /// marker could not be written after the work stopped (the record was
     /// then deleted, or will expire, so anyone may take the key).
     #[error("hand-over failed: {0}")]
@@ -74,20 +75,34 @@ pub enum HandOverError {
 }
 
 impl Leadership {
-    /// The candidates announced for this key, longest-waiting first.
+    /// The candidates announced for this key, longest-waiting first. The
+    /// leader's own candidacies are never listed (a record its campaign
+    /// left behind, while the withdrawal is under way): a leader is not a
+    /// candidate for what it leads.
     ///
     /// # Errors
     ///
     /// The store's error when no candidate slot could be read.
     pub async fn candidates(&self) -> Result<Vec<Candidate>, StorageError> {
         let timing = self.owner.timing_of(self.duration);
-        candidates::list(&*self.owner.inner_storage(), &self.key, timing).await
+        let leader = self.owner.instance_hex();
+        candidates::list(
+            &*self.owner.inner_storage(),
+            &self.key,
+            timing,
+            Some(&leader),
+        )
+        .await
     }
 
     /// Hands the leadership over to `to`, or, with `None`, to the candidate
     /// that has waited longest. Refuses with [`HandOverError::NoCandidate`]
     /// (or [`HandOverError::NoSuchCandidate`]) before touching anything, so
     /// the leader keeps leading.
+    ///
+    /// The candidates are listed again first (the leader itself never
+    /// among them); a listing that fails is [`HandOverError::Storage`] with
+    /// nothing changed: the leader still leads.
     ///
     /// Otherwise, in this order: the handle fires with
     /// [`EndReason::Superseded`] (stop the work now); the tasks spawned with

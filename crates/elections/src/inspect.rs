@@ -27,7 +27,8 @@ pub struct KeyStatus {
     /// leader. A report, not a promise: the leader renews every quarter lease.
     pub time_left: Option<TimeLeft>,
     /// The candidates waiting for the key (announced by
-    /// [`crate::Elections::campaign`]), longest-waiting first.
+    /// [`crate::Elections::campaign`]), longest-waiting first; never the
+    /// leader itself (a record its campaign left behind).
     pub candidates: Vec<Candidate>,
     /// True while a hand-over marker reserves the key for a candidate that
     /// has not taken it yet (`leader` is then `None`).
@@ -68,8 +69,11 @@ pub async fn inspect(storage: &dyn TtlStorage, key: &Key) -> Result<KeyStatus, S
         .is_some_and(|entry| handover::is_marker(&entry.value));
     let entry = entry.filter(|_| !handing_over);
     let time_left = entry.as_ref().map(|entry| entry.time_left);
+    let instance = entry
+        .as_ref()
+        .and_then(|entry| record::instance_of(&entry.value));
+    let candidates = candidates::list(storage, key, CANDIDATE_READ_TIMEOUT, instance).await?;
     let leader = entry.map(|entry| record::leader_value(&entry.value).to_vec());
-    let candidates = candidates::list(storage, key, CANDIDATE_READ_TIMEOUT).await?;
     let counter = fencing::counter_key(key)
         .map_err(|err| StorageError::permanent(format!("fencing counter key: {err}")))?;
     let latest_fencing_token = match storage.get(&counter).await? {

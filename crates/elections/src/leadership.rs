@@ -101,8 +101,11 @@ impl Leadership {
     }
 
     /// The fencing token: strictly greater than every token issued before
-    /// for this key, by any process. Pass it with every write to a guarded
-    /// resource, which must reject tokens lower than the highest it has seen.
+    /// for this key, by any process, even across a store wiped, re-created
+    /// or restored from a backup (tokens are at least the wall clock in
+    /// nanoseconds, see [`crate::fencing`]); below `i64::MAX`. Pass it with
+    /// every write to a guarded resource, which must reject tokens lower
+    /// than the highest it has seen.
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }

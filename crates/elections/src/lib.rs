@@ -106,12 +106,14 @@
 
 mod campaign;
 pub mod candidates;
+pub mod claim;
 mod elections;
 mod end;
 mod error;
 pub mod fencing;
 mod handover;
 mod inspect;
+pub mod keys;
 pub mod killer;
 mod lead;
 mod leadership;
@@ -124,6 +126,7 @@ mod timing;
 pub use crate::elections::{Elections, ElectionsBuilder};
 pub use campaign::{MAX_POLL_INTERVAL, Standby};
 pub use candidates::{Candidate, CandidateId};
+pub use claim::SharedClaim;
 pub use end::EndReason;
 pub use error::ElectionsError;
 pub use handover::HandOverError;

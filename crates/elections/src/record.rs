@@ -49,6 +49,28 @@ pub fn leader_value(record: &[u8]) -> &[u8] {
     if is_nonce { value } else { record }
 }
 
+/// The nonce of a stored record (24 hex digits), which names one
+/// leadership: `None` for records not written by elections.
+///
+/// ```
+/// let record = b"10.0.0.7#0123456789abcdef00000001";
+/// assert_eq!(elections::record::nonce(record), Some(&b"0123456789abcdef00000001"[..]));
+/// assert_eq!(elections::record::nonce(b"written by hand"), None);
+/// ```
+pub fn nonce(record: &[u8]) -> Option<&[u8]> {
+    let value = leader_value(record);
+    if value.len() == record.len() {
+        return None;
+    }
+    record.get(value.len() + 1..)
+}
+
+/// The elections instance that wrote `record` (the first 16 hex digits of
+/// its nonce); `None` for records not written by elections.
+pub(crate) fn instance_of(record: &[u8]) -> Option<&str> {
+    std::str::from_utf8(nonce(record)?.get(..16)?).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +84,8 @@ mod tests {
         assert_ne!(encode(b"a", 1, 1), encode(b"a", 1, 2));
         assert_ne!(encode(b"a", 1, 1), encode(b"a", 2, 1));
         assert_eq!(leader_value(b"short"), b"short");
+        assert_eq!(nonce(&r), Some(&r[5..]));
+        assert_eq!(instance_of(&r), Some("00000000deadbeef"));
+        assert_eq!(instance_of(b"plain"), None);
     }
 }

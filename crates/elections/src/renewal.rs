@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use ttl_storage::{ErrorKind, Key, TtlStorage};
 
 use crate::{
+    claim::{Found, SharedClaim},
     end::{EndReason, EndSignal},
     fencing::timed,
     killer::KillerTimer,
@@ -29,6 +30,8 @@ pub(crate) struct Renewal {
     pub(crate) stop: CancellationToken,
     /// Start of the write that began the current lease.
     pub(crate) lease_start: Instant,
+    /// The shared claim renewed with the lease, if any ([`crate::claim`]).
+    pub(crate) claim: Option<SharedClaim>,
 }
 
 enum Round {
@@ -87,8 +90,66 @@ impl Renewal {
         }
     }
 
-    /// One renewal round: up to [`RENEWAL_ATTEMPTS`] attempts, `d/20` apart.
+    /// One renewal round: the lease, then the shared claim if there is
+    /// one. Renewed (from the start of the lease write, the earlier of the
+    /// two) only when both were written.
     async fn round(&self) -> Round {
+        let renewed = self.renew_lease().await;
+        match (renewed, &self.claim) {
+            (Round::Renewed(start), Some(claim)) => match self.refresh_claim(claim).await {
+                Round::Renewed(_) => Round::Renewed(start),
+                other => other,
+            },
+            (round, _) => round,
+        }
+    }
+
+    /// Refreshes the shared claim: up to [`RENEWAL_ATTEMPTS`] attempts,
+    /// `d/20` apart, each capping the killer as a renewal attempt does.
+    async fn refresh_claim(&self, claim: &SharedClaim) -> Round {
+        let mut last_error = String::new();
+        for attempt in 1..=RENEWAL_ATTEMPTS {
+            let start = Instant::now();
+            self.killer.cap(start, self.timing.kill_before_write());
+            let refresh = claim.refresh(
+                &*self.storage,
+                self.timing.ttl(),
+                self.timing.call_timeout(),
+            );
+            let result = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return Round::Stopped,
+                result = refresh => result,
+            };
+            match result {
+                Ok(Found::Ours) => return Round::Renewed(start),
+                Ok(Found::Other(found)) => {
+                    return Round::Lost(EndReason::ClaimLost {
+                        claim: claim.key().clone(),
+                        found,
+                    });
+                }
+                Err(err) => {
+                    tracing::warn!(attempt, claim = %claim.key(), error = %err, "claim refresh failed");
+                    last_error = format!("claim {}: {err}", claim.key());
+                }
+            }
+            if attempt < RENEWAL_ATTEMPTS {
+                tokio::select! {
+                    biased;
+                    () = self.stop.cancelled() => return Round::Stopped,
+                    () = tokio::time::sleep(self.timing.retry_interval()) => {}
+                }
+            }
+        }
+        Round::Lost(EndReason::StoreUnavailable {
+            attempts: RENEWAL_ATTEMPTS,
+            last_error,
+        })
+    }
+
+    /// Renews the lease: up to [`RENEWAL_ATTEMPTS`] attempts, `d/20` apart.
+    async fn renew_lease(&self) -> Round {
         let mut last_error = String::new();
         for attempt in 1..=RENEWAL_ATTEMPTS {
             let start = Instant::now();

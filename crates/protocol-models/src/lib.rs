@@ -14,5 +14,13 @@
 //! [--bug NAME]`. [`run::check`] explores a model breadth-first and returns
 //! a [`run::Outcome`]: the states explored and the first violated property
 //! with its trace.
+//!
+//! | model | module | invariant | seeded bugs |
+//! |---|---|---|---|
+//! | `ownership` | [`ownership`] | outside fan-out, one pod admits a destination's calls at a time | [`ownership::Bug`] |
+//! | `handover` | [`handover`] | one holder acts per key; a hand-over request is acted on at most once and answered truthfully | [`handover::Bug`] |
 
+pub mod handover;
+pub mod ownership;
 pub mod run;
+pub mod shortest;

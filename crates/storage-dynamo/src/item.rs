@@ -15,6 +15,12 @@ pub(crate) const VALUE: &str = "val";
 /// Expiry in wall-clock milliseconds since the Unix epoch (Number). Absent
 /// on records that never expire. This is what every condition compares.
 pub(crate) const EXPIRES_MS: &str = "exp_ms";
+/// The writer's wall clock (milliseconds since the Unix epoch, Number)
+/// when it built the write: the instant its expiry counts from, in
+/// wall-clock mode. A swap is refused when it would shorten the expiry of
+/// a record anchored after its own (a write that arrives late); see
+/// [`crate::wall_clock`].
+pub(crate) const ANCHOR_MS: &str = "at_ms";
 /// Expiry in whole seconds since the epoch (Number), rounded up: the
 /// attribute DynamoDB's own TTL reaper deletes by. Garbage collection only;
 /// correctness never depends on it.
@@ -46,12 +52,13 @@ pub(crate) fn record(
     ttl: Ttl,
     now_ms: u64,
 ) -> HashMap<String, AttributeValue> {
-    let mut item = HashMap::with_capacity(4);
+    let mut item = HashMap::with_capacity(5);
     item.insert(KEY.to_string(), AttributeValue::S(key.to_string()));
     item.insert(
         VALUE.to_string(),
         AttributeValue::B(Blob::new(value.to_vec())),
     );
+    item.insert(ANCHOR_MS.to_string(), AttributeValue::N(now_ms.to_string()));
     if let Some(ttl) = ttl.duration() {
         let expires_ms = expiry_ms(now_ms, ttl);
         item.insert(
@@ -150,6 +157,21 @@ pub(crate) fn live_value(
     Ok(live_entry(item, now_ms)?.map(|entry| entry.value))
 }
 
+/// A wall-clock record's expiry (`exp_ms`), `None` if it never expires.
+pub(crate) fn expires_ms(
+    item: &HashMap<String, AttributeValue>,
+) -> Result<Option<u64>, StorageError> {
+    item.get(EXPIRES_MS)
+        .map(|expires| {
+            expires
+                .as_n()
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| corrupt(EXPIRES_MS, "a whole number"))
+        })
+        .transpose()
+}
+
 /// The record read back with its time left at `now_ms` (the writer's
 /// expiry against the reader's wall clock, as every operation judges it),
 /// or `None` if it expired.
@@ -157,18 +179,9 @@ pub(crate) fn live_entry(
     item: &HashMap<String, AttributeValue>,
     now_ms: u64,
 ) -> Result<Option<Entry>, StorageError> {
-    let time_left = match item.get(EXPIRES_MS) {
-        Some(expires) => {
-            let expires: u64 = expires
-                .as_n()
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| corrupt(EXPIRES_MS, "a whole number"))?;
-            if expires <= now_ms {
-                return Ok(None);
-            }
-            TimeLeft::About(Duration::from_millis(expires - now_ms))
-        }
+    let time_left = match expires_ms(item)? {
+        Some(expires) if expires <= now_ms => return Ok(None),
+        Some(expires) => TimeLeft::About(Duration::from_millis(expires - now_ms)),
         None => TimeLeft::Never,
     };
     match item.get(VALUE) {
@@ -197,11 +210,13 @@ mod tests {
         assert_eq!(item[VALUE], AttributeValue::B(Blob::new(b"v".to_vec())));
         assert_eq!(item[EXPIRES_MS], AttributeValue::N("1003500".into()));
         assert_eq!(item[REAPER_TTL], AttributeValue::N("1004".into()));
+        assert_eq!(item[ANCHOR_MS], AttributeValue::N("1000500".into()));
     }
 
     #[test]
     fn never_expiring_record_has_no_expiry() {
         let item = record("k", b"", Ttl::NEVER, 42);
+        assert_eq!(item[ANCHOR_MS], AttributeValue::N("42".into()));
         assert!(!item.contains_key(EXPIRES_MS));
         assert!(!item.contains_key(REAPER_TTL));
         assert_eq!(live_value(&item, u64::MAX).unwrap(), Some(vec![]));

@@ -33,13 +33,22 @@
 //!   | operation | request | condition |
 //!   |---|---|---|
 //!   | `insert_if_not_exists` | `PutItem` | `attribute_not_exists(pk) OR exp_ms <= now` |
-//!   | `compare_and_swap` | `PutItem` (whole new item) | `val = :old AND (attribute_not_exists(exp_ms) OR exp_ms > now)` |
-//!   | `compare_and_delete` | `DeleteItem` | same as `compare_and_swap` |
+//!   | `compare_and_swap` | `PutItem` (whole new item) | `val = :old AND (attribute_not_exists(exp_ms) OR exp_ms > now)`, and for an expiring new record `AND (attribute_not_exists(at_ms) OR at_ms <= now OR exp_ms <= :new_exp)` |
+//!   | `compare_and_delete` | `DeleteItem` | `val = :old AND (attribute_not_exists(exp_ms) OR exp_ms > now)` |
 //!   | `get` | `GetItem`, `ConsistentRead` | expired records filtered on read |
 //!
 //!   DynamoDB applies conditional writes on one item atomically and in
 //!   order, and strongly consistent reads see every acknowledged write, so
 //!   the four operations are linearizable.
+//! - **A swap applied late never moves the expiry earlier.** Its expiry is
+//!   its writer's `now + TTL`, read before sending; one that lands after a
+//!   later-anchored write (`at_ms`, the writer's clock reading, is stored
+//!   with every record) and would shorten it is refused. A renewal refused
+//!   that way answers `true` (the record already lives longer, nothing is
+//!   written, from the condition's `ALL_OLD` item); a swap to another value
+//!   is `Transient`, retried with a fresh clock reading. In observed-lease
+//!   mode a late write is a new version, which every observer counts a
+//!   full lease from when it sees it: later, never earlier.
 //! - **Expired records are invisible** to every operation: a failed
 //!   condition (`ConditionalCheckFailedException`) is `Ok(false)`, and
 //!   `compare_and_delete` of an expired record returns `false` and leaves it
@@ -102,8 +111,9 @@
 //!
 //! ## Table
 //!
-//! One item per key: `pk` (S, the partition key), `val` (B), and for
-//! expiring records `exp_ms` (N) and `expires_at` (N) (observed-lease mode:
+//! One item per key: `pk` (S, the partition key), `val` (B), `at_ms` (N,
+//! the writer's clock), and for expiring records `exp_ms` (N) and
+//! `expires_at` (N) (observed-lease mode, no `at_ms`:
 //! `ver` (S), and `lease_ms` (N) plus `expires_at` one day after the lease
 //! for expiring records). With
 //! `create_table=true`, [`DynamoStorage::connect`] creates a missing table

@@ -4,7 +4,13 @@ use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use aws_config::{BehaviorVersion, Region, retry::RetryConfig, timeout::TimeoutConfig};
-use aws_sdk_dynamodb::{Client, config::Credentials, types::AttributeValue};
+use aws_sdk_dynamodb::{
+    Client,
+    config::Credentials,
+    error::SdkError,
+    operation::put_item::PutItemError,
+    types::{AttributeValue, ReturnValuesOnConditionCheckFailure},
+};
 use backon::{ExponentialBuilder, Retryable};
 use ttl_storage::{Entry, Key, Result, StorageError, Ttl, TtlStorage, check_value};
 
@@ -126,6 +132,47 @@ impl DynamoStorage {
         }
     }
 
+    /// A PutItem of `item` under `condition` that, when the condition
+    /// fails, returns the item as the condition saw it
+    /// (`ReturnValuesOnConditionCheckFailure = ALL_OLD`), so the caller
+    /// can tell *why* without a second request.
+    pub(crate) async fn conditional_put_or_old(
+        &self,
+        item: HashMap<String, AttributeValue>,
+        condition: &str,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+        what: &str,
+    ) -> Result<PutOutcome> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names_map(names)))
+            .set_expression_attribute_values(values_map(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(PutOutcome::Applied),
+            Err(SdkError::ServiceError(service))
+                if matches!(
+                    service.err(),
+                    PutItemError::ConditionalCheckFailedException(_)
+                ) =>
+            {
+                let found = match service.into_err() {
+                    PutItemError::ConditionalCheckFailedException(failed) => failed.item,
+                    _ => None,
+                };
+                Ok(PutOutcome::Refused(found))
+            }
+            Err(err) => to_storage(err, Op::Write, what).map(|_| PutOutcome::Refused(None)),
+        }
+    }
+
     /// A DeleteItem of `key` under `condition`: `Ok(false)` if it failed.
     pub(crate) async fn conditional_delete(
         &self,
@@ -171,6 +218,15 @@ impl DynamoStorage {
             },
         }
     }
+}
+
+/// What a conditional PutItem did.
+#[derive(Debug)]
+pub(crate) enum PutOutcome {
+    /// The item was written.
+    Applied,
+    /// The condition failed; the item as it was then, if there was one.
+    Refused(Option<HashMap<String, AttributeValue>>),
 }
 
 fn names_map(names: &[(&str, &str)]) -> HashMap<String, String> {

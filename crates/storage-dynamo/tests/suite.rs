@@ -396,3 +396,126 @@ mod observed_lease {
         ignore = "needs DynamoDB: run `cargo xtask test-drivers`"
     );
 }
+
+/// A storage on `table` in `mode` whose requests go through `proxy`, with
+/// a request timeout longer than the proxy's hold.
+async fn through_proxy(
+    proxy: &elections_testsuite::proxy::Proxy,
+    table: &str,
+    mode: ExpiryMode,
+) -> DynamoStorage {
+    let config = builder(table, true)
+        .endpoint(format!("http://{}", proxy.addr))
+        .request_timeout(Duration::from_secs(20))
+        .expiry_mode(mode)
+        .build()
+        .unwrap();
+    DynamoStorage::connect(config).await.unwrap()
+}
+
+/// The DynamoDB Local the suite talks to, for the proxy.
+fn server_addr() -> std::net::SocketAddr {
+    let endpoint = std::env::var("DYNAMODB_ENDPOINT").unwrap();
+    let url = url::Url::parse(&endpoint).unwrap();
+    let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
+    let port = url.port_or_known_default().unwrap();
+    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+        .unwrap()
+        .next()
+        .unwrap()
+}
+
+/// Issue 34, case 7: a renewal applied late never moves the expiry earlier
+/// (wall-clock mode). The held renewal computed `exp_ms = now + TTL` before
+/// the proxy held it; it lands after a renewal read its clock 2.5 s later
+/// and was acknowledged. See the shared case.
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn renewal_applied_late_never_moves_the_expiry_earlier() {
+    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
+        .await
+        .unwrap();
+    let held = through_proxy(&proxy, TABLE, ExpiryMode::WallClock).await;
+    let direct = DynamoStorage::connect(config(TABLE, true)).await.unwrap();
+    elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
+        &held,
+        &direct,
+        &proxy,
+        &fresh_key("late-renewal"),
+        0,
+    )
+    .await;
+}
+
+/// The same in observed-lease mode: a late write is a new version, so every
+/// observer starts a full lease from the moment it sees it.
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn renewal_applied_late_never_moves_the_expiry_earlier_observed_lease() {
+    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
+        .await
+        .unwrap();
+    let held = through_proxy(&proxy, "ttl_storage_observed", ExpiryMode::ObservedLease).await;
+    let direct = observed_storage().await;
+    elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
+        &held,
+        &direct,
+        &proxy,
+        &fresh_key("late-renewal-observed"),
+        0,
+    )
+    .await;
+}
+
+/// A swap that would shorten a record written after it read its clock is
+/// refused: a renewal (`v -> v`) answers true and writes nothing (the
+/// record already lives longer), a swap to another value is a transient
+/// error until this clock passes the record's anchor. Written by hand: the record's `at_ms`
+/// lies 3 s in the future, as a write anchored after this swap's would.
+#[tokio::test]
+#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+async fn a_swap_never_shortens_a_record_anchored_after_it() {
+    use aws_sdk_dynamodb::{primitives::Blob, types::AttributeValue};
+    let s = DynamoStorage::connect(config(TABLE, true)).await.unwrap();
+    let key = fresh_key("anchored-later");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let started = Instant::now();
+    let (at, exp) = (now_ms + 3_000, now_ms + 3_000 + 10_000);
+    s.client()
+        .put_item()
+        .table_name(TABLE)
+        .item("pk", AttributeValue::S(key.as_str().to_string()))
+        .item("val", AttributeValue::B(Blob::new(b"v".to_vec())))
+        .item("at_ms", AttributeValue::N(at.to_string()))
+        .item("exp_ms", AttributeValue::N(exp.to_string()))
+        .item(
+            "expires_at",
+            AttributeValue::N((exp / 1000 + 1).to_string()),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(s.compare_and_swap(&key, b"v", b"v", secs(5)).await.unwrap());
+    let entry = s.get_entry(&key).await.unwrap().unwrap();
+    let TimeLeft::About(left) = entry.time_left else {
+        panic!("{entry:?}")
+    };
+    assert!(
+        left > Duration::from_secs(11),
+        "the renewal shortened a record anchored after it: {left:?} left"
+    );
+    // To another value: refused (transient, after the driver's retries),
+    // the record unchanged; once this clock has passed `at_ms`, written.
+    let err = s
+        .compare_and_swap(&key, b"v", b"w", secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ttl_storage::ErrorKind::Transient, "{err}");
+    assert_eq!(s.get(&key).await.unwrap().as_deref(), Some(&b"v"[..]));
+    tokio::time::sleep_until((started + Duration::from_millis(3_100)).into()).await;
+    assert!(s.compare_and_swap(&key, b"v", b"w", secs(5)).await.unwrap());
+    assert_eq!(s.get(&key).await.unwrap().as_deref(), Some(&b"w"[..]));
+}

@@ -14,7 +14,7 @@
 //! | operation | transaction |
 //! |---|---|
 //! | `insert_if_not_exists` | `IF create_revision(key) = 0 THEN put(key, value, lease)` |
-//! | `compare_and_swap` | `IF value(key) = old THEN put(key, new, new lease)` |
+//! | `compare_and_swap` | `IF value(key) = old AND mod_revision(key) <= grant revision THEN put(key, new, new lease) ELSE get(key)` |
 //! | `compare_and_delete` | `IF value(key) = value THEN delete(key)` |
 //! | `get` | a linearizable range read |
 //! | `get_entry` (`vvm-host status`) | the same read, then `LeaseTimeToLive` of the key's lease (whole seconds; no lease: never expires) |
@@ -34,6 +34,15 @@
 //!   seconds: 2 s with the default 1 s election timeout), and deletes an
 //!   expired lease's keys through Raft, typically within half a second
 //!   after expiry.
+//! - **A swap applied late never moves the expiry earlier.** A lease's
+//!   TTL starts at its grant, before the transaction is sent; a delayed
+//!   transaction (a renewal's first attempt landing after its retry, two
+//!   transactions reordered by follower forwarding) would otherwise attach
+//!   a lease older than the record it replaces. The swap compares the
+//!   key's `mod_revision` with the revision in its grant's answer, so it
+//!   only replaces a record written before its lease started; when the
+//!   record was rewritten since with the value it expects (a concurrent
+//!   same-value swap), it grants again, at most three times.
 //! - **Errors** are classified: requests refused before proposal (no
 //!   leader, too many requests) are [`ttl_storage::ErrorKind::Transient`];
 //!   a write whose answer is lost (deadline exceeded, "request timed out",

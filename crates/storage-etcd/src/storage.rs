@@ -108,12 +108,12 @@ impl EtcdStorage {
         format!("{}{}", self.config.prefix, key)
     }
 
-    /// A fresh lease of `ttl` for one write (0, no lease, for
-    /// [`Ttl::NEVER`]). Granting changes nothing a reader sees, so its
-    /// errors are never "unknown".
-    async fn grant(&self, what: &str, ttl: Ttl) -> Result<i64> {
+    /// A fresh lease of `ttl` for one write (no lease, for [`Ttl::NEVER`]).
+    /// Granting changes nothing a reader sees, so its errors are never
+    /// "unknown".
+    async fn grant(&self, what: &str, ttl: Ttl) -> Result<Option<Grant>> {
         if ttl.is_never() {
-            return Ok(0);
+            return Ok(None);
         }
         let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
         let lease = unsent::retry(|| {
@@ -128,7 +128,16 @@ impl EtcdStorage {
                 err,
             )
         })?;
-        Ok(lease.id())
+        let Some(header) = lease.header() else {
+            self.revoke_later(lease.id());
+            return Err(StorageError::permanent(format!(
+                "{what}: the lease grant was answered without a response header"
+            )));
+        };
+        Ok(Some(Grant {
+            lease: lease.id(),
+            revision: header.revision(),
+        }))
     }
 
     /// Revokes a lease no key uses any more, in the background. Failing is
@@ -181,12 +190,56 @@ fn previous_lease(response: &TxnResponse) -> i64 {
     }
 }
 
+/// How many lease grants a swap tries when the record keeps being
+/// rewritten with the value it expects between its grant and its
+/// transaction (a concurrent swap of the same value, or a late one).
+const SAME_VALUE_ROUNDS: usize = 3;
+
+/// A lease granted for one write, and the store's revision when it was
+/// granted.
+///
+/// The lease's TTL starts on the etcd leader when the grant is applied
+/// (through Raft, in order with every write), so a write's expiry is
+/// anchored at its grant, *before* the transaction that attaches it is
+/// sent. A transaction delayed on its way (a retried renewal whose first
+/// attempt lands after the second, transactions of one client reordered
+/// by follower forwarding) would otherwise land on a record written after
+/// its grant and move its expiry back to `grant + TTL`, earlier than a
+/// renewal already acknowledged. [`Grant::unchanged_since`] makes it fail
+/// instead: every write it replaces was applied before its lease started.
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    lease: i64,
+    /// The header revision of the grant's answer: every write applied
+    /// before the grant has a revision at most this one, every write
+    /// after it a higher one.
+    revision: i64,
+}
+
+impl Grant {
+    /// `mod_revision(key) <= revision`: the key was not written since the
+    /// lease was granted (an absent key compares as 0).
+    fn unchanged_since(&self, key: &str) -> Compare {
+        Compare::mod_revision(key, CompareOp::Less, self.revision.saturating_add(1))
+    }
+}
+
+/// The value the `ELSE` branch of a failed swap read, if the key exists.
+fn current_value(response: &TxnResponse) -> Option<Vec<u8>> {
+    match response.op_responses().first() {
+        Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.value().to_vec()),
+        _ => None,
+    }
+}
+
 #[async_trait]
 impl TtlStorage for EtcdStorage {
     async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
         const WHAT: &str = "insert_if_not_exists";
         check_value(value)?;
-        let lease = self.grant(WHAT, ttl).await?;
+        // No record to replace, so nothing a late insert could shorten: it
+        // lands only on an absent key.
+        let lease = self.grant(WHAT, ttl).await?.map_or(0, |g| g.lease);
         let key = self.server_key(key);
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
@@ -198,27 +251,53 @@ impl TtlStorage for EtcdStorage {
         Ok(self.txn(WHAT, txn, lease).await?.succeeded())
     }
 
+    /// `IF value = old AND mod_revision <= (the grant's revision) THEN
+    /// put(new, fresh lease) ELSE get`: the second comparison keeps a
+    /// transaction delayed on its way from landing on a record written
+    /// after its lease was granted (see the crate docs). When only that
+    /// one failed (the record still holds `old`, rewritten after the
+    /// grant), the swap is tried again with a fresh lease, up to three
+    /// times.
     async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
         const WHAT: &str = "compare_and_swap";
         check_value(old)?;
         check_value(new)?;
-        let lease = self.grant(WHAT, ttl).await?;
         let key = self.server_key(key);
-        let txn = Txn::new()
-            .when([Compare::value(key.clone(), CompareOp::Equal, old)])
-            .and_then([TxnOp::put(
-                key,
-                new,
-                Some(PutOptions::new().with_lease(lease).with_prev_key()),
-            )]);
-        let response = self.txn(WHAT, txn, lease).await?;
-        if response.succeeded() {
-            let previous = previous_lease(&response);
-            if previous != lease {
-                self.revoke_later(previous);
+        for _ in 0..SAME_VALUE_ROUNDS {
+            let grant = self.grant(WHAT, ttl).await?;
+            let lease = grant.map_or(0, |g| g.lease);
+            let mut when = vec![Compare::value(key.clone(), CompareOp::Equal, old)];
+            if let Some(grant) = grant {
+                when.push(grant.unchanged_since(&key));
             }
+            let txn = Txn::new()
+                .when(when)
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    new,
+                    Some(PutOptions::new().with_lease(lease).with_prev_key()),
+                )])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            let response = self.txn(WHAT, txn, lease).await?;
+            if response.succeeded() {
+                let previous = previous_lease(&response);
+                if previous != lease {
+                    self.revoke_later(previous);
+                }
+                return Ok(true);
+            }
+            if current_value(&response).as_deref() != Some(old) {
+                return Ok(false);
+            }
+            tracing::debug!(
+                key,
+                "compare_and_swap: the record was rewritten after the lease grant; granting again"
+            );
         }
-        Ok(response.succeeded())
+        Err(StorageError::transient(format!(
+            "{WHAT}: the record was rewritten with the same value after each of \
+             {SAME_VALUE_ROUNDS} lease grants"
+        )))
     }
 
     async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {

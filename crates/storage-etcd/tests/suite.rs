@@ -316,3 +316,25 @@ async fn fence_set_guards_the_callers_key() {
     }
     assert_eq!(read(race).await.as_deref(), Some(&b"16"[..]));
 }
+
+/// Issue 34, case 7: a renewal applied late never moves the expiry earlier.
+/// The late renewal's lease is granted before the proxy holds its
+/// transaction (one answer let through), as when two transactions of one
+/// client are reordered on the way; see the shared case for the rest.
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn renewal_applied_late_never_moves_the_expiry_earlier() {
+    let direct = connect_url(&base_url()).await;
+    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
+        .await
+        .unwrap();
+    let held = connect_url(&format!("etcd://{}?timeout=20s", proxy.addr)).await;
+    network::renewal_applied_late_never_moves_the_expiry_earlier(
+        &held,
+        &direct,
+        &proxy,
+        &key("late-renewal"),
+        1,
+    )
+    .await;
+}

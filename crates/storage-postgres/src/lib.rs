@@ -20,7 +20,7 @@
 //! | operation | SQL |
 //! |---|---|
 //! | `insert_if_not_exists` | `INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE expires_at <= now()` |
-//! | `compare_and_swap` | `UPDATE ... WHERE key = $1 AND value = $old AND (expires_at IS NULL OR expires_at > now())` |
+//! | `compare_and_swap` | `UPDATE ... SET value = $new, expires_at = clock_timestamp() + ttl WHERE key = $1 AND value = $old AND (expires_at IS NULL OR expires_at > now())` |
 //! | `compare_and_delete` | `WITH gone AS (DELETE ... WHERE key = $1 AND value = $v AND <live> RETURNING key) SELECT pg_notify(<channel>, key) FROM gone` |
 //! | `get` | `SELECT value ... WHERE key = $1 AND <live>` |
 //! | `get_entry` (`vvm-host status`) | `SELECT value, expires_at - now() ...` in milliseconds, on the server's clock |
@@ -52,11 +52,15 @@
 //!   every committed write. Connections are opened with
 //!   `target_session_attrs=read-write`, so a hot standby is never used.
 //! - **Expiry is judged by the server's clock**: `now()`, the start of the
-//!   statement on the server, both to compute `expires_at = now() + ttl`
-//!   and to decide liveness. Client clocks never matter. A record lives at
-//!   least its TTL after the statement started (hence after the call
-//!   started), with microsecond precision. `now()` reads the server's wall
-//!   clock: a step of that clock moves every lease by the step.
+//!   statement on the server, decides liveness, and a write stores
+//!   `expires_at = clock_timestamp() + ttl`, the server's clock when the row
+//!   is written (after any wait for another writer's row lock). Client
+//!   clocks never matter. A record lives at least its TTL after the
+//!   statement started (hence after the call started), with microsecond
+//!   precision, and a swap applied late (one that waited behind, or
+//!   arrived after, an acknowledged one) never moves the expiry earlier.
+//!   Both read the server's wall clock: a step of that clock moves every
+//!   lease by the step.
 //! - **Errors** are classified: no connection (refused, pool exhausted
 //!   past the timeout) is [`ttl_storage::ErrorKind::Transient`], nothing
 //!   was sent; an error reply is never applied (the statement's

@@ -25,7 +25,13 @@ const CLIENT_TIMEOUT_MARGIN: Duration = Duration::from_millis(500);
 
 /// The statements, for one table. `now()` is the start of the
 /// statement's transaction on the *server's* clock; each statement is its
-/// own transaction, so every expiry decision uses one server instant.
+/// own transaction, so every liveness decision uses one server instant.
+/// A written expiry counts from `clock_timestamp()` instead, read when the
+/// row is written: a statement that waited for another writer's row lock
+/// (and re-checked its `WHERE` on the new row) is anchored after that
+/// writer's commit, so a swap applied late never moves the expiry earlier
+/// than one already acknowledged (`now()` would anchor it at its start,
+/// possibly before the writer it waited for).
 #[derive(Debug)]
 struct Statements {
     insert: String,
@@ -45,7 +51,8 @@ impl Statements {
         // $n::bigint seconds; 0 means "never expires" (NULL).
         let expiry = |n: u8| {
             format!(
-                "CASE WHEN ${n}::bigint = 0 THEN NULL ELSE now() + ${n}::bigint * interval '1 second' END"
+                "CASE WHEN ${n}::bigint = 0 THEN NULL \
+                 ELSE clock_timestamp() + ${n}::bigint * interval '1 second' END"
             )
         };
         let live = "(expires_at IS NULL OR expires_at > now())";
@@ -235,6 +242,9 @@ impl PostgresStorage {
                 config.qualified_table()
             ))
         })??;
+        // Back to the pool: the replication check takes a connection too
+        // (with `pool_size=1` it waited a whole request timeout for this one).
+        drop(client);
         tracing::debug!(%url, table = %storage.config.qualified_table(), "postgres storage connected");
         storage.warn_without_synchronous_replication().await;
         storage.warn_without_statement_timeout().await;
@@ -534,6 +544,10 @@ mod tests {
         ] {
             assert!(statement.contains("now()"), "{statement}");
             assert!(statement.contains("s.t"), "{statement}");
+        }
+        // Written expiries count from the row's write.
+        for statement in [&sql.insert, &sql.cas] {
+            assert!(statement.contains("clock_timestamp() + $"), "{statement}");
         }
         assert!(sql.insert.contains("ON CONFLICT (key) DO UPDATE"));
         assert_eq!(ttl_secs(Ttl::NEVER), 0);

@@ -193,6 +193,45 @@ async fn expiry_is_computed_by_the_server() {
     assert!(s.insert_if_not_exists(&k, b"y", ttl(5)).await.unwrap());
 }
 
+/// A swap that waited for another writer's row lock counts its expiry from
+/// when it wrote the row, not from its statement's start (`now()`), so it
+/// cannot land with an expiry anchored before the writer it waited for
+/// (issue 34, case 7, on PostgreSQL). Another transaction holds the row
+/// for 2 s while the swap waits.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn a_swap_that_waited_for_a_row_lock_counts_its_expiry_from_the_write() {
+    let s = connect_url(&base_url()).await;
+    let k = key("lock-wait");
+    let table = s.config().qualified_table();
+    assert!(s.insert_if_not_exists(&k, b"v", ttl(5)).await.unwrap());
+    let (client, connection) = tokio_postgres::connect(&base_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .execute(
+            &format!("UPDATE {table} SET value = value WHERE key = $1"),
+            &[&k.as_str()],
+        )
+        .await
+        .unwrap();
+    let swap = s.compare_and_swap(&k, b"v", b"v", ttl(5));
+    let commit = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        client.batch_execute("COMMIT").await.unwrap();
+    };
+    let (swapped, ()) = tokio::join!(swap, commit);
+    assert!(swapped.unwrap());
+    let left = s.get_entry(&k).await.unwrap().unwrap();
+    elections_testsuite::assert_time_left(
+        &left,
+        b"v",
+        Duration::from_millis(4_500)..=Duration::from_secs(5),
+    );
+}
+
 /// Many processes creating the same table at once all succeed.
 #[tokio::test]
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
@@ -371,6 +410,32 @@ async fn lost_answers_and_lost_connections() {
     let err = s.get(&k).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
     assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
+}
+
+/// Issue 34, case 7 (the shared case): a renewal held 2.5 s on its way
+/// lands after a later one was acknowledged; its expiry counts from when
+/// the server writes the row, so it can only lengthen the lease.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn renewal_applied_late_never_moves_the_expiry_earlier() {
+    let direct = connect_url(&base_url()).await;
+    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
+        .await
+        .unwrap();
+    let url = url_with(|u| {
+        u.set_port(Some(proxy.addr.port())).unwrap();
+        // connect_timeout: how long connecting waits for the listener.
+        u.set_query(Some("timeout=20s&connect_timeout=1s&pool_size=1"));
+    });
+    let held = connect_url(&url).await;
+    network::renewal_applied_late_never_moves_the_expiry_earlier(
+        &held,
+        &direct,
+        &proxy,
+        &key("late-renewal"),
+        0,
+    )
+    .await;
 }
 
 /// The fence refuses transactions with a token lower than the highest

@@ -95,6 +95,13 @@ pub enum OpenError {
         /// The version this build reads.
         supported: u64,
     },
+    /// The path came to name another file (or none) while it was being
+    /// opened: it was deleted, renamed or replaced meanwhile. Open it again.
+    #[error("storage file {path:?} was deleted, renamed or replaced while it was being opened")]
+    Moved {
+        /// The storage file.
+        path: PathBuf,
+    },
     /// An I/O error (permissions, disk full, a directory that cannot be created, ...).
     #[error("I/O error on storage file {path:?}")]
     Io {

@@ -8,6 +8,7 @@ use redb::{ConcurrencyMode, Database};
 
 use crate::{
     OpenError,
+    identity::FileIdentity,
     open_checks::{check_magic, check_path, create_checked, ensure_parent, probe},
 };
 
@@ -48,13 +49,14 @@ impl FileOptions {
     }
 
     /// Checks an existing file (redb's magic bytes, a probe open in `mode`),
-    /// then opens or creates it with this crate's tables. Blocks.
+    /// then opens or creates it with this crate's tables; with the identity
+    /// of the file opened. Blocks.
     pub(crate) fn create(
         &self,
         path: &Path,
         check_integrity: bool,
         mode: ConcurrencyMode,
-    ) -> Result<Database, OpenError> {
+    ) -> Result<(Database, FileIdentity), OpenError> {
         check_magic(path)?;
         probe(path, mode)?;
         create_checked(path, self.cache_size, check_integrity, mode)

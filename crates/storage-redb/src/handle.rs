@@ -16,6 +16,7 @@ use ttl_storage::{ErrorKind, Key, Result, StorageError};
 use crate::{
     CloseError,
     error::not_applied,
+    identity::FileIdentity,
     ops::{self, Op},
     record,
     writer::{Pending, Writer},
@@ -26,6 +27,8 @@ use crate::{
 pub(crate) trait FileState: Send + Sync + 'static {
     /// The open database.
     fn db(&self) -> &Database;
+    /// The identity of the open file, which its path must still name.
+    fn identity(&self) -> &FileIdentity;
     /// The queue of this process's writes.
     fn writer(&self) -> &Writer;
     /// Applies and commits the queued writes, if any. Blocks.
@@ -59,6 +62,12 @@ pub(crate) async fn read<S: FileState>(
 ) -> Result<Option<(u64, Vec<u8>)>> {
     let state = Arc::clone(state);
     let key = key.as_str().to_owned();
+    let checked = Arc::clone(&state);
+    let lost = tasks
+        .spawn_blocking(move || checked.identity().check())
+        .await
+        .unwrap_or_else(|_| Err(StorageError::transient("the identity check was cancelled")));
+    lost?;
     blocking(tasks, "read", move || {
         ops::get_record(state.db(), &key, record::now_millis()?)
     })

@@ -65,6 +65,14 @@
 //!   [`OpenError::AlreadyOpen`] naming the file. Share the handle between
 //!   tasks by cloning it; share the file between processes with
 //!   [`SharedRedbStorage`] (see [Shared mode](#shared-mode)).
+//! - **The store's identity is part of every operation.** A handle keeps
+//!   the device and inode of the file it opened; every read and every write
+//!   batch first checks (one `stat`) that the path still names that file.
+//!   Once the file is deleted, renamed away or replaced (`rm`, `mv`, a backup
+//!   restored with `cp` + `mv`), a process that opens the path elects over
+//!   another store, so this handle's operations fail with a permanent error
+//!   naming the file: the store is lost (a leader on it stops, as on any
+//!   store that fails) and the handle must be reopened.
 //! - **Bad files are reported, never replaced.** A missing file is created; an
 //!   empty one is initialised; a file that is not a redb database
 //!   ([`OpenError::NotRedb`]), a corrupt one ([`OpenError::Corrupted`], every
@@ -151,6 +159,7 @@ mod exclusive;
 mod file_options;
 mod fs_check;
 mod handle;
+mod identity;
 mod open_checks;
 mod ops;
 mod record;

@@ -10,6 +10,7 @@ use std::{
 
 use crate::{
     OpenError,
+    identity::FileIdentity,
     schema::{self, SchemaError},
 };
 
@@ -35,25 +36,48 @@ pub(crate) fn check_path(path: &Path) -> Result<(), OpenError> {
 
 /// Opens (or creates) the redb file at `path` read-write and creates or
 /// checks this crate's tables in it. Call after [`check_magic`] and [`probe`].
+/// Returns the database and the identity of the file it has open, which
+/// the path must still name now.
 pub(crate) fn create_checked(
     path: &Path,
     cache_size: usize,
     check_integrity: bool,
     mode: redb::ConcurrencyMode,
-) -> Result<redb::Database, OpenError> {
+) -> Result<(redb::Database, FileIdentity), OpenError> {
+    let io_error = |source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Opened here, as redb would, so the identity is that of the very file
+    // redb uses.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(io_error)?;
+    let identity = FileIdentity::of(&file, path).map_err(io_error)?;
+    let backend = redb::backends::FileBackend::new(file)
+        .map_err(|err| OpenError::from_redb(path.to_path_buf(), err.into()))?;
     let mut builder = redb::Builder::new();
     builder
         .set_cache_size(cache_size)
         .set_check_integrity_on_open(check_integrity)
         .set_concurrency_mode(mode);
     // redb may panic on a file damaged outside redb; report that, never crash.
-    let db = catch_unwind(AssertUnwindSafe(|| builder.create(path)))
+    let db = catch_unwind(AssertUnwindSafe(|| builder.create_with_backend(backend)))
         .map_err(|panic| panicked(path, &panic))?
         .map_err(|err| OpenError::from_redb(path.to_path_buf(), err.into()))?;
     let checked = catch_unwind(AssertUnwindSafe(|| schema::init_or_check(&db)))
         .map_err(|panic| panicked(path, &panic))?;
     schema_result(path, checked)?;
-    Ok(db)
+    if !identity.holds().map_err(io_error)? {
+        return Err(OpenError::Moved {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok((db, identity))
 }
 
 /// Creates the missing parent directory of `path` when `create` is set,

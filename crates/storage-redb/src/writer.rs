@@ -19,6 +19,7 @@ use ttl_storage::StorageError;
 
 use crate::{
     error::{commit_failed, not_applied},
+    identity::FileIdentity,
     ops::{Op, Tables},
     record,
 };
@@ -61,15 +62,23 @@ impl Writer {
         lock(&self.queue).push_back(pending);
     }
 
-    /// Applies and commits the queued operations, if any. Blocks.
-    pub(crate) fn drain(&self, db: &Database) {
-        self.drain_with(|batch| run(db, batch, None).map(|outcome| outcome.answers));
+    /// Applies and commits the queued operations, if any, while the path
+    /// still names the open file. Blocks.
+    pub(crate) fn drain(&self, db: &Database, identity: &FileIdentity) {
+        self.drain_with(identity, |batch| {
+            run(db, batch, None).map(|outcome| outcome.answers)
+        });
     }
 
-    /// Takes the queued operations (up to the batch limit), if any, hands
-    /// them to `commit` and answers each with its result. Blocks; one drain
-    /// at a time.
-    pub(crate) fn drain_with(&self, commit: impl FnOnce(&[Pending]) -> Result<Vec<bool>, Failure>) {
+    /// Takes the queued operations (up to the batch limit), if any, and,
+    /// once `identity` says the path still names the open file, hands them
+    /// to `commit` and answers each with its result (else each fails: the
+    /// store is lost, see [`FileIdentity`]). Blocks; one drain at a time.
+    pub(crate) fn drain_with(
+        &self,
+        identity: &FileIdentity,
+        commit: impl FnOnce(&[Pending]) -> Result<Vec<bool>, Failure>,
+    ) {
         let _commit = lock(&self.commit);
         let batch: Vec<Pending> = {
             let mut queue = lock(&self.queue);
@@ -81,6 +90,18 @@ impl Writer {
         }
         let span = tracing::trace_span!("group_commit", ops = batch.len());
         let _enter = span.enter();
+        if let Err(lost) = identity.check() {
+            tracing::warn!(error = %lost, ops = batch.len(), "writes refused");
+            let message = lost.to_string();
+            for pending in batch {
+                let again = match lost.kind() {
+                    ttl_storage::ErrorKind::Permanent => StorageError::permanent(message.clone()),
+                    _ => StorageError::transient(message.clone()),
+                };
+                let _ = pending.reply.send(Err(again));
+            }
+            return;
+        }
         match commit(&batch) {
             Ok(answers) => {
                 for (pending, answer) in batch.into_iter().zip(answers) {

@@ -227,3 +227,47 @@ async fn unusable_paths_are_reported() {
     let err = open_quickly(&file.join("s.redb")).await.unwrap_err();
     assert!(matches!(err, OpenError::Io { .. }), "{err:?}");
 }
+
+/// The path no longer names the file a handle has open — deleted, renamed
+/// away, replaced by a copy — in either mode: every operation fails with a
+/// permanent error naming the file (the store is lost), while a fresh open
+/// of the path uses the new file.
+#[tokio::test]
+async fn a_file_deleted_renamed_or_replaced_under_a_handle_is_a_lost_store() {
+    let key = Key::new("leader/1").unwrap();
+    let ttl = Ttl::from_secs(60).unwrap();
+    for how in ["deleted", "renamed", "replaced"] {
+        for shared in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("leases.redb");
+            let storage: Box<dyn TtlStorage> = if shared {
+                Box::new(storage_redb::SharedRedbStorage::open(&path).await.unwrap())
+            } else {
+                Box::new(RedbStorage::open(&path).await.unwrap())
+            };
+            assert!(storage.insert_if_not_exists(&key, b"a", ttl).await.unwrap());
+            match how {
+                "deleted" => std::fs::remove_file(&path).unwrap(),
+                "renamed" => std::fs::rename(&path, dir.path().join("old.redb")).unwrap(),
+                _ => {
+                    let copy = dir.path().join("copy.redb");
+                    std::fs::copy(&path, &copy).unwrap();
+                    std::fs::rename(&copy, &path).unwrap();
+                }
+            }
+            let what = format!("{how}, shared={shared}");
+            let renewed = storage.compare_and_swap(&key, b"a", b"a", ttl).await;
+            let err = renewed.expect_err(&what);
+            assert_eq!(
+                err.kind(),
+                ttl_storage::ErrorKind::Permanent,
+                "{what}: {err}"
+            );
+            assert!(err.to_string().contains("no longer names"), "{what}: {err}");
+            assert!(err.to_string().contains("leases.redb"), "{what}: {err}");
+            let read = storage.get(&key).await.expect_err(&what);
+            assert_eq!(read.kind(), ttl_storage::ErrorKind::Permanent, "{what}");
+            drop(storage);
+        }
+    }
+}

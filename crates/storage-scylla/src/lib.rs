@@ -43,6 +43,13 @@
 //!   and is gone at most `t + 1` s after that instant. (At the 20-year
 //!   maximum the extra second is dropped: Cassandra refuses longer TTLs.)
 //!   [`ttl_storage::Ttl::NEVER`] writes with `USING TTL 0`: no expiry.
+//!   A write applied late counts from when the coordinator started it,
+//!   which is after the request arrived, so a request delayed on the
+//!   network only lengthens the lease. The one gap in "a write applied
+//!   late never moves the expiry earlier": a statement that loses Paxos
+//!   rounds to a later one keeps its start, so it can land anchored up to
+//!   the coordinator's `cas_contention_timeout` (1 s by default) before the
+//!   write it replaces.
 //! - **Errors** are classified: a Paxos write timeout (`WriteTimeout`,
 //!   write type `CAS` or the `SIMPLE` commit phase), a write failure, a
 //!   client-side timeout or a connection broken after a conditional write

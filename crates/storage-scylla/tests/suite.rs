@@ -117,6 +117,36 @@ mod scylla_driver {
         .await;
     }
 
+    /// Issue 34, case 7 (the shared case): a renewal held 2.5 s on its way
+    /// lands after a later one was acknowledged. Cassandra counts the TTL
+    /// from when the coordinator starts the statement, after it arrived.
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn renewal_applied_late_never_moves_the_expiry_earlier() {
+        let direct = ScyllaStorage::from_url(&uri()).await.unwrap();
+        let mut url = url::Url::parse(&uri()).unwrap();
+        let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
+        let port = url.port().unwrap_or(9042);
+        let server = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+            .unwrap()
+            .next()
+            .unwrap();
+        let proxy = elections_testsuite::proxy::Proxy::start(server)
+            .await
+            .unwrap();
+        url.set_port(Some(proxy.addr.port())).unwrap();
+        url.query_pairs_mut().append_pair("timeout", "20s");
+        let held = ScyllaStorage::from_url(url.as_str()).await.unwrap();
+        elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
+            &held,
+            &direct,
+            &proxy,
+            &key("late-renewal"),
+            0,
+        )
+        .await;
+    }
+
     /// Connecting to a table that does not exist, without create_schema,
     /// is a permanent error that names the problem.
     #[tokio::test]

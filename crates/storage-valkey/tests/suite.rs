@@ -342,6 +342,28 @@ async fn lost_answers_and_lost_connections() {
     assert_eq!(direct.get(&k).await.unwrap().as_deref(), Some(&b"b"[..]));
 }
 
+/// Issue 34, case 7 (the shared case): a renewal held 2.5 s on its way
+/// lands after a later one was acknowledged; the server sets `PX` when it
+/// runs the script, so it can only lengthen the lease.
+#[tokio::test]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
+async fn renewal_applied_late_never_moves_the_expiry_earlier() {
+    let direct = connect().await;
+    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
+        .await
+        .unwrap();
+    let url = format!("redis://{}?timeout=20s", proxy.addr);
+    let held = ValkeyStorage::from_url(&url).await.unwrap();
+    network::renewal_applied_late_never_moves_the_expiry_earlier(
+        &held,
+        &direct,
+        &proxy,
+        &key("late-renewal"),
+        0,
+    )
+    .await;
+}
+
 /// `ValkeyFence::set` guards a key of the caller's (not the register of
 /// `fence::Fence::write`): a refused write leaves it unchanged, and racing
 /// writers leave the highest token's value. The shared `fence_suite`

@@ -28,6 +28,23 @@ use crate::{Entry, Key, Result, Ttl, Watch, WatchUnsupported};
 ///   Expired records are invisible to *every* operation: `get` returns `None`,
 ///   `insert_if_not_exists` succeeds, `compare_and_swap` and
 ///   `compare_and_delete` return `Ok(false)`.
+/// - **A write applied late never moves the expiry earlier than a write
+///   already acknowledged.** A write can reach the store after a later one
+///   was acknowledged: the first attempt of a retried renewal (its answer
+///   lost) landing after the retry, two requests of one client reordered on
+///   the way. Such a write never shortens the record it lands on: a driver
+///   counts its TTL from an instant no earlier than the one the replaced
+///   record counts from (the store's clock when it applies the write), or
+///   refuses it when it was prepared before that record was written (or
+///   would shorten a record anchored after it). So of two writes with the
+///   same TTL, the one applied last never expires first, and a lease
+///   counted from the start of the acknowledged call that wrote it holds
+///   whatever arrives late. A renewal (`compare_and_swap(k, v, v, t)`)
+///   refused that way answers `Ok(true)`: the record holds `v` and already
+///   lives longer. Deletes are not ordered: a late `compare_and_delete`
+///   still removes a record holding its value, so a caller never writes a
+///   value again after asking to delete it (elections' records carry a
+///   fresh nonce per acquisition).
 /// - **[`Ttl::NEVER`]** writes a record that never expires.
 /// - **Values are opaque bytes**, compared byte for byte: empty values and NUL
 ///   bytes round-trip. Drivers reject values over [`crate::MAX_VALUE_LEN`]
@@ -57,7 +74,8 @@ pub trait TtlStorage: Send + Sync {
     ///
     /// Returns `Ok(false)` when the record is absent, expired or holds
     /// another value. `compare_and_swap(k, v, v, ttl)` is the renewal of a
-    /// lease: idempotent, so safe to retry.
+    /// lease: idempotent, so safe to retry (an earlier attempt that lands
+    /// after the retry never shortens it: see the trait's semantics).
     async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool>;
 
     /// Deletes the live record if it holds exactly `value`.

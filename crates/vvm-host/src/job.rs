@@ -27,57 +27,18 @@ use tokio::{
     process::{Child, Command},
 };
 
+pub(crate) use crate::guard::report::Outcome;
 use crate::{
     containment::{JobCgroup, Plan, pidfd},
-    guard::{GUARD_ARG, GUARD_NAME, KILL, TERMINATE, boot_time},
+    guard::{
+        GUARD_ARG, GUARD_NAME, KILL, TERMINATE, boot_time,
+        report::{log_note, parse_exit},
+    },
 };
 
 /// The executable the guard runs as: this very binary, even if the file on
 /// disk was replaced since it started.
 const SELF_EXE: &str = "/proc/self/exe";
-
-/// How the command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// It exited with this code.
-    Code(i32),
-    /// A signal ended it.
-    Signal(i32),
-    /// It could not be started; `true` when the program was not found.
-    NotStarted { not_found: bool },
-}
-
-impl Outcome {
-    /// The exit status a shell would report: the code, 128+N for signal N,
-    /// 127 when not found, 126 when not startable.
-    pub(crate) fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Code(code) => u8::try_from(code & 0xff).unwrap_or(1),
-            Outcome::Signal(signal) => u8::try_from(128 + (signal & 0x7f)).unwrap_or(1),
-            Outcome::NotStarted { not_found: true } => 127,
-            Outcome::NotStarted { not_found: false } => 126,
-        }
-    }
-
-    /// True for a zero exit code.
-    pub(crate) fn success(self) -> bool {
-        self == Outcome::Code(0)
-    }
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Outcome::Code(code) => write!(f, "exit code {code}"),
-            Outcome::Signal(signal) => match Signal::try_from(*signal) {
-                Ok(signal) => write!(f, "signal {signal}"),
-                Err(_) => write!(f, "signal {signal}"),
-            },
-            Outcome::NotStarted { not_found: true } => f.write_str("not found"),
-            Outcome::NotStarted { not_found: false } => f.write_str("could not be started"),
-        }
-    }
-}
 
 /// Why a guarded command could not be run or followed.
 #[derive(Debug, thiserror::Error)]
@@ -102,10 +63,15 @@ pub(crate) struct JobHandle {
     guard: Pid,
     /// Names the guard for as long as vvm-host lives (our own child).
     guard_fd: Option<OwnedFd>,
-    /// The job's cgroup, in the cgroup mode: ended without the guard.
+    /// The job's cgroup, in the cgroup modes: ended without the guard.
     cgroup: Option<JobCgroup>,
+    /// True when the job runs in a PID namespace of its own.
+    pidns: bool,
     /// Known once the guard has reported it started the command.
     command: OnceLock<Pid>,
+    /// Names the namespace's init (PID-namespace modes), once started: it
+    /// exits only once every process of its namespace is gone.
+    init_fd: OnceLock<OwnedFd>,
     lifeline: StdUnixStream,
 }
 
@@ -129,37 +95,40 @@ impl JobHandle {
     }
 
     /// Ends the job at once, then says nothing: the caller logs. In the
-    /// cgroup mode, `cgroup.kill` first (no guard needed); then the guard
+    /// cgroup modes, `cgroup.kill` first (no guard needed); then the guard
     /// is asked to kill (it reaches everything in every mode). Waits up to
-    /// `limit` for the job to be gone: the cgroup empty, or the guard
-    /// exited (which it does only once the job is empty). If the guard
-    /// does not confirm, it is SIGKILLed too (in the PID-namespace mode its
-    /// death takes the namespace's init, and so the namespace, with it).
-    /// True if the job is known to be gone.
+    /// `limit` for the job to be gone (see [`JobHandle::gone`]). If it is
+    /// not, the guard is SIGKILLed too (in the PID-namespace modes its death
+    /// takes the namespace's init, and so the namespace, with it) and the
+    /// wait goes on for up to `limit` more. True only if the job is known
+    /// to be gone.
     pub(crate) fn kill_now(&self, limit: Duration) -> bool {
         if let Some(cgroup) = &self.cgroup {
             let _ = cgroup.kill();
         }
-        let asked = match (&self.lifeline).write_all(KILL) {
-            Ok(()) => true,
-            // The guard has finished already: the job is gone.
-            Err(err) if err.kind() == io::ErrorKind::BrokenPipe => return true,
-            Err(_) => false,
-        };
+        let asked = (&self.lifeline).write_all(KILL).is_ok();
+        if asked && self.wait_gone(limit) {
+            return true;
+        }
+        self.kill_guard();
+        if let Some(cgroup) = &self.cgroup {
+            let _ = cgroup.kill();
+        }
+        self.wait_gone(limit)
+    }
+
+    /// Polls [`JobHandle::gone`] for up to `limit`.
+    fn wait_gone(&self, limit: Duration) -> bool {
         let deadline = std::time::Instant::now() + limit;
         loop {
             if self.gone() {
                 return true;
             }
-            if !asked || std::time::Instant::now() >= deadline {
-                break;
+            if std::time::Instant::now() >= deadline {
+                return false;
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        self.kill_guard();
-        self.cgroup
-            .as_ref()
-            .is_some_and(|cgroup| !cgroup.populated())
     }
 
     /// SIGKILL to the whole job without waiting: `cgroup.kill` in the cgroup
@@ -172,8 +141,8 @@ impl JobHandle {
     }
 
     /// The guard's notes waiting on the lifeline (for a caller about to
-    /// exit, which will not read them otherwise). Never blocks.
-    pub(crate) fn drain_notes(&self) -> Vec<String> {
+    /// exit, which will not read them otherwise), logged. Never blocks.
+    pub(crate) fn log_notes(&self) {
         use std::io::Read;
         let mut bytes = Vec::new();
         let mut buf = [0u8; 4096];
@@ -183,26 +152,49 @@ impl JobHandle {
             }
             bytes.extend_from_slice(&buf[..n]);
         }
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .filter_map(|line| line.strip_prefix("note ").map(str::to_owned))
-            .collect()
+        for line in String::from_utf8_lossy(&bytes).lines() {
+            log_note(line);
+        }
     }
 
-    /// True once the job is known to be empty: its cgroup (cgroup mode) or
-    /// the guard has exited (it exits only once the job is empty).
-    fn gone(&self) -> bool {
-        if let Some(cgroup) = &self.cgroup
-            && !cgroup.populated()
+    /// True once the job is known to be gone:
+    ///
+    /// - its cgroup (and every cgroup below it) is empty, in the cgroup
+    ///   modes, and
+    /// - in the PID-namespace modes, the namespace's init has exited (it
+    ///   exits only once every process of its namespace is gone, wherever
+    ///   in the cgroup tree they moved);
+    /// - else the guard has exited cleanly (it does only once the job is
+    ///   empty); in the cgroup mode without a namespace a guard that died
+    ///   otherwise leaves the empty cgroup as the best knowledge there is.
+    pub(crate) fn gone(&self) -> bool {
+        if self
+            .cgroup
+            .as_ref()
+            .is_some_and(|cgroup| cgroup.populated())
         {
-            return true;
+            return false;
         }
-        // WNOWAIT: only look; the runtime reaps the guard.
+        if self.pidns
+            && let Some(init) = self.init_fd.get()
+        {
+            return pidfd::exited(init);
+        }
+        match self.guard_exit() {
+            Some(WaitStatus::Exited(_, 0)) => true,
+            Some(_) => self.cgroup.is_some() && !self.pidns,
+            None => false,
+        }
+    }
+
+    /// The guard's end, if it has ended (only looked at: the runtime reaps
+    /// it).
+    fn guard_exit(&self) -> Option<WaitStatus> {
         let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        !matches!(
-            waitid(Id::Pid(self.guard), flags),
-            Ok(WaitStatus::StillAlive)
-        )
+        match waitid(Id::Pid(self.guard), flags) {
+            Ok(WaitStatus::StillAlive) | Err(_) => None,
+            Ok(status) => Some(status),
+        }
     }
 
     /// SIGKILL to the guard, through the pidfd that names our own child.
@@ -341,7 +333,9 @@ impl Job {
             guard: guard_pid,
             guard_fd: pidfd::open(guard_pid.as_raw()),
             cgroup,
+            pidns: mode.pidns(),
             command: OnceLock::new(),
+            init_fd: OnceLock::new(),
             lifeline: host_end.try_clone().map_err(JobError::Guard)?,
         });
         // At once: the guard does not start the command before it knows the
@@ -363,9 +357,8 @@ impl Job {
         let mut reports = BufReader::new(read).lines();
         let first = loop {
             let line = reports.next_line().await?.unwrap_or_default();
-            match line.strip_prefix("note ") {
-                Some(note) => tracing::warn!(guard = note, "guard"),
-                None => break line,
+            if !log_note(&line) {
+                break line;
             }
         };
         let mut words = first.splitn(3, ' ');
@@ -376,6 +369,11 @@ impl Job {
                     .map_err(|_| JobError::GuardLost(format!("bad report {first:?}")))?;
                 // Set once, here, before anyone else can read it.
                 let _ = job.handle.command.set(Pid::from_raw(pid));
+                if job.handle.pidns
+                    && let Some(init) = pidfd::open_child_of(pid, guard_pid.as_raw())
+                {
+                    let _ = job.handle.init_fd.set(init);
+                }
                 job.reports = Some(reports);
                 job.lifeline_write = Some(write);
                 Ok(job)
@@ -433,8 +431,10 @@ impl Job {
             let Ok(Some(line)) = line else {
                 break line;
             };
+            if log_note(&line) {
+                continue;
+            }
             match line.split_once(' ') {
-                Some(("note", note)) => tracing::warn!(guard = note, "guard"),
                 Some(("ack", "term")) => self.acks.term = true,
                 Some(("ack", "kill")) => self.acks.kill = true,
                 Some(("stuck", what)) => {
@@ -454,9 +454,10 @@ impl Job {
         let line = match report {
             Ok(Some(line)) => line,
             other => {
-                // The guard died (SIGKILLed?). In the cgroup mode the job
-                // is still within reach: end it and wait until it is empty.
-                self.empty_cgroup().await;
+                // The guard died (SIGKILLed?). The job is still within
+                // reach (its cgroup; its namespace, whose init died with the
+                // guard): end it and wait until it is gone.
+                self.end_without_guard().await;
                 return Err(JobError::GuardLost(format!(
                     "report {other:?}, guard {status:?}"
                 )));
@@ -466,36 +467,56 @@ impl Job {
     }
 
     /// Ends the job without the guard, which did not answer within
-    /// `waited`: `cgroup.kill` and a wait until the cgroup is empty (the
-    /// lease is held meanwhile), then SIGKILL to the guard (in the
-    /// PID-namespace mode that ends the namespace). Always an error: the
-    /// guard failed.
+    /// `waited`: SIGKILL to the guard (in the PID-namespace modes that ends
+    /// the namespace's init, and so the namespace) and `cgroup.kill`, then
+    /// a wait until the job is gone (the lease is held meanwhile). Always
+    /// an error: the guard failed.
     pub(crate) async fn take_over(&mut self, waited: Duration) -> JobError {
-        self.empty_cgroup().await;
         self.handle.kill_guard();
+        self.end_without_guard().await;
         let _ = self.guard.wait().await;
         self.running.set(None);
         self.remove_cgroup();
         JobError::GuardUnresponsive(waited)
     }
 
-    /// cgroup mode: `cgroup.kill`, then waits until the cgroup is empty,
-    /// logging what is left every few seconds.
-    async fn empty_cgroup(&self) {
-        let Some(cgroup) = &self.handle.cgroup else {
-            return;
-        };
+    /// `cgroup.kill` (cgroup modes) until the cgroup is empty, and a wait
+    /// until the namespace's init has exited (PID-namespace modes: it dies
+    /// with the guard), logging what is left every few seconds; then
+    /// removes the job's cgroups.
+    async fn end_without_guard(&self) {
         let started = std::time::Instant::now();
         let mut logged = started;
-        while cgroup.populated() {
-            let _ = cgroup.kill();
+        loop {
+            let populated = self
+                .handle
+                .cgroup
+                .as_ref()
+                .is_some_and(|cgroup| cgroup.populated());
+            if let (true, Some(cgroup)) = (populated, &self.handle.cgroup) {
+                let _ = cgroup.kill();
+            }
+            let init_alive = self
+                .handle
+                .init_fd
+                .get()
+                .is_some_and(|init| !pidfd::exited(init));
+            if !populated && !init_alive {
+                break;
+            }
             if logged.elapsed() >= Duration::from_secs(5) {
                 logged = std::time::Instant::now();
-                tracing::warn!(pids = ?cgroup.pids(), waited = ?started.elapsed(), "processes of the job have not ended after SIGKILL; the lease is kept until they are gone");
+                let pids = self
+                    .handle
+                    .cgroup
+                    .as_ref()
+                    .map(JobCgroup::pids)
+                    .unwrap_or_default();
+                tracing::warn!(?pids, init_alive, waited = ?started.elapsed(), "processes of the job have not ended after SIGKILL; the lease is kept until they are gone");
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        cgroup.remove();
+        self.remove_cgroup();
     }
 
     fn remove_cgroup(&self) {
@@ -505,49 +526,9 @@ impl Job {
     }
 }
 
-/// Parses `exited code N swept K` / `exited signal N swept K`.
-fn parse_exit(line: &str) -> Option<(Outcome, usize)> {
-    let words: Vec<&str> = line.split(' ').collect();
-    let (outcome, swept) = match words.as_slice() {
-        ["exited", "code", n, "swept", k] => (Outcome::Code(n.parse().ok()?), k),
-        ["exited", "signal", n, "swept", k] => (Outcome::Signal(n.parse().ok()?), k),
-        _ => return None,
-    };
-    Some((outcome, swept.parse().ok()?))
-}
-
 impl Drop for Job {
     fn drop(&mut self) {
         self.running.set(None);
         self.remove_cgroup();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reports_parse() {
-        assert_eq!(
-            parse_exit("exited code 7 swept 0"),
-            Some((Outcome::Code(7), 0))
-        );
-        assert_eq!(
-            parse_exit("exited signal 9 swept 2"),
-            Some((Outcome::Signal(9), 2))
-        );
-        assert_eq!(parse_exit("exited code x swept 0"), None);
-        assert_eq!(parse_exit("hello"), None);
-    }
-
-    #[test]
-    fn exit_codes_follow_the_shell() {
-        assert_eq!(Outcome::Code(7).exit_code(), 7);
-        assert_eq!(Outcome::Signal(9).exit_code(), 137);
-        assert_eq!(Outcome::NotStarted { not_found: true }.exit_code(), 127);
-        assert_eq!(Outcome::NotStarted { not_found: false }.exit_code(), 126);
-        assert!(Outcome::Code(0).success());
-        assert!(!Outcome::Signal(15).success());
     }
 }

@@ -5,8 +5,11 @@
 //! It runs when a lost leadership was not released in time: the store hangs
 //! (the renewal cannot even fail), the command outlived the killer deadline,
 //! or vvm-host itself is stuck. Exiting alone would be enough for the guard
-//! (its lifeline closes), but the killer does not exit before the job is
-//! gone, so the log says so.
+//! (its lifeline closes), but the killer waits (a bounded time) until the
+//! job is known gone — its cgroups empty and, in the PID-namespace modes,
+//! the namespace's init exited, which it does only once every process of
+//! the namespace is gone — so the log says "the job is gone" only when it
+//! is.
 
 use std::time::Duration;
 
@@ -44,15 +47,15 @@ impl Killer for HostKiller {
             ?late_by,
             "killer deadline passed while the command may still run (the lease may expire soon)"
         );
-        for note in job.iter().flat_map(|job| job.drain_notes()) {
-            tracing::warn!(guard = note, "guard");
+        if let Some(job) = &job {
+            job.log_notes();
         }
         match outcome {
             Some(true) => {
                 tracing::error!("killer: SIGKILL sent to every process of the job; the job is gone")
             }
             Some(false) => tracing::error!(
-                "killer: SIGKILL sent; the job is not confirmed gone within {CONFIRM_LIMIT:?} (a process in uninterruptible sleep?)"
+                "killer: SIGKILL sent; the job is not confirmed gone within {CONFIRM_LIMIT:?} after the guard and {CONFIRM_LIMIT:?} after its SIGKILL (a process in uninterruptible sleep?)"
             ),
             None => tracing::error!("killer: no command running"),
         }

@@ -202,6 +202,13 @@ async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<
         why = %containment.reason,
         "vvm-host starting"
     );
+    if let Some(out_of_reach) = &containment.out_of_reach {
+        tracing::warn!(
+            containment = containment.name(),
+            %out_of_reach,
+            "the containment cannot hold every job here"
+        );
+    }
     let running = RunningJob::default();
     let killer = Arc::new(HostKiller {
         running: running.clone(),

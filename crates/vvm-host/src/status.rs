@@ -225,7 +225,8 @@ fn print(rows: &[Row], json: bool, leaders: usize) {
         return;
     }
     println!(
-        "{:<24} {:<32} {:<14} TIME LEFT",
+        // Tokens start from the wall clock in ns: 19 digits.
+        "{:<24} {:<32} {:<19} TIME LEFT",
         "KEY", "LEADER", "FENCING TOKEN"
     );
     for row in rows {
@@ -240,7 +241,7 @@ fn print(rows: &[Row], json: bool, leaders: usize) {
             (None, _) => "-".to_owned(),
         };
         println!(
-            "{:<24} {:<32} {token:<14} {left}",
+            "{:<24} {:<32} {token:<19} {left}",
             row.key,
             row.leader.as_deref().unwrap_or("(none)")
         );

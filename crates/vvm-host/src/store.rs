@@ -53,7 +53,8 @@ impl StoreArgs {
     }
 }
 
-/// A lock name: the keys `NAME/1..=N` must be valid keys; `__` starts the
+/// A lock name: every key of the layout (`vvm_orch::keys`) for the keys
+/// `NAME/1..=N` must be a valid key up to the largest N; `__` starts the
 /// names reserved for the library's own records.
 fn parse_name(text: &str) -> Result<String, String> {
     if text.is_empty() {
@@ -64,8 +65,8 @@ fn parse_name(text: &str) -> Result<String, String> {
             "{text:?}: a lock name may not start with `__` or `-`"
         ));
     }
-    ttl_storage::Key::new(format!("{text}/{MAX_CLUSTER_SIZE}"))
-        .map(|_| text.to_owned())
+    vvm_orch::keys::check_prefix(&format!("{text}/"), MAX_CLUSTER_SIZE)
+        .map(|()| text.to_owned())
         .map_err(|err| format!("{text:?} is not a valid lock name: {err}"))
 }
 

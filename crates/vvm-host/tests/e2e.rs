@@ -63,7 +63,9 @@ fn run_and_signal(
 fn stops_the_command_then_releases_leadership(signal: Signal) -> String {
     let (status, pid, stdout, log) = run_and_signal(
         &["--grace-period", "30s"],
-        "echo pid=$$; trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+        &format!(
+            "{ECHO_PID}; trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.1; done"
+        ),
         signal,
     );
     assert_eq!(status.code(), Some(0), "{log}");
@@ -94,7 +96,7 @@ fn sigterm_stops_the_command_then_releases_leadership() {
 fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
     let (status, pid, _stdout, log) = run_and_terminate(
         &["--grace-period", "500ms"],
-        "echo pid=$$; trap '' TERM; echo ready; while :; do sleep 0.1; done",
+        &format!("{ECHO_PID}; trap '' TERM; echo ready; while :; do sleep 0.1; done"),
     );
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(log.contains("SIGKILL"), "{log}");
@@ -281,6 +283,10 @@ fn status_names_the_leader_and_reads_only() {
         "{live}"
     );
     assert_eq!(live["keys"][0]["expiry"], "expires", "{live}");
+    // The leader's token (tokens start from the wall clock, see
+    // `elections::fencing`): the crashed leader's record keeps it.
+    let token = live["keys"][0]["fencing_token"].as_u64().unwrap();
+    assert!(token > 1, "{live}");
     let left = live["keys"][0]["time_left_ms"].as_u64().unwrap();
     assert!(left > 0 && left <= 60_000, "{live}");
 
@@ -294,7 +300,7 @@ fn status_names_the_leader_and_reads_only() {
     let row = text.lines().find(|l| l.starts_with("e2e/1")).expect(&text);
     let columns: Vec<&str> = row.split_whitespace().collect();
     assert!(columns[1].starts_with("e2e#pid"), "{text}");
-    assert_eq!(columns[2], "1", "{text}");
+    assert_eq!(columns[2], token.to_string(), "{text}");
     assert!(columns[3].ends_with('s'), "{text}");
     let row = text.lines().find(|l| l.starts_with("e2e/2")).expect(&text);
     assert!(row.contains("(none)"), "{text}");
@@ -304,7 +310,7 @@ fn status_names_the_leader_and_reads_only() {
     // The VVM's value: the address, then this process's id.
     let leader = body["keys"][0]["leader"].as_str().unwrap();
     assert!(leader.starts_with("e2e#pid"), "{leader}");
-    assert_eq!(body["keys"][0]["fencing_token"], 1);
+    assert_eq!(body["keys"][0]["fencing_token"], token);
     let first = body["keys"][0]["time_left_ms"].as_u64().unwrap();
 
     // Read only: the lease runs down between two looks (nothing renews it).

@@ -98,7 +98,7 @@ fn quoted_script(script: &str) -> String {
 fn a_reused_pid_is_never_signalled() {
     let mut fs = FreezableFs::new();
     let script = format!(
-        "echo pid=$$; setsid sh -c 'sleep 0.5; echo stuck > {}/file' & echo ready; sleep 1; exit 0",
+        "{ECHO_PID}; setsid sh -c 'sleep 0.5; echo stuck > {}/file' & echo ready; sleep 1; exit 0",
         fs.mount.display()
     );
     let mut host = Host::start(&[], &script);
@@ -144,7 +144,7 @@ fn a_reused_pid_is_never_signalled() {
 fn in_cgroup_mode_the_command_runs_in_the_jobs_own_cgroup_which_is_removed_after() {
     let mut host = Host::start(
         &["--containment", "cgroup"],
-        "echo cgroup=$(grep '^0::' /proc/$$/cgroup); echo ready; sleep 1000",
+        "echo cgroup=$(grep '^0::' /proc/self/cgroup); echo ready; sleep 1000",
     );
     let line = wait_for_line(&host.out, "cgroup=");
     let path = line.trim().trim_start_matches("cgroup=0::").to_owned();

@@ -54,6 +54,8 @@ pub struct VvmConfig {
     /// Number of VVMs in the cluster: the Launcher tries keys `1..=cluster_size`.
     pub cluster_size: u32,
     /// Prefix of the leadership keys (the key of index `n` is `{prefix}{n}`).
+    /// It may not start with `__` (reserved) nor end with a digit; see
+    /// [`crate::keys`] for every key it makes.
     pub key_prefix: String,
     /// The leadership duration: the TTL of the leadership record. A whole
     /// number of seconds, at least 1 s.
@@ -103,9 +105,18 @@ pub enum ConfigError {
         #[source]
         source: ValidationError,
     },
-    /// The key prefix lies in the namespace elections reserve for fencing counters.
-    #[error("key prefix {0:?} lies in the namespace reserved for fencing counters")]
+    /// The key prefix lies in the namespace reserved for the library's own
+    /// records (it starts with `__`; see [`crate::keys`]).
+    #[error(
+        "key prefix {0:?} lies in the namespace reserved for the library's records (keys starting with `__`)"
+    )]
     ReservedKeyPrefix(String),
+    /// The key prefix ends with a digit: `P1` with index 1 and `P` with
+    /// index 11 would be the same key.
+    #[error(
+        "key prefix {0:?} ends with a digit, so its keys could be another prefix's (end it with `/`, say)"
+    )]
+    KeyPrefixEndsWithDigit(String),
     /// The leadership duration is not a whole number of seconds of at least 1 s.
     #[error("leadership duration {duration:?} is invalid: {source}")]
     LeadershipDuration {
@@ -167,20 +178,7 @@ impl VvmConfig {
                 max: MAX_CLUSTER_SIZE,
             });
         }
-        // The longest key is the one with the largest index; its fencing
-        // counter key is longer still.
-        self.key(self.cluster_size)
-            .and_then(|key| elections::fencing::counter_key(&key))
-            .map_err(|source| ConfigError::KeyPrefix {
-                prefix: self.key_prefix.clone(),
-                source,
-            })?;
-        if self
-            .key_prefix
-            .starts_with(elections::fencing::FENCING_PREFIX)
-        {
-            return Err(ConfigError::ReservedKeyPrefix(self.key_prefix.clone()));
-        }
+        crate::keys::check_prefix(&self.key_prefix, self.cluster_size)?;
         Ttl::expiring(self.leadership_duration).map_err(|source| {
             ConfigError::LeadershipDuration {
                 duration: self.leadership_duration,
@@ -207,7 +205,7 @@ impl VvmConfig {
     ///
     /// When the prefix makes an invalid [`Key`].
     pub fn key(&self, index: u32) -> Result<Key, ValidationError> {
-        Key::new(format!("{}{index}", self.key_prefix))
+        crate::keys::lease(&self.key_prefix, index)
     }
 }
 

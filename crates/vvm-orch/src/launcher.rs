@@ -1,19 +1,17 @@
-//! The Launcher, the LeadershipMonitor and the task that runs the
-//! ServicePipeline.
+//! The Launcher and the task that runs the ServicePipeline (the
+//! LeadershipMonitor is in [`crate::monitor`]).
 
 use std::{any::Any, panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
-use elections::{ElectionsError, EndReason, Leadership, Standby};
+use elections::{ElectionsError, Leadership, Standby};
 use futures::FutureExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 use ttl_storage::{ErrorKind, Key};
 
 use crate::{
-    LeaderInfo, ServiceContext, ServicePipeline, VvmProblem, VvmStatus,
-    cluster_size::{self, Claim},
-    handover,
-    shutdown::Shared,
+    LeaderInfo, ServiceContext, ServicePipeline, VvmProblem, VvmStatus, cluster_size,
+    monitor::monitor, shutdown::Shared,
 };
 
 /// Longest time an interrupted acquisition spends withdrawing its record.
@@ -35,15 +33,18 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
     let mut round: u64 = 0;
     // One standing candidacy per key: listed by `vvm-host status`, and the
     // one a leader's hand-over names and this launcher then takes.
+    // Every leadership holds the cluster-size claim, renewed with the lease.
     let mut standbys = Vec::new();
     for index in 1..=config.cluster_size {
         let standby = config
             .key(index)
+            .and_then(|key| Ok((key, cluster_size::claim(config)?)))
             .map_err(ElectionsError::Invalid)
-            .and_then(|key| {
+            .and_then(|(key, claim)| {
                 shared
                     .elections
                     .stand_by(&key, shared.value.as_bytes(), config.leadership_duration)
+                    .map(|standby| standby.with_claim(claim))
             });
         match standby {
             Ok(standby) => standbys.push((index, standby)),
@@ -71,27 +72,21 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
                 result = attempt => result,
             };
             match result {
-                Ok(Some(leadership)) => match agree_on_size(&shared).await {
-                    Ok(()) => {
-                        start(&shared, pipeline, index, leadership);
-                        return;
-                    }
-                    Err(Some(problem)) => {
-                        // Nothing ran under this leadership: give it back.
-                        leadership.release().await;
-                        shared.fail(problem);
-                        return;
-                    }
-                    Err(None) => {
-                        leadership.release().await;
-                        last_error =
-                            Some("the cluster-size record could not be claimed".to_owned());
-                        round_failed = true;
-                    }
-                },
+                Ok(Some(leadership)) => {
+                    start(&shared, pipeline, index, leadership);
+                    return;
+                }
                 Ok(None) => tracing::debug!(%key, round, "key held by another VVM"),
                 // cleanup() ran: shutdown is under way.
                 Err(ElectionsError::Finalized) => return,
+                // Leaders of another cluster size hold the size claim; the
+                // lease was given back before anything ran.
+                Err(err @ ElectionsError::ClaimConflict { .. }) => {
+                    if let Some(problem) = cluster_size::conflict(config, &err) {
+                        shared.fail(problem);
+                    }
+                    return;
+                }
                 Err(ElectionsError::Storage(err)) if err.kind() == ErrorKind::Permanent => {
                     // Retrying will not help until someone fixes the storage.
                     shared.fail(VvmProblem::Elections(ElectionsError::Storage(err)));
@@ -237,57 +232,6 @@ async fn withdraw(shared: &Shared, key: &Key) {
     }
 }
 
-/// Claims the cluster size beside the lease (see [`cluster_size`]).
-/// `Err(Some(problem))`: leaders of another size run; `Err(None)`: the
-/// store failed (retry later).
-async fn agree_on_size(shared: &Shared) -> Result<(), Option<VvmProblem>> {
-    let config = &shared.config;
-    let key = cluster_size::key(config)
-        .map_err(|err| Some(VvmProblem::Elections(ElectionsError::Invalid(err))))?;
-    let claim = tokio::time::timeout(
-        config.leadership_duration / 4,
-        cluster_size::claim(
-            &shared.storage,
-            &key,
-            config.cluster_size,
-            config.leadership_duration,
-        ),
-    )
-    .await;
-    match claim {
-        Ok(Ok(Claim::Agreed)) => Ok(()),
-        Ok(Ok(Claim::Mismatch(theirs))) => Err(Some(VvmProblem::ClusterSizeMismatch {
-            ours: config.cluster_size,
-            theirs: Some(theirs),
-        })),
-        Ok(Ok(Claim::Garbled)) => Err(Some(VvmProblem::ClusterSizeMismatch {
-            ours: config.cluster_size,
-            theirs: None,
-        })),
-        Ok(Err(err)) => {
-            tracing::warn!(error = %err, "cannot claim the cluster size; giving the key back");
-            Err(None)
-        }
-        Err(_) => {
-            tracing::warn!("claiming the cluster size timed out; giving the key back");
-            Err(None)
-        }
-    }
-}
-
-/// Refreshes the cluster-size record every quarter of the leadership
-/// duration while leading; returns the problem if another size took it.
-async fn keep_size(shared: &Shared) -> VvmProblem {
-    let period = shared.config.leadership_duration / 4;
-    loop {
-        tokio::time::sleep(period).await;
-        match agree_on_size(shared).await {
-            Ok(()) | Err(None) => {}
-            Err(Some(problem)) => return problem,
-        }
-    }
-}
-
 /// Starts the monitor and the services, unless shutdown has begun.
 fn start<P: ServicePipeline>(
     shared: &Arc<Shared>,
@@ -326,168 +270,6 @@ fn start<P: ServicePipeline>(
         .service_tasks
         .spawn(services(shared.clone(), pipeline, ctx).instrument(span));
     shared.status.send_replace(VvmStatus::Leading(info));
-}
-
-/// The LeadershipMonitor: waits for leadership loss, its own shutdown, or a
-/// hand-over request ([`crate::handover`]).
-async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: LeaderInfo) {
-    let listener = match handover::Listener::new(
-        shared.storage.clone(),
-        &shared.config,
-        info.key_index,
-        &shared.value,
-    ) {
-        Ok(listener) => Some(listener),
-        Err(err) => {
-            tracing::warn!(error = %err, "no hand-over requests for this key");
-            None
-        }
-    };
-    let mut requests = Box::pin(next_request(listener.as_ref()));
-    let keep = keep_size(&shared);
-    tokio::pin!(keep);
-    loop {
-        tokio::select! {
-            biased;
-            // Biased: a loss that happened just before the monitor was stopped
-            // is still reported.
-            _ = leadership.ended() => break,
-            () = shared.monitor_shut.cancelled() => {
-                if let Some(listener) = &listener {
-                    listener.close().await;
-                }
-                return;
-            }
-            problem = &mut keep => {
-                // Another size took the record (it expired during store
-                // trouble): stop the services, as on a loss.
-                shared.services_shut.cancel();
-                shared.problems.update(problem);
-                return;
-            }
-            request = &mut requests => {
-                if let Some(listener) = &listener
-                    && hand_over(&shared, &leadership, &info, listener, &request).await
-                {
-                    return;
-                }
-                requests = Box::pin(next_request(listener.as_ref()));
-            }
-        }
-    }
-    // Only loss ends a leadership while the monitor runs: release happens
-    // in elections cleanup, after the monitor has stopped.
-    let reason = leadership
-        .end_reason()
-        .unwrap_or(EndReason::Stolen { by: None });
-    lost(&shared, info, reason);
-}
-
-/// The next hand-over request, or never without a listener.
-async fn next_request(listener: Option<&handover::Listener>) -> handover::Request {
-    match listener {
-        Some(listener) => listener.next().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Reports the end of the leadership: the services are told to stop now
-/// rather than when the host reacts; the killer (armed by elections on a
-/// loss) covers services that do not stop in time.
-fn lost(shared: &Shared, info: LeaderInfo, reason: EndReason) {
-    shared.services_shut.cancel();
-    shared
-        .status
-        .send_replace(VvmStatus::LeadershipLost(info.clone()));
-    shared.problems.update(VvmProblem::LeadershipLost {
-        key: info.key,
-        reason,
-    });
-}
-
-/// Serves a hand-over request: `false` when refused (no candidate; still
-/// leading), `true` when the leadership ended (handed over, or released
-/// after a failure), the services stopped and the problem reported.
-async fn hand_over(
-    shared: &Shared,
-    leadership: &Leadership,
-    info: &LeaderInfo,
-    listener: &handover::Listener,
-    request: &handover::Request,
-) -> bool {
-    let candidates = match leadership.candidates().await {
-        Ok(candidates) => candidates,
-        Err(err) => {
-            tracing::warn!(error = %err, "hand-over requested, but the candidates cannot be read; still leading");
-            listener
-                .reply(request, &handover::Answer::NoCandidate)
-                .await;
-            return false;
-        }
-    };
-    let wanted = request.to.as_deref().map(str::as_bytes);
-    let Some(candidate) = candidates
-        .into_iter()
-        .find(|c| wanted.is_none_or(|to| handover::address_of(&c.value) == to || c.value == to))
-    else {
-        tracing::info!(
-            to = request.to.as_deref().unwrap_or("(any)"),
-            "hand-over requested, but no such candidate waits; still leading"
-        );
-        listener
-            .reply(request, &handover::Answer::NoCandidate)
-            .await;
-        return false;
-    };
-    let to = String::from_utf8_lossy(&candidate.value).into_owned();
-    tracing::info!(to, "hand-over requested: stopping the services");
-    // Services first, as on shutdown: the lease moves only once nothing of
-    // ours runs. Renewal goes on meanwhile; a stop slower than a lease is
-    // a problem like any other (the host then shuts down, and the release
-    // follows the stop).
-    shared.services_shut.cancel();
-    shared.service_tasks.close();
-    let stopped = tokio::time::timeout(
-        shared.config.leadership_duration,
-        shared.service_tasks.wait(),
-    )
-    .await;
-    if stopped.is_err() {
-        tracing::warn!("the services did not stop within a lease; not handing over");
-        listener
-            .reply(
-                request,
-                &handover::Answer::Released("the services did not stop".into()),
-            )
-            .await;
-        lost(shared, info.clone(), EndReason::Released);
-        return true;
-    }
-    let answer = match leadership.hand_over_or_release(Some(&candidate)).await {
-        Ok(Some(to)) => {
-            handover::Answer::HandedOver(String::from_utf8_lossy(&to.value).into_owned())
-        }
-        Ok(None) => handover::Answer::Released("no candidate left".into()),
-        Err(elections::HandOverError::NoSuchCandidate(_)) => {
-            match leadership.hand_over_or_release(None).await {
-                Ok(Some(to)) => {
-                    handover::Answer::HandedOver(String::from_utf8_lossy(&to.value).into_owned())
-                }
-                Ok(None) => handover::Answer::Released("the candidate left".into()),
-                Err(err) => handover::Answer::Released(err.to_string()),
-            }
-        }
-        Err(err) => handover::Answer::Released(err.to_string()),
-    };
-    listener.reply(request, &answer).await;
-    listener.close().await;
-    match &answer {
-        handover::Answer::HandedOver(to) => tracing::info!(to, "leadership handed over"),
-        other => tracing::warn!(answer = ?other, "hand-over did not happen; the leadership ended"),
-    }
-    let reason = leadership.end_reason().unwrap_or(EndReason::Superseded);
-    lost(shared, info.clone(), reason);
-    true
 }
 
 /// Runs the pipeline once; its outcome becomes a problem unless it stopped

@@ -109,7 +109,9 @@
 mod cluster_size;
 mod config;
 pub mod handover;
+pub mod keys;
 mod launcher;
+mod monitor;
 mod pipeline;
 mod problem;
 mod shutdown;

@@ -7,7 +7,10 @@
 //! - [`pod`] — the `pg-pod` binary: one lazily opened `deadpool-postgres`
 //!   pool and one schema per tenant, key-value routes, transactions pinned to
 //!   one connection behind a coordinator lock id, saturation fan-out wired to
-//!   the pool's wait queue, and PostgreSQL cancel requests for cancelled calls.
+//!   the pool's wait queue, PostgreSQL cancel requests for cancelled calls,
+//!   and live tenants: each write publishes a change event to the tenant's
+//!   subscribers on every pod (`coordinator-events`), served as
+//!   Server-Sent Events with a page that follows them ([`pod::live`]).
 //! - [`coord`] — the `pg-coordinator` binary: `/tenants/{id}/...` and
 //!   `/transactions/{lock}/...` onto the coordinator's destination and lock
 //!   routing, `/pods` listing live pods with their load.

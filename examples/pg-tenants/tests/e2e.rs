@@ -12,6 +12,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+#[path = "e2e/browser.rs"]
+mod browser;
 #[path = "e2e/cancel.rs"]
 mod cancel;
 #[path = "e2e/client_session.rs"]
@@ -26,6 +28,8 @@ mod fleet_load;
 mod least_loaded;
 #[path = "e2e/limits.rs"]
 mod limits;
+#[path = "e2e/live.rs"]
+mod live;
 #[path = "e2e/two_coordinators.rs"]
 mod two_coordinators;
 

@@ -218,6 +218,8 @@ pub(crate) fn all() -> Vec<Engine> {
                 ("coordinator", "registry"),
                 ("coordinator", "http"),
                 ("coordinator", "metrics"),
+                ("coordinator-events", "cluster"),
+                ("coordinator-events", "metrics"),
                 ("storage-valkey", "suite"),
             ],
             default: true,

@@ -11,6 +11,9 @@
 //! both the layer and the re-check (the negative control);
 //! `--no-commit-check` drops the re-check only.
 //!
+//! `DELETE /destinations/{d}` (the coordinator's *lookup and deregister*)
+//! answers 200: the fence then makes the pod leave `d`.
+//!
 //! Prints `ready <address>` on stdout once registered and listening.
 
 use std::{
@@ -63,6 +66,10 @@ struct Args {
     /// Keep a call's result without re-checking ownership after its work.
     #[arg(long)]
     no_commit_check: bool,
+    /// Listen on this loopback port (0: any). A pod restarted at its old
+    /// port gets the calls routed to its predecessor from warm caches.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
 }
 
 #[derive(Clone)]
@@ -108,7 +115,7 @@ async fn work(State(pod): State<Pod>, Path(dest): Path<String>, headers: HeaderM
         let Ok(id) = DestinationId::new(dest.clone()) else {
             return (StatusCode::BAD_REQUEST, "bad destination").into_response();
         };
-        if let Err(refusal) = pod.member.check_ownership(&id, epoch) {
+        if let Err(refusal) = pod.member.check_ownership(&id, epoch).await {
             // not kept: the outer layer records the refusal
             return pod::stale_owner_response(refusal);
         }
@@ -119,6 +126,25 @@ async fn work(State(pod): State<Pod>, Path(dest): Path<String>, headers: HeaderM
         epoch,
         start_us,
         end_us,
+    }));
+    (StatusCode::OK, pod.id.clone()).into_response()
+}
+
+/// `DELETE /destinations/{d}`: the destination is torn down (nothing to
+/// do here); recorded as a call served, like any other routed call.
+async fn tear_down(
+    State(pod): State<Pod>,
+    Path(dest): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let start_us = now_us();
+    let (_, epoch) = fence_headers(&headers);
+    pod.record(&Entry::Served(Served {
+        destination: dest,
+        pod: pod.id.clone(),
+        epoch,
+        start_us,
+        end_us: now_us(),
     }));
     (StatusCode::OK, pod.id.clone()).into_response()
 }
@@ -140,10 +166,27 @@ async fn note_refusals(State(pod): State<Pod>, req: Request, next: Next) -> Resp
     resp
 }
 
+/// Binds `127.0.0.1:port`, trying for a few seconds (the process this one
+/// replaces may still be releasing it).
+async fn bind(port: u16) -> anyhow::Result<tokio::net::TcpListener> {
+    let mut attempts = 0;
+    loop {
+        match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+            Ok(listener) => return Ok(listener),
+            Err(err) if attempts < 50 => {
+                attempts += 1;
+                tracing::debug!(%err, port, "port busy, trying again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(err) => return Err(err).with_context(|| format!("binding port {port}")),
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Args = chaos::process::start("info");
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let listener = bind(args.port).await?;
     let addr = listener.local_addr()?;
     let valkey = args.valkey.connect(Duration::from_millis(500)).await?;
     let ttl = Duration::from_millis(args.ttl_ms);
@@ -172,6 +215,10 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut app = Router::new()
         .route("/destinations/{destination}/work", get(work))
+        .route(
+            "/destinations/{destination}",
+            axum::routing::delete(tear_down),
+        )
         .with_state(state.clone());
     if !args.unfenced {
         app = app.layer(middleware::from_fn_with_state(member, pod::fenced));

@@ -16,10 +16,26 @@
 //!   it) for `1.5 × ttl`: it cannot heartbeat, its record expires, its
 //!   destinations move, while coordinators with a warm cache keep sending
 //!   it calls;
-//! - a pod is SIGKILLed and restarted (under a new member id);
+//! - a pod is SIGKILLed and restarted at its old address, every other time
+//!   under the same member id after hanging (SIGSTOP) for `1.5 × ttl`:
+//!   its record expires and its destinations move meanwhile, but calls to
+//!   it hang rather than being refused, so coordinators keep its routes
+//!   cached and the new process gets them; else at once under a new id;
 //! - a pod is SIGSTOPped for `1.5 × ttl` and SIGCONTed: calls queued in its
 //!   socket run after its record expired and its destinations moved;
-//! - a coordinator is SIGKILLed and restarted.
+//! - a coordinator is SIGKILLed and restarted;
+//! - a destination is deregistered (`DELETE /destinations/{d}` through the
+//!   first coordinator: its pod tears it down and leaves it), and claimed
+//!   again by the next call, while the other coordinator may still route
+//!   it to the pod that left;
+//! - and all along, the first coordinator reaches Valkey through a
+//!   [`DelayProxy`](delay_proxy) that delays its replies (100-800 ms each)
+//!   for a TTL, then not for half a TTL, in turn: its read of a destination
+//!   and the claim it sends on that read are seconds apart, with heartbeats,
+//!   record expiries and the other coordinator's claims in between. The
+//!   second coordinator's address policy rejects the first pod slot's
+//!   port (two policies: it never forwards to that pod, and must never take
+//!   its destinations either).
 //!
 //! Every pod appends each call it served (destination, pod, epoch, start and
 //! end in wall-clock microseconds) and each stale-owner refusal to its
@@ -40,6 +56,8 @@
 //! the process).
 
 mod args;
+mod delay_proxy;
+mod faults;
 pub mod history;
 mod load;
 mod procs;

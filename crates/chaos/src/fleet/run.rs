@@ -17,6 +17,8 @@ use coordinator::{DestinationId, MemberId, Registry, RegistryConfig, strategy::R
 use storage_url::StorageUrl;
 
 use super::{
+    delay_proxy::DelayProxy,
+    faults::delay_windows,
     history::{self, HistoryReport},
     load::{self, Coordinators, LoadCounts},
     procs::Proc,
@@ -59,10 +61,18 @@ pub struct FaultCounts {
     pub cuts: u64,
     /// Pods SIGKILLed.
     pub pod_kills: u64,
+    /// Of those, pods restarted under the same member id (at the same
+    /// address); the others got a new id (at the same address too).
+    pub same_id_restarts: u64,
+    /// Windows in which the first coordinator's Valkey replies were delayed.
+    pub delay_windows: u64,
     /// Pods SIGSTOPped.
     pub pauses: u64,
     /// Coordinators SIGKILLed.
     pub coordinator_kills: u64,
+    /// Destinations deregistered (`DELETE /destinations/{d}`, answered 2xx
+    /// by their pod), then claimed again by the load's next call.
+    pub deregistrations: u64,
     /// Processes that exited on their own and were restarted.
     pub unexpected_exits: u64,
 }
@@ -96,8 +106,9 @@ impl fmt::Display for FleetReport {
         write!(
             f,
             "{} calls ({} ok, {} errors, {} transport/timeouts), {} served, {} failovers, \
-             {} refused stale calls ({} 421s seen by clients); faults: {} cuts, {} pod kills, \
-             {} pauses, {} coordinator kills; {} served by two pods at once",
+             {} refused stale calls ({} 421s seen by clients); faults: {} cuts, {} pod kills \
+             ({} restarted under the same id), {} pauses, {} coordinator kills, {} deregistrations, \
+             {} windows of delayed Valkey replies; {} served by two pods at once",
             LoadCounts::get(&l.calls),
             LoadCounts::get(&l.ok),
             LoadCounts::get(&l.errors),
@@ -108,8 +119,11 @@ impl fmt::Display for FleetReport {
             LoadCounts::get(&l.stale_passed),
             fc.cuts,
             fc.pod_kills,
+            fc.same_id_restarts,
             fc.pauses,
             fc.coordinator_kills,
+            fc.deregistrations,
+            fc.delay_windows,
             h.overlapping
         )
     }
@@ -126,28 +140,33 @@ fn fanned(dest: &str) -> bool {
 /// How long a child may take to announce itself.
 const START_LIMIT: Duration = Duration::from_secs(15);
 
-struct PodSlot {
-    index: usize,
-    generation: u32,
-    proxy: FaultProxy,
-    proc: Option<Proc>,
+pub(super) struct PodSlot {
+    pub(super) index: usize,
+    pub(super) generation: u32,
+    /// The loopback port every process of this slot listens on.
+    pub(super) port: u16,
+
+    pub(super) proxy: FaultProxy,
+    pub(super) proc: Option<Proc>,
 }
 
-struct CoordinatorSlot {
-    index: usize,
-    generation: u32,
-    proc: Option<Proc>,
+pub(super) struct CoordinatorSlot {
+    pub(super) index: usize,
+    pub(super) generation: u32,
+    pub(super) proc: Option<Proc>,
 }
 
-struct Fleet<'a> {
-    config: &'a FleetConfig,
-    prefix: String,
-    direct_url: String,
-    proxied_urls: Vec<String>,
-    pods: Vec<PodSlot>,
-    coordinators: Vec<CoordinatorSlot>,
-    addresses: Coordinators,
-    faults: FaultCounts,
+pub(super) struct Fleet<'a> {
+    pub(super) config: &'a FleetConfig,
+    pub(super) prefix: String,
+    pub(super) direct_url: String,
+    pub(super) proxied_urls: Vec<String>,
+    pub(super) pods: Vec<PodSlot>,
+    pub(super) coordinators: Vec<CoordinatorSlot>,
+    /// The first coordinator's path to Valkey.
+    pub(super) delayed: Arc<DelayProxy>,
+    pub(super) addresses: Coordinators,
+    pub(super) faults: FaultCounts,
 }
 
 /// Runs the whole thing and returns the checked report.
@@ -169,6 +188,7 @@ pub async fn run(config: FleetConfig) -> anyhow::Result<FleetReport> {
         .next()
         .with_context(|| format!("cannot resolve {endpoint}"))?;
     let run_id = history::now_us() / 1000;
+    let delayed = Arc::new(DelayProxy::start(upstream).await?);
     let mut fleet = Fleet {
         config: &config,
         prefix: format!("chaos-fleet-{run_id}"),
@@ -176,6 +196,7 @@ pub async fn run(config: FleetConfig) -> anyhow::Result<FleetReport> {
         proxied_urls: Vec::new(),
         pods: Vec::new(),
         coordinators: Vec::new(),
+        delayed: delayed.clone(),
         addresses: Arc::new(RwLock::new(vec![None; config.coordinators])),
         faults: FaultCounts::default(),
     };
@@ -186,12 +207,13 @@ pub async fn run(config: FleetConfig) -> anyhow::Result<FleetReport> {
         fleet.pods.push(PodSlot {
             index,
             generation: 0,
+            port: free_port()?,
             proxy,
             proc: None,
         });
     }
     for index in 0..config.pods {
-        fleet.start_pod(index).await?;
+        fleet.start_pod(index, false).await?;
     }
     for index in 0..config.coordinators {
         fleet.coordinators.push(CoordinatorSlot {
@@ -218,7 +240,11 @@ pub async fn run(config: FleetConfig) -> anyhow::Result<FleetReport> {
         counts.clone(),
         stop.clone(),
     );
+    let windows = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let delaying = tokio::spawn(delay_windows(delayed, config.ttl, windows.clone()));
     let outcome = fleet.faults_loop().await;
+    delaying.abort();
+    fleet.faults.delay_windows = windows.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
     for worker in workers {
         let _ = tokio::time::timeout(Duration::from_secs(5), worker).await;
@@ -249,16 +275,15 @@ pub async fn run(config: FleetConfig) -> anyhow::Result<FleetReport> {
     })
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Fault {
-    Cut,
-    KillPod,
-    Pause,
-    KillCoordinator,
+/// A free loopback port (bound, then released).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
+        .local_addr()?
+        .port())
 }
 
 impl Fleet<'_> {
-    fn note(&self, what: &str) {
+    pub(super) fn note(&self, what: &str) {
         let line = format!("{} {what}", history::now_us());
         println!("[fleet] {line}");
         let path = self.config.work_dir.join("faults.log");
@@ -272,10 +297,15 @@ impl Fleet<'_> {
         }
     }
 
-    async fn start_pod(&mut self, index: usize) -> anyhow::Result<()> {
+    /// Starts the pod of slot `index` at the slot's port: under the slot's
+    /// last member id with `same_id`, else under a new one.
+    pub(super) async fn start_pod(&mut self, index: usize, same_id: bool) -> anyhow::Result<()> {
         let slot = &mut self.pods[index];
-        slot.generation += 1;
+        if !same_id || slot.generation == 0 {
+            slot.generation += 1;
+        }
         let name = format!("p{}.{}", slot.index, slot.generation);
+        let port = slot.port;
         let dir = &self.config.work_dir;
         let mut args: Vec<OsString> = vec![
             "--valkey".into(),
@@ -288,6 +318,8 @@ impl Fleet<'_> {
             dir.join(format!("history-{name}.log")).into(),
             "--ttl-ms".into(),
             self.config.ttl.as_millis().to_string().into(),
+            "--port".into(),
+            port.to_string().into(),
         ];
         if self.config.unfenced {
             args.push("--unfenced".into());
@@ -303,16 +335,28 @@ impl Fleet<'_> {
         Ok(())
     }
 
-    async fn start_coordinator(&mut self, index: usize) -> anyhow::Result<()> {
+    pub(super) async fn start_coordinator(&mut self, index: usize) -> anyhow::Result<()> {
         let slot = &mut self.coordinators[index];
         slot.generation += 1;
         let name = format!("c{}.{}", slot.index, slot.generation);
-        let args: Vec<OsString> = vec![
+        // the first coordinator reaches Valkey through the delay proxy; the
+        // second forwards to every pod but the first slot's (another
+        // address policy)
+        let valkey = match index {
+            0 => self.proxied(self.delayed.local_addr())?,
+            _ => self.direct_url.clone(),
+        };
+        let mut args: Vec<OsString> = vec![
             "--valkey".into(),
-            self.direct_url.clone().into(),
+            valkey.into(),
             "--prefix".into(),
             self.prefix.clone().into(),
         ];
+        if index == 1 {
+            for pod in self.pods.iter().skip(1) {
+                args.extend(["--allow-port".into(), pod.port.to_string().into()]);
+            }
+        }
         let log = self.config.work_dir.join(format!("{name}.log"));
         let proc = Proc::start(
             &self.config.coordinator_exe,
@@ -332,7 +376,13 @@ impl Fleet<'_> {
         Ok(())
     }
 
-    fn set_address(&self, index: usize, addr: Option<String>) {
+    /// The Valkey URL through a proxy at `addr`.
+    fn proxied(&self, addr: SocketAddr) -> anyhow::Result<String> {
+        let url: StorageUrl = self.direct_url.parse()?;
+        Ok(url.with_endpoint(&addr.to_string())?.as_str().to_owned())
+    }
+
+    pub(super) fn set_address(&self, index: usize, addr: Option<String>) {
         let mut addresses = self
             .addresses
             .write()
@@ -375,7 +425,7 @@ impl Fleet<'_> {
                     self.faults.unexpected_exits += 1;
                     self.note(&format!("pod {} exited; restarting", proc.name));
                 }
-                self.start_pod(index).await?;
+                self.start_pod(index, false).await?;
             }
         }
         for index in 0..self.coordinators.len() {
@@ -392,76 +442,11 @@ impl Fleet<'_> {
     }
 
     /// Sleeps `time`, restarting exited processes meanwhile.
-    async fn pass(&mut self, time: Duration) -> anyhow::Result<()> {
+    pub(super) async fn pass(&mut self, time: Duration) -> anyhow::Result<()> {
         let until = tokio::time::Instant::now() + time;
         while tokio::time::Instant::now() < until {
             self.reap().await?;
             tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(())
-    }
-
-    async fn faults_loop(&mut self) -> anyhow::Result<()> {
-        let ttl = self.config.ttl;
-        let hold = ttl * 3 / 2;
-        let end = tokio::time::Instant::now() + self.config.duration;
-        let plan = [
-            Fault::Cut,
-            Fault::KillPod,
-            Fault::Pause,
-            Fault::KillCoordinator,
-        ];
-        // let first touch bind the destinations
-        self.pass(ttl).await?;
-        let mut round = 0usize;
-        while tokio::time::Instant::now() < end {
-            let fault = plan[round % plan.len()];
-            let pod = (round / plan.len() + round) % self.pods.len();
-            round += 1;
-            match fault {
-                Fault::Cut => {
-                    let slot = &self.pods[pod];
-                    let name = slot.proc.as_ref().map_or("-".into(), |p| p.name.clone());
-                    slot.proxy.cut();
-                    self.faults.cuts += 1;
-                    self.note(&format!("cut pod {name} from Valkey"));
-                    self.pass(hold).await?;
-                    self.pods[pod].proxy.restore();
-                    self.note(&format!("restored pod {name}'s path to Valkey"));
-                }
-                Fault::KillPod => {
-                    if let Some(mut proc) = self.pods[pod].proc.take() {
-                        proc.kill().await;
-                        self.faults.pod_kills += 1;
-                        self.note(&format!("SIGKILLed pod {}", proc.name));
-                    }
-                    self.start_pod(pod).await?;
-                }
-                Fault::Pause => {
-                    if let Some(proc) = self.pods[pod].proc.as_ref() {
-                        let name = proc.name.clone();
-                        proc.signal("STOP").await?;
-                        self.faults.pauses += 1;
-                        self.note(&format!("SIGSTOPped pod {name}"));
-                        self.pass(hold).await?;
-                        if let Some(proc) = self.pods[pod].proc.as_ref() {
-                            proc.signal("CONT").await?;
-                        }
-                        self.note(&format!("SIGCONTed pod {name}"));
-                    }
-                }
-                Fault::KillCoordinator => {
-                    let index = round % self.coordinators.len();
-                    self.set_address(index, None);
-                    if let Some(mut proc) = self.coordinators[index].proc.take() {
-                        proc.kill().await;
-                        self.faults.coordinator_kills += 1;
-                        self.note(&format!("SIGKILLed coordinator {}", proc.name));
-                    }
-                    self.start_coordinator(index).await?;
-                }
-            }
-            self.pass(ttl).await?;
         }
         Ok(())
     }

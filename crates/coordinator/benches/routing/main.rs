@@ -1,9 +1,10 @@
-//! Loopback benchmark: the same pod straight, through nginx, through a
-//! `pingora-proxy` routing hop and through the coordinator, in one run,
-//! under the same load. Prints requests/s, the ratio to direct, p50/p99
-//! latency, the proxy's CPU time per 1000 requests (nginx's, pingora's or
-//! the coordinator's), Valkey round trips per request, and the ratios to
-//! nginx and to pingora.
+//! Loopback benchmark: the same pod straight, through nginx and through the
+//! coordinator, in one run, under the same load. Prints requests/s, the
+//! ratio to direct, p50/p99 latency, the proxy's CPU time per 1000 requests
+//! (nginx's or the coordinator's), Valkey round trips per request, and the
+//! ratios to nginx. (A `pingora-proxy` row was measured for issue 27 and the
+//! experiment removed once decided: its figures and the decision are in
+//! `docs/coordinator-http.md`.)
 //!
 //! ```text
 //! VALKEY_URL=redis://127.0.0.1:6379 cargo bench -p coordinator --bench routing
@@ -12,10 +13,7 @@
 //! nginx runs `proxy_pass` with upstream keep-alive, one worker and
 //! `master_process off` (its CPU time is one process's); without nginx
 //! (`apt-get install nginx-light`, or `NGINX_BIN=/path/to/nginx`) its row is
-//! skipped with a message. The pingora row runs `pingora-hop`, a separate
-//! cargo project beside this bench (see `pingora.rs` for how to build it and
-//! `PINGORA_HOP`); without the binary its row is skipped with a message. The
-//! coordinator runs on one worker thread and on the default runtime (one
+//! skipped with a message. The coordinator runs on one worker thread and on the default runtime (one
 //! worker per CPU).
 //!
 //! `BENCH_SECS` (default 5), `BENCH_CONCURRENCY` (default 32) and
@@ -59,7 +57,6 @@ type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Emp
 
 mod nginx;
 mod per_core;
-mod pingora;
 mod proxy_process;
 
 /// Thread name of the coordinator's one-worker runtime.
@@ -270,8 +267,8 @@ impl Row {
     }
 }
 
-/// Prints the ratios of `row` to the reference row `base` (nginx's or
-/// pingora's), named `base_name`.
+/// Prints the ratios of `row` to the reference row `base` (nginx's), named
+/// `base_name`.
 fn print_ratios(row: &Row, base: &Row, base_name: &str) {
     let cpu = match (row.cpu_per_1000(), base.cpu_per_1000()) {
         (Some(c), Some(n)) if n > 0.0 => format!("{:.2}", c / n),
@@ -397,7 +394,7 @@ fn main() {
     let path = "/destinations/bench/echo";
     println!(
         "loopback, {concurrency} concurrent clients, {secs} s per case, {cpus} CPU(s); \
-         proxy CPU is nginx's, pingora's or the coordinator's"
+         proxy CPU is nginx's or the coordinator's"
     );
 
     let direct_url = format!("{pod_url}{path}");
@@ -442,12 +439,6 @@ fn main() {
     let nginx = nginx::start(pod_addr);
     let nginx_row = process_row("nginx, 1 worker", nginx.as_ref().map(|n| (n.addr, n.pid())));
     drop(nginx);
-    let hop = pingora::start("bench", pod_addr, 1);
-    let pingora_row = process_row(
-        "pingora-proxy 0.9.1, 1 thread",
-        hop.as_ref().map(|h| (h.addr, h.pid())),
-    );
-    drop(hop);
 
     let one_rt = runtime(COORD_ONE, 1);
     let default_rt = runtime(COORD_DEFAULT, default_threads);
@@ -529,14 +520,8 @@ fn main() {
     }
     if let Some(nginx) = &nginx_row {
         println!("ratios to nginx (1 worker):");
-        for row in pingora_row.iter().chain(&rows) {
-            print_ratios(row, nginx, "nginx");
-        }
-    }
-    if let Some(pingora) = &pingora_row {
-        println!("ratios to pingora (1 thread):");
         for row in &rows {
-            print_ratios(row, pingora, "pingora");
+            print_ratios(row, nginx, "nginx");
         }
     }
 

@@ -1,5 +1,5 @@
 //! What the bench does the same way for every proxy process it starts
-//! (nginx, pingora-hop): a loopback port for it, and waiting until it
+//! (nginx): a loopback port for it, and waiting until it
 //! listens.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};

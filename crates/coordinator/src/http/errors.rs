@@ -35,6 +35,12 @@ pub enum ApiError {
     /// 409 `request_id_in_use`: the caller's `x-request-id` names a call
     /// already in flight through this coordinator.
     RequestIdInUse,
+    /// 409 `bound_elsewhere`: *pick and register* (or *register from
+    /// response*) forwarded to a pod that answered 2xx, but another live
+    /// pod holds the destination (a racing bind or first touch, a live
+    /// owner outside this coordinator's address policy, a name the pod
+    /// reused): the pod picked was not bound.
+    BoundElsewhere,
     /// 413 `payload_too_large`: the request body is larger than
     /// `CoordinatorConfigBuilder::max_request_body`.
     PayloadTooLarge,
@@ -67,7 +73,7 @@ impl ApiError {
             | ApiError::LockOwnerUnreachable
             | ApiError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::RequestIdInUse => StatusCode::CONFLICT,
+            ApiError::RequestIdInUse | ApiError::BoundElsewhere => StatusCode::CONFLICT,
             ApiError::UpstreamUnavailable | ApiError::MissingDestinationId => {
                 StatusCode::BAD_GATEWAY
             }
@@ -88,6 +94,7 @@ impl ApiError {
             ApiError::UnknownRequest => "unknown_request",
             ApiError::NoRoute => "no_route",
             ApiError::RequestIdInUse => "request_id_in_use",
+            ApiError::BoundElsewhere => "bound_elsewhere",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::StoreUnavailable => "store_unavailable",
             ApiError::UpstreamUnavailable => "upstream_unavailable",
@@ -109,6 +116,9 @@ impl ApiError {
             ApiError::UnknownRequest => "no such request in flight",
             ApiError::NoRoute => "no such route",
             ApiError::RequestIdInUse => "a call with this request id is in flight",
+            ApiError::BoundElsewhere => {
+                "another live pod holds the destination; the pod picked was not bound"
+            }
             ApiError::PayloadTooLarge => "request body too large",
             ApiError::StoreUnavailable => "coordination store unavailable",
             ApiError::UpstreamUnavailable => "upstream unavailable",

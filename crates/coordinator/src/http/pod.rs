@@ -115,13 +115,19 @@ pub async fn cancellable(
 /// [`EPOCH_HEADER`] and
 /// [`ROUTED_DESTINATION_HEADER`]).
 ///
-/// - accepted: the handler runs;
-/// - refused (this pod's registration is not live by its own clock, or the
-///   epoch is older than one seen): 421 Misdirected Request, header
-///   `x-coordinator-refused: stale_owner`, JSON
-///   `{"error":"stale_owner","reason":"lease_expired"|"stale_epoch"}`; the
-///   handler does not run. The coordinator re-resolves and forwards once
-///   more;
+/// - accepted: the handler runs. A routed `DELETE /destinations/{d}` (the
+///   coordinator's *lookup and deregister*) that the handler answers 2xx
+///   makes this pod leave `d` before the answer goes out
+///   ([`Member::remove_from_destination`]): it raises its own fence, so the
+///   routes cached before the deletion are refused whoever claims `d`
+///   next;
+/// - refused (this pod's registration is not live by its own clock, the
+///   epoch is older than one seen or than the destination's epoch read on
+///   first sight, this pod is not in the set or is leaving it): 421
+///   Misdirected Request, header `x-coordinator-refused: stale_owner`, JSON
+///   `{"error":"stale_owner","reason":...}` ([`OwnershipRefusal::reason`]);
+///   the handler does not run. The coordinator re-resolves and forwards
+///   once more;
 /// - a malformed epoch or destination header, or one without the other:
 ///   400, the handler does not run;
 /// - no fence headers at all (a call not routed by a coordinator: a health
@@ -148,13 +154,42 @@ pub async fn fenced(State(member): State<Member>, req: Request, next: Next) -> R
         )
             .into_response();
     };
-    match member.check_ownership(&dest, epoch) {
+    let deregistration =
+        req.method() == http::Method::DELETE && names_destination(req.uri().path(), &dest);
+    match member.check_ownership(&dest, epoch).await {
+        Ok(()) if deregistration => {
+            let resp = next.run(req).await;
+            if resp.status().is_success() {
+                match member.remove_from_destination(&dest).await {
+                    Ok(left) => {
+                        tracing::info!(destination = %dest, epoch = left, "deregistered: left the destination");
+                    }
+                    Err(err) => {
+                        tracing::warn!(destination = %dest, %err, "deregistered, but leaving the destination failed: it stays refused, the leave is retried");
+                    }
+                }
+            }
+            resp
+        }
         Ok(()) => next.run(req).await,
         Err(refusal) => {
             tracing::info!(destination = %dest, epoch, %refusal, "refused a routed call: stale owner");
             stale_owner_response(refusal)
         }
     }
+}
+
+/// Whether `path` is `/destinations/{dest}` (percent-decoded), the route of
+/// the coordinator's *lookup and deregister*.
+fn names_destination(path: &str, dest: &DestinationId) -> bool {
+    path.strip_prefix("/destinations/")
+        .filter(|rest| !rest.contains('/'))
+        .and_then(|rest| {
+            percent_encoding::percent_decode_str(rest)
+                .decode_utf8()
+                .ok()
+        })
+        .is_some_and(|rest| rest == dest.as_str())
 }
 
 /// The answer to a call refused by the ownership fence.
@@ -168,4 +203,18 @@ pub fn stale_owner_response(refusal: OwnershipRefusal) -> Response {
         http::HeaderValue::from_static(STALE_OWNER),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_destination_route_itself_is_a_deregistration() {
+        let d = DestinationId::new("tenant x").unwrap();
+        assert!(names_destination("/destinations/tenant%20x", &d));
+        assert!(!names_destination("/destinations/tenant%20x/kv/k", &d));
+        assert!(!names_destination("/destinations/tenant", &d));
+        assert!(!names_destination("/locks/tenant%20x", &d));
+    }
 }

@@ -62,6 +62,9 @@ struct Inner {
     cancels: CancelRegistry,
     scripts: Scripts,
     fence: ownership::Fence,
+    /// Counts successful heartbeats, for work renewed with them
+    /// ([`Member::heartbeats`]).
+    beats: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Member {
@@ -108,6 +111,7 @@ impl Member {
                 fanned: Mutex::default(),
                 cancels: CancelRegistry::new(),
                 scripts: Scripts::new(),
+                beats: tokio::sync::watch::Sender::new(0),
             }),
         })
     }
@@ -158,6 +162,8 @@ impl Member {
     /// ([`Member::lease_deadline`]); after a lapse (the lease had run out),
     /// only once the epochs of the destinations the pod remembers were
     /// re-read, those it still belongs to bumped (a second round trip).
+    /// A leave that failed ([`Member::remove_from_destination`]) is tried
+    /// again afterwards.
     pub async fn heartbeat(&self) -> Result<()> {
         let started = std::time::Instant::now();
         let i = &self.inner;
@@ -202,7 +208,29 @@ impl Member {
             tracing::info!(member = %i.config.id, destinations = known.len(), "lease back after a lapse: epochs re-read");
         }
         i.fence.renewed(started);
+        i.beats.send_modify(|n| *n = n.wrapping_add(1));
+        for dest in i.fence.leaving() {
+            // a leave that failed: the destination stays refused until it
+            // is in Valkey
+            match self.leave(&dest).await {
+                Ok(epoch) => {
+                    tracing::info!(member = %i.config.id, destination = %dest, epoch, "left the destination (retried)");
+                }
+                Err(err) => {
+                    tracing::warn!(member = %i.config.id, destination = %dest, %err, "leaving the destination failed again");
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// A receiver that changes after every successful [`Member::heartbeat`]
+    /// (its value counts them). Records that live as long as the member
+    /// (the cluster events' subscription entries, `coordinator-events`)
+    /// are renewed when it changes: they get the member's TTL and lapse
+    /// with it, and a slow renewal never delays the heartbeat.
+    pub fn heartbeats(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.beats.subscribe()
     }
 
     /// Removes the member record, the id from `P:members` and every held
@@ -231,25 +259,44 @@ impl Member {
     }
 
     /// Adds this pod to the pod set of `dest`. The destination's epoch
-    /// grows if the set changed; the answer is the epoch after the call.
+    /// grows if the set changed; the answer is the epoch after the call,
+    /// which becomes the oldest this pod admits for `dest` (and a leave of
+    /// `dest` not confirmed yet is dropped).
     pub async fn add_to_destination(&self, dest: &DestinationId) -> Result<u64> {
         let i = &self.inner;
+        let _gate = i.write_gate.lock().await;
         let (epoch, _) = i
             .scripts
             .change_set(&i.client, &i.keys, dest, Some(&i.config.id), &[])
             .await?;
+        i.fence.settled(dest, epoch);
         Ok(epoch)
     }
 
-    /// Removes this pod from the pod set of `dest`. The destination's epoch
-    /// grows if the set changed; the answer is the epoch after the call.
+    /// Removes this pod from the pod set of `dest`, raising its own fence:
+    /// from the start of the call, routed calls for `dest` are refused
+    /// ([`OwnershipRefusal::Left`]), and once the removal is in Valkey only
+    /// epochs from after it are admitted (routes cached before it never
+    /// are, whoever claims `dest` next). The destination's epoch grows if
+    /// the set changed; the answer is the epoch after the call. On an error
+    /// `dest` stays refused and every heartbeat tries the removal again.
     pub async fn remove_from_destination(&self, dest: &DestinationId) -> Result<u64> {
+        let i = &self.inner;
+        let _gate = i.write_gate.lock().await;
+        i.fence.leave_started(dest);
+        self.leave(dest).await
+    }
+
+    /// Runs this pod's removal from `dest` and settles the fence on the
+    /// epoch after it. The caller holds the write gate.
+    async fn leave(&self, dest: &DestinationId) -> Result<u64> {
         let i = &self.inner;
         let gone = [i.config.id.as_str().to_owned()];
         let (epoch, _) = i
             .scripts
             .change_set(&i.client, &i.keys, dest, None, &gone)
             .await?;
+        i.fence.settled(dest, epoch);
         Ok(epoch)
     }
 

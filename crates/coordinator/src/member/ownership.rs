@@ -14,6 +14,22 @@
 //!   destination (a bounded map, [`MemberConfig::fence_capacity`](super::MemberConfig::fence_capacity)
 //!   destinations, least recently seen forgotten first).
 //!
+//! A destination the pod has **no memory of** (a process just started,
+//! under a new id or the same one; a destination forgotten from the bounded
+//! map) is admitted only after one read of Valkey (its first sight):
+//! the call's epoch must be at least the destination's epoch *now*, and the
+//! pod must be in its set. A route cached before a restart, before the
+//! destination moved away while the pod was gone, is thus refused: a
+//! restart under the same id is as safe as one under a new id.
+//!
+//! A pod **leaving** a destination ([`Member::remove_from_destination`], or
+//! a routed `DELETE /destinations/{d}` it answered 2xx,
+//! [`crate::http::pod::fenced`]) refuses its routed calls from the moment it
+//! starts leaving, and then admits only epochs from after its leave: the
+//! destination can be claimed by another pod only once the leave is in
+//! Valkey, and by then this pod refuses the routes cached before it. A leave
+//! that failed keeps the destination refused; each heartbeat tries it again.
+//!
 //! Coming back from a lapse (the lease ran out, then a heartbeat succeeds
 //! again), the pod re-reads the epoch of every destination it remembers
 //! before it renews the lease, bumping those whose set still holds it: a
@@ -21,6 +37,7 @@
 //! refused, so a coordinator with a warm cache cannot reach it after another
 //! pod took over.
 
+use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -43,7 +60,8 @@ pub enum OwnershipRefusal {
     #[error("this pod's registration is not live by its own clock")]
     LeaseExpired,
     /// The call was routed with an older assignment epoch than one this pod
-    /// has already seen for the destination.
+    /// has already seen for the destination (or than the destination's
+    /// epoch in Valkey, read on first sight).
     #[error("epoch {got} is older than epoch {newest} already seen")]
     StaleEpoch {
         /// The call's epoch.
@@ -51,24 +69,62 @@ pub enum OwnershipRefusal {
         /// The newest epoch seen for the destination.
         newest: u64,
     },
+    /// First sight of the destination: this pod is not in its pod set at
+    /// the destination's current epoch.
+    #[error("this pod is not in the destination's pod set (epoch {epoch})")]
+    NotAMember {
+        /// The destination's epoch read from Valkey.
+        epoch: u64,
+    },
+    /// This pod is leaving the destination (its leave is not confirmed by
+    /// Valkey yet).
+    #[error("this pod is leaving the destination")]
+    Left,
+    /// First sight of the destination, and its epoch could not be read
+    /// from Valkey.
+    #[error("the destination's epoch could not be read")]
+    Unverified,
 }
 
 impl OwnershipRefusal {
-    /// A short stable label: `lease_expired` or `stale_epoch`.
+    /// A short stable label: `lease_expired`, `stale_epoch`, `not_a_member`,
+    /// `left` or `unverified`.
     pub fn reason(&self) -> &'static str {
         match self {
             OwnershipRefusal::LeaseExpired => "lease_expired",
             OwnershipRefusal::StaleEpoch { .. } => "stale_epoch",
+            OwnershipRefusal::NotAMember { .. } => "not_a_member",
+            OwnershipRefusal::Left => "left",
+            OwnershipRefusal::Unverified => "unverified",
         }
     }
 }
 
-/// The fence's state: the lease and the newest epochs seen.
+/// What [`Fence::check_known`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Known {
+    /// Admitted by the pod's memory.
+    Admitted,
+    /// The pod has no memory of the destination: read Valkey first.
+    Unknown,
+}
+
+/// The destinations the fence remembers.
+struct Seen {
+    /// The newest epoch seen per destination (bounded).
+    epochs: LruCache<DestinationId, u64>,
+    /// Destinations this pod is leaving, refused until the leave is in
+    /// Valkey (never evicted: forgetting one would admit it on first sight
+    /// before the leave lands).
+    leaving: HashSet<DestinationId>,
+}
+
+/// The fence's state: the lease and what the pod knows of its destinations.
 pub(super) struct Fence {
     /// The start of the latest successful heartbeat; `None` before the
     /// first and after deregistration.
     lease_start: Mutex<Option<Instant>>,
-    epochs: Mutex<LruCache<DestinationId, u64>>,
+    seen: Mutex<Seen>,
     lease: Duration,
 }
 
@@ -76,7 +132,10 @@ impl Fence {
     pub(super) fn new(ttl: Duration, capacity: NonZeroUsize) -> Self {
         Self {
             lease_start: Mutex::new(None),
-            epochs: Mutex::new(LruCache::new(capacity)),
+            seen: Mutex::new(Seen {
+                epochs: LruCache::new(capacity),
+                leaving: HashSet::new(),
+            }),
             lease: ttl.mul_f64(LEASE_FRACTION),
         }
     }
@@ -98,52 +157,119 @@ impl Fence {
     /// Whether the pod's lease ran out (or was revoked) while it remembers
     /// epochs: its destinations may have been reassigned meanwhile.
     pub(super) fn lapsed(&self, now: Instant) -> bool {
-        self.deadline().is_none_or(|d| now >= d) && !lock(&self.epochs).is_empty()
+        !self.live(now) && !lock(&self.seen).epochs.is_empty()
     }
 
     /// The destinations whose epochs the pod remembers.
     pub(super) fn known(&self) -> Vec<DestinationId> {
-        lock(&self.epochs).iter().map(|(d, _)| d.clone()).collect()
+        lock(&self.seen)
+            .epochs
+            .iter()
+            .map(|(d, _)| d.clone())
+            .collect()
+    }
+
+    /// The destinations whose leave is not confirmed yet.
+    pub(super) fn leaving(&self) -> Vec<DestinationId> {
+        lock(&self.seen).leaving.iter().cloned().collect()
     }
 
     /// `epoch` becomes the newest seen for `dest` unless a newer one was.
     pub(super) fn raise(&self, dest: &DestinationId, epoch: u64) {
-        let mut epochs = lock(&self.epochs);
-        match epochs.get_mut(dest) {
-            Some(newest) => *newest = (*newest).max(epoch),
-            None => {
-                epochs.put(dest.clone(), epoch);
-            }
-        }
+        raise(&mut lock(&self.seen).epochs, dest, epoch);
+    }
+
+    /// The pod starts leaving `dest`: every routed call for it is refused
+    /// until [`Fence::settled`].
+    pub(super) fn leave_started(&self, dest: &DestinationId) {
+        lock(&self.seen).leaving.insert(dest.clone());
+    }
+
+    /// The pod's own change of the set of `dest` (a leave or a join) is in
+    /// Valkey at `epoch`: older epochs are refused from now on.
+    pub(super) fn settled(&self, dest: &DestinationId, epoch: u64) {
+        let mut seen = lock(&self.seen);
+        seen.leaving.remove(dest);
+        raise(&mut seen.epochs, dest, epoch);
     }
 
     fn deadline(&self) -> Option<Instant> {
         lock(&self.lease_start).map(|s| s + self.lease)
     }
 
-    fn check(
+    fn live(&self, now: Instant) -> bool {
+        self.deadline().is_some_and(|d| now < d)
+    }
+
+    /// The check by the pod's memory alone: the lease, a leave in
+    /// progress, the newest epoch seen (which `epoch` becomes when
+    /// admitted). [`Known::Unknown`] when the pod remembers nothing of
+    /// `dest`.
+    pub(super) fn check_known(
         &self,
         dest: &DestinationId,
         epoch: u64,
         now: Instant,
-    ) -> Result<(), OwnershipRefusal> {
-        if self.deadline().is_none_or(|d| now >= d) {
+    ) -> Result<Known, OwnershipRefusal> {
+        if !self.live(now) {
             return Err(OwnershipRefusal::LeaseExpired);
         }
-        let mut epochs = lock(&self.epochs);
-        match epochs.get_mut(dest) {
+        let mut seen = lock(&self.seen);
+        if seen.leaving.contains(dest) {
+            return Err(OwnershipRefusal::Left);
+        }
+        match seen.epochs.get_mut(dest) {
             Some(newest) if *newest > epoch => Err(OwnershipRefusal::StaleEpoch {
                 got: epoch,
                 newest: *newest,
             }),
             Some(newest) => {
                 *newest = epoch;
-                Ok(())
+                Ok(Known::Admitted)
             }
-            None => {
-                epochs.put(dest.clone(), epoch);
-                Ok(())
-            }
+            None => Ok(Known::Unknown),
+        }
+    }
+
+    /// The check on first sight of `dest`, after reading from Valkey that
+    /// its epoch is `current` and whether this pod is in its set: admitted
+    /// when `epoch >= current` and the pod is a member (and the lease and
+    /// what the pod learned meanwhile still allow it). `current` becomes
+    /// the newest epoch seen either way.
+    pub(super) fn first_sight(
+        &self,
+        dest: &DestinationId,
+        epoch: u64,
+        current: u64,
+        member: bool,
+        now: Instant,
+    ) -> Result<(), OwnershipRefusal> {
+        if !self.live(now) {
+            return Err(OwnershipRefusal::LeaseExpired);
+        }
+        let mut seen = lock(&self.seen);
+        if seen.leaving.contains(dest) {
+            return Err(OwnershipRefusal::Left);
+        }
+        raise(&mut seen.epochs, dest, current);
+        let newest = seen.epochs.get(dest).copied().unwrap_or(current);
+        if epoch < newest {
+            return Err(OwnershipRefusal::StaleEpoch { got: epoch, newest });
+        }
+        if !member {
+            return Err(OwnershipRefusal::NotAMember { epoch: current });
+        }
+        raise(&mut seen.epochs, dest, epoch);
+        Ok(())
+    }
+}
+
+/// `epoch` becomes the newest in `epochs` for `dest` unless a newer one is.
+fn raise(epochs: &mut LruCache<DestinationId, u64>, dest: &DestinationId, epoch: u64) {
+    match epochs.get_mut(dest) {
+        Some(newest) => *newest = (*newest).max(epoch),
+        None => {
+            epochs.put(dest.clone(), epoch);
         }
     }
 }
@@ -151,22 +277,39 @@ impl Fence {
 impl Member {
     /// Whether a call routed to this pod for `dest` at `epoch` may run here:
     /// this pod's registration is live by its own clock (a heartbeat that
-    /// succeeded started less than `0.8 × ttl` ago) and `epoch` is not older
-    /// than the newest seen for `dest` (which it then becomes). Use
-    /// [`crate::http::pod::fenced`] to apply it to every routed call of an
-    /// axum app.
-    pub fn check_ownership(
+    /// succeeded started less than `0.8 × ttl` ago), it is not leaving
+    /// `dest`, and `epoch` is not older than the newest seen for `dest`
+    /// (which it then becomes). A destination this pod has no memory of
+    /// costs one Valkey read: `epoch` must be at least the destination's
+    /// epoch now, and this pod in its set. Use [`crate::http::pod::fenced`]
+    /// to apply it to every routed call of an axum app; a pod that checks
+    /// here instead must also leave a destination it tears down
+    /// ([`Member::remove_from_destination`]) before it answers the `DELETE`.
+    pub async fn check_ownership(
         &self,
         dest: &DestinationId,
         epoch: u64,
     ) -> Result<(), OwnershipRefusal> {
-        self.inner.fence.check(dest, epoch, Instant::now())
+        let fence = &self.inner.fence;
+        if fence.check_known(dest, epoch, Instant::now())? == Known::Admitted {
+            return Ok(());
+        }
+        let i = &self.inner;
+        let (current, member) = i
+            .scripts
+            .seen(&i.client, &i.keys, dest, &i.config.id)
+            .await
+            .map_err(|err| {
+                tracing::warn!(destination = %dest, %err, "cannot read the epoch of a destination seen for the first time");
+                OwnershipRefusal::Unverified
+            })?;
+        fence.first_sight(dest, epoch, current, member, Instant::now())
     }
 
     /// Whether this pod accepts routed calls now: a heartbeat that succeeded
     /// started less than `0.8 × ttl` ago by this pod's clock.
     pub fn registration_live(&self) -> bool {
-        self.lease_deadline().is_some_and(|d| Instant::now() < d)
+        self.inner.fence.live(Instant::now())
     }
 
     /// When this pod stops accepting routed calls unless a heartbeat
@@ -195,26 +338,48 @@ mod tests {
         DestinationId::new(s).unwrap()
     }
 
+    /// The whole check, against a Valkey where every destination is at
+    /// epoch 0 with this pod in its set.
+    fn check(
+        f: &Fence,
+        dest: &DestinationId,
+        epoch: u64,
+        now: Instant,
+    ) -> Result<(), OwnershipRefusal> {
+        match f.check_known(dest, epoch, now)? {
+            Known::Admitted => Ok(()),
+            Known::Unknown => f.first_sight(dest, epoch, 0, true, now),
+        }
+    }
+
     #[test]
     fn the_lease_ends_at_four_fifths_of_the_ttl_after_the_heartbeat_start() {
         let f = fence();
         let t0 = Instant::now();
-        assert_eq!(f.check(&d("a"), 1, t0), Err(OwnershipRefusal::LeaseExpired));
-        f.renewed(t0);
-        assert!(
-            f.check(&d("a"), 1, t0 + Duration::from_millis(7_999))
-                .is_ok()
-        );
         assert_eq!(
-            f.check(&d("a"), 1, t0 + Duration::from_secs(8)),
+            check(&f, &d("a"), 1, t0),
+            Err(OwnershipRefusal::LeaseExpired)
+        );
+        f.renewed(t0);
+        assert!(check(&f, &d("a"), 1, t0 + Duration::from_millis(7_999)).is_ok());
+        assert_eq!(
+            check(&f, &d("a"), 1, t0 + Duration::from_secs(8)),
             Err(OwnershipRefusal::LeaseExpired)
         );
         // an older heartbeat finishing late does not move the lease back
         f.renewed(t0 + Duration::from_secs(5));
         f.renewed(t0);
-        assert!(f.check(&d("a"), 1, t0 + Duration::from_secs(12)).is_ok());
+        assert!(check(&f, &d("a"), 1, t0 + Duration::from_secs(12)).is_ok());
         f.revoked();
-        assert_eq!(f.check(&d("a"), 1, t0), Err(OwnershipRefusal::LeaseExpired));
+        assert_eq!(
+            check(&f, &d("a"), 1, t0),
+            Err(OwnershipRefusal::LeaseExpired)
+        );
+        assert_eq!(
+            f.first_sight(&d("b"), 1, 0, true, t0),
+            Err(OwnershipRefusal::LeaseExpired),
+            "the lease is checked again after the read"
+        );
     }
 
     #[test]
@@ -222,20 +387,83 @@ mod tests {
         let f = fence();
         let t0 = Instant::now();
         f.renewed(t0);
-        assert!(f.check(&d("a"), 3, t0).is_ok());
-        assert!(f.check(&d("a"), 3, t0).is_ok(), "the same epoch is fine");
+        assert!(check(&f, &d("a"), 3, t0).is_ok());
+        assert!(check(&f, &d("a"), 3, t0).is_ok(), "the same epoch is fine");
         assert_eq!(
-            f.check(&d("a"), 2, t0),
+            check(&f, &d("a"), 2, t0),
             Err(OwnershipRefusal::StaleEpoch { got: 2, newest: 3 })
         );
-        assert!(f.check(&d("a"), 5, t0).is_ok());
-        assert!(f.check(&d("b"), 1, t0).is_ok());
-        assert!(f.check(&d("c"), 1, t0).is_ok());
-        assert_eq!(lock(&f.epochs).len(), 2, "bounded");
+        assert!(check(&f, &d("a"), 5, t0).is_ok());
+        assert!(check(&f, &d("b"), 1, t0).is_ok());
+        assert!(check(&f, &d("c"), 1, t0).is_ok());
+        assert_eq!(lock(&f.seen).epochs.len(), 2, "bounded");
+        assert_eq!(
+            f.check_known(&d("a"), 5, t0),
+            Ok(Known::Unknown),
+            "forgotten: read again on its next sight"
+        );
         f.raise(&d("c"), 0);
-        assert!(f.check(&d("c"), 0, t0).is_err(), "raise never lowers");
+        assert!(check(&f, &d("c"), 0, t0).is_err(), "raise never lowers");
         f.raise(&d("c"), 9);
-        assert!(f.check(&d("c"), 8, t0).is_err());
+        assert!(check(&f, &d("c"), 8, t0).is_err());
+    }
+
+    #[test]
+    fn first_sight_admits_only_the_current_epoch_and_a_member() {
+        // a pod that just started (under any id) remembers nothing
+        let f = fence();
+        let t0 = Instant::now();
+        f.renewed(t0);
+        assert_eq!(f.check_known(&d("a"), 1, t0), Ok(Known::Unknown));
+        // Valkey holds epoch 2: a route read at 1 is from before a change
+        assert_eq!(
+            f.first_sight(&d("a"), 1, 2, true, t0),
+            Err(OwnershipRefusal::StaleEpoch { got: 1, newest: 2 })
+        );
+        // what was read is remembered: no second read for the same route
+        assert_eq!(
+            f.check_known(&d("a"), 1, t0),
+            Err(OwnershipRefusal::StaleEpoch { got: 1, newest: 2 })
+        );
+        assert_eq!(f.check_known(&d("a"), 2, t0), Ok(Known::Admitted));
+        // the current epoch, but the pod is not in the set
+        assert_eq!(
+            f.first_sight(&d("b"), 4, 4, false, t0),
+            Err(OwnershipRefusal::NotAMember { epoch: 4 })
+        );
+        assert!(f.first_sight(&d("c"), 4, 4, true, t0).is_ok());
+        assert!(
+            f.first_sight(&d("c"), 3, 3, true, t0).is_err(),
+            "learned meanwhile"
+        );
+    }
+
+    #[test]
+    fn a_leave_refuses_everything_until_it_is_in_valkey_then_older_epochs() {
+        let f = fence();
+        let t0 = Instant::now();
+        f.renewed(t0);
+        assert!(check(&f, &d("a"), 3, t0).is_ok());
+        f.leave_started(&d("a"));
+        assert_eq!(check(&f, &d("a"), 3, t0), Err(OwnershipRefusal::Left));
+        assert_eq!(check(&f, &d("a"), 9, t0), Err(OwnershipRefusal::Left));
+        assert_eq!(
+            f.first_sight(&d("a"), 9, 3, true, t0),
+            Err(OwnershipRefusal::Left)
+        );
+        assert_eq!(f.leaving(), vec![d("a")]);
+        f.settled(&d("a"), 4);
+        assert!(f.leaving().is_empty());
+        assert_eq!(
+            check(&f, &d("a"), 3, t0),
+            Err(OwnershipRefusal::StaleEpoch { got: 3, newest: 4 })
+        );
+        // a leave is never forgotten, whatever the map's bound
+        f.leave_started(&d("x"));
+        for n in ["p", "q", "r"] {
+            assert!(check(&f, &d(n), 1, t0).is_ok());
+        }
+        assert_eq!(check(&f, &d("x"), 1, t0), Err(OwnershipRefusal::Left));
     }
 
     #[test]
@@ -244,7 +472,7 @@ mod tests {
         let t0 = Instant::now();
         assert!(!f.lapsed(t0), "nothing known yet");
         f.renewed(t0);
-        assert!(f.check(&d("a"), 1, t0).is_ok());
+        assert!(check(&f, &d("a"), 1, t0).is_ok());
         assert!(!f.lapsed(t0 + Duration::from_secs(1)));
         assert!(f.lapsed(t0 + Duration::from_secs(8)));
         assert_eq!(f.known(), vec![d("a")]);

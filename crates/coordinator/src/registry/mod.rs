@@ -35,6 +35,25 @@ use crate::strategy::DynStrategy;
 use crate::valkey::{Scripts, replies};
 use metrics::Counters;
 
+/// What [`Registry::deregister_destination`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Deregistration {
+    /// The pod set is gone; `epoch` is the destination's epoch after it.
+    Deleted {
+        /// The epoch after the deletion (kept in Valkey).
+        epoch: u64,
+    },
+    /// Live members are still in the set and were left there: a
+    /// destination is never taken from a live member.
+    LiveMembersLeft {
+        /// The epoch after the call.
+        epoch: u64,
+        /// The live members left in the set.
+        live: Vec<MemberId>,
+    },
+}
+
 /// Settings of a [`Registry`].
 #[derive(Clone, Debug)]
 pub struct RegistryConfig {
@@ -43,7 +62,9 @@ pub struct RegistryConfig {
     /// The local pod-set cache; `None` turns it off (default 5 s / 10 000).
     pub cache: Option<CacheConfig>,
     /// Which member addresses may be forwarded to (default: any
-    /// `http(s)://host[:port]`); records outside it count as dead.
+    /// `http(s)://host[:port]`). It narrows what this registry picks and
+    /// forwards to; a member outside it is never removed from a pod set
+    /// (other coordinators, with other policies, may route to it).
     pub member_addresses: AddressPolicy,
 }
 
@@ -154,6 +175,23 @@ impl Registry {
         Ok(epoch)
     }
 
+    /// Binds `dest` to `member` the way first touch claims it: removes the
+    /// members whose record is gone, then adds `member` only if no member
+    /// is left (a live member is never removed, whatever this registry's
+    /// address policy). The epoch after the binding, or `None` when a live
+    /// member holds `dest`. Drops the cached set. One round trip.
+    pub async fn bind_if_unowned(
+        &self,
+        dest: &DestinationId,
+        member: &MemberId,
+    ) -> Result<Option<u64>> {
+        let i = &self.inner;
+        let claimed = i.scripts.claim(&i.client, &i.keys, dest, member).await?;
+        self.round_trips(claimed.round_trips);
+        i.cache.evict(dest);
+        Ok(claimed.won.then_some(claimed.epoch))
+    }
+
     /// Whether `dest` has a non-empty pod set (live or not).
     pub async fn has_binding(&self, dest: &DestinationId) -> Result<bool> {
         let i = &self.inner;
@@ -162,18 +200,33 @@ impl Registry {
         Ok(n > 0)
     }
 
-    /// Deletes the pod set of `dest` and drops the cached set. The epoch
-    /// (`P:epoch:<id>`) is bumped and kept, so a later binding is newer than
-    /// any call routed before.
-    pub async fn deregister_destination(&self, dest: &DestinationId) -> Result<()> {
+    /// Deregisters `dest` without taking it from a live member: removes
+    /// `leaver` (the pod that tore the destination down, which has raised
+    /// its own fence: [`crate::http::pod::fenced`]) and every member whose
+    /// record is gone, and deletes the pod set when no live member is left.
+    /// The epoch (`P:epoch:<id>`) is bumped on any change and kept, so a
+    /// later binding is newer than any call routed before. Live members
+    /// stay: another pod of a fanned-out destination, or a pod this
+    /// coordinator's address policy rejects
+    /// ([`Deregistration::LiveMembersLeft`]). Drops the cached set. One
+    /// round trip.
+    pub async fn deregister_destination(
+        &self,
+        dest: &DestinationId,
+        leaver: Option<&MemberId>,
+    ) -> Result<Deregistration> {
         let i = &self.inner;
-        let trx = i.client.multi();
-        let _: () = trx.del(i.keys.destination(dest)).await?;
-        let _: () = trx.incr(i.keys.epoch(dest)).await?;
-        let _: Value = trx.exec(true).await?;
-        self.round_trips(1);
+        let (epoch, live, rt) = i.scripts.unbind(&i.client, &i.keys, dest, leaver).await?;
+        self.round_trips(rt);
         i.cache.evict(dest);
-        Ok(())
+        if live.is_empty() {
+            return Ok(Deregistration::Deleted { epoch });
+        }
+        let live = live
+            .into_iter()
+            .filter_map(|m| MemberId::new(m).ok())
+            .collect();
+        Ok(Deregistration::LiveMembersLeft { epoch, live })
     }
 
     /// Reads a lock record and its owner's member record in one round trip.

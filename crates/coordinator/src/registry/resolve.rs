@@ -199,8 +199,13 @@ impl Registry {
     /// - all members dead: [`Resolution::NoLiveMember`], or with
     ///   `reassign_orphans` `SREM` the dead and `SADD` a fresh live member
     ///   in one script, reported as [`RouteSource::Reassigned`], unless a
-    ///   concurrent reassignment filled the set first (then its member is
-    ///   read and used).
+    ///   concurrent reassignment filled the set first or a member read as
+    ///   dead came back (the script checks the member records itself when
+    ///   it runs): then the set is read again and its member used;
+    /// - live members, none of them inside this coordinator's
+    ///   [`AddressPolicy`](crate::AddressPolicy): [`Resolution::NoLiveMember`].
+    ///   The policy narrows what this coordinator picks; it never takes the
+    ///   destination from a live member.
     pub async fn resolve_destination(
         &self,
         dest: &DestinationId,
@@ -259,26 +264,32 @@ impl Registry {
             if !opts.claim_on_miss {
                 return Ok(Some(Resolution::Unbound));
             }
-            return self.claim(dest, &[], PickPurpose::FirstTouch).await;
+            return self.claim(dest, PickPurpose::FirstTouch).await;
         }
 
+        if !reply.rejected.is_empty() {
+            // live members this coordinator's address policy will not
+            // forward to: the policy narrows what this coordinator picks,
+            // it never takes a destination from a live member (other
+            // coordinators may be routing to it)
+            tracing::warn!(destination = %dest, members = ?reply.rejected, "every live member of the destination is outside this coordinator's address policy");
+            return Ok(Some(Resolution::NoLiveMember));
+        }
         if !opts.reassign_orphans {
             return Ok(Some(Resolution::NoLiveMember));
         }
-        // members with a record the policy rejects count as dead: removed
-        // with the dead, or the set would never be empty for the claim
-        let mut gone = reply.dead;
-        gone.extend(reply.rejected);
-        self.claim(dest, &gone, PickPurpose::Failover).await
+        self.claim(dest, PickPurpose::Failover).await
     }
 
-    /// First touch (`dead` empty) or failover: picks a live member and adds
-    /// it to the set of `dest` after removing `dead`, unless another
-    /// coordinator's claim filled the set meanwhile (`None`: read it again).
+    /// First touch or failover: picks a live member and adds it to the set
+    /// of `dest` with the `CLAIM` script, which removes the members
+    /// whose record is gone *when it runs* and adds the pick only if none
+    /// is left. A member read as dead that came back meanwhile is kept, and
+    /// the claim is lost (`None`: read the set again), as when another
+    /// coordinator's claim filled the set first.
     async fn claim(
         &self,
         dest: &DestinationId,
-        dead: &[String],
         purpose: PickPurpose,
     ) -> Result<Option<Resolution>> {
         let i = &self.inner;
@@ -291,23 +302,24 @@ impl Registry {
         let Resolution::Routed(mut route) = res else {
             return Ok(Some(res));
         };
-        let (won, epoch, rt) = i
+        let claimed = i
             .scripts
-            .claim(&i.client, &i.keys, dest, &route.member.id, dead)
+            .claim(&i.client, &i.keys, dest, &route.member.id)
             .await?;
-        self.round_trips(rt);
-        if !won {
-            tracing::info!(destination = %dest, member = %route.member.id, "claim lost to a concurrent one; reading the set again");
+        self.round_trips(claimed.round_trips);
+        Counters::add(&i.counters.pruned, claimed.pruned as u64);
+        if !claimed.won {
+            tracing::info!(destination = %dest, member = %route.member.id, "claim lost (a live member holds the destination); reading the set again");
             return Ok(None);
         }
-        route.epoch = epoch;
-        if dead.is_empty() {
+        route.epoch = claimed.epoch;
+        let epoch = claimed.epoch;
+        if purpose == PickPurpose::Failover {
+            Counters::add(&i.counters.reassignments, 1);
+            tracing::info!(destination = %dest, member = %route.member.id, pruned = claimed.pruned, epoch, "reassigned orphaned destination");
+        } else {
             Counters::add(&i.counters.claims, 1);
             tracing::info!(destination = %dest, member = %route.member.id, epoch, "first-touch claim");
-        } else {
-            Counters::add(&i.counters.reassignments, 1);
-            Counters::add(&i.counters.pruned, dead.len() as u64);
-            tracing::info!(destination = %dest, member = %route.member.id, ?dead, epoch, "reassigned orphaned destination");
         }
         route.set = Arc::from(vec![route.member.clone()]);
         i.cache.insert(dest.clone(), route.set.clone(), route.epoch);

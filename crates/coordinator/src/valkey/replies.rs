@@ -20,7 +20,8 @@ pub(crate) struct ResolveReply {
     /// Members whose record is present and valid, sorted by id.
     pub(crate) live: Vec<MemberRecord>,
     /// Members whose record is present but not usable (an address outside
-    /// the policy, a malformed record): treated as dead.
+    /// the policy, a malformed record): never routed to by this
+    /// coordinator, never removed from the set either.
     pub(crate) rejected: Vec<String>,
 }
 

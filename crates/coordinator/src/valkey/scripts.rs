@@ -157,29 +157,87 @@ end
 return tonumber(redis.call('GET', KEYS[2]) or '0')
 "#;
 
-/// Claims a destination for one member only if nobody else did: removes
-/// the members read as dead, then adds the claimer (bumping the epoch)
-/// only when the set is empty. Two coordinators racing first touch or
-/// failover thus leave exactly one member in the set; the loser re-reads
-/// it.
-/// KEYS: destination set, epoch key. ARGV: member to add, then member ids
-/// to remove.
-/// Reply: `[won (1 or 0), epoch after the call]`.
+/// Claims a destination for one member only if nobody else holds it:
+/// removes the members whose record is gone (read by the script itself, at
+/// the moment it runs: never a list read earlier, which a member that came
+/// back since would make wrong), then adds the claimer (bumping the epoch)
+/// only when no member is left and the claimer's own record exists (a
+/// claimer already in the set has it: won, nothing added). Two
+/// coordinators racing first touch or failover thus leave exactly one
+/// member in the set, and a live member (one a coordinator's address
+/// policy rejects included) is never removed; the loser re-reads the set.
+/// KEYS: destination set, epoch key. ARGV: member key prefix, member to add.
+/// Reply: `[won (1 or 0), epoch after the call, members removed]`.
 const CLAIM: &str = r#"
-local removed = 0
-if #ARGV > 1 then
-  local gone = {}
-  for i = 2, #ARGV do gone[#gone + 1] = ARGV[i] end
-  removed = redis.call('SREM', KEYS[1], unpack(gone))
-end
-if redis.call('SCARD', KEYS[1]) > 0 then
-  if removed > 0 then
-    return { 0, redis.call('INCR', KEYS[2]) }
+local ids = redis.call('SMEMBERS', KEYS[1])
+local dead = {}
+for _, id in ipairs(ids) do
+  if redis.call('HEXISTS', ARGV[1] .. id, 'address') == 0 then
+    dead[#dead + 1] = id
   end
-  return { 0, tonumber(redis.call('GET', KEYS[2]) or '0') }
 end
-redis.call('SADD', KEYS[1], ARGV[1])
-return { 1, redis.call('INCR', KEYS[2]) }
+if #dead > 0 then
+  redis.call('SREM', KEYS[1], unpack(dead))
+end
+if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 1 then
+  if #dead > 0 then
+    return { 1, redis.call('INCR', KEYS[2]), #dead }
+  end
+  return { 1, tonumber(redis.call('GET', KEYS[2]) or '0'), 0 }
+end
+if #dead < #ids or redis.call('HEXISTS', ARGV[1] .. ARGV[2], 'address') == 0 then
+  if #dead > 0 then
+    return { 0, redis.call('INCR', KEYS[2]), #dead }
+  end
+  return { 0, tonumber(redis.call('GET', KEYS[2]) or '0'), 0 }
+end
+redis.call('SADD', KEYS[1], ARGV[2])
+return { 1, redis.call('INCR', KEYS[2]), #dead }
+"#;
+
+/// Deregisters a destination without taking it from a live member: removes
+/// the member that tore it down (`ARGV[2]`, '' for none) and the members
+/// whose record is gone; deletes the set, bumping the epoch (kept, so a
+/// later binding is newer than any route before), when no member is left.
+/// Live members stay (a fanned-out destination's other pods, or pods a
+/// coordinator's address policy rejects).
+/// KEYS: destination set, epoch key. ARGV: member key prefix, leaver id.
+/// Reply: `[epoch after the call, live member ids left...]`.
+const UNBIND: &str = r#"
+local ids = redis.call('SMEMBERS', KEYS[1])
+local gone = {}
+local live = {}
+for _, id in ipairs(ids) do
+  if id == ARGV[2] or redis.call('HEXISTS', ARGV[1] .. id, 'address') == 0 then
+    gone[#gone + 1] = id
+  else
+    live[#live + 1] = id
+  end
+end
+if #gone > 0 then
+  redis.call('SREM', KEYS[1], unpack(gone))
+end
+local epoch
+if #live == 0 then
+  redis.call('DEL', KEYS[1])
+  epoch = redis.call('INCR', KEYS[2])
+elseif #gone > 0 then
+  epoch = redis.call('INCR', KEYS[2])
+else
+  epoch = tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+local out = { tostring(epoch) }
+for _, id in ipairs(live) do out[#out + 1] = id end
+return out
+"#;
+
+/// What a pod that has no memory of a destination reads before it admits
+/// a routed call for it: the destination's epoch now, and whether the pod
+/// is in its set.
+/// KEYS: destination set, epoch key. ARGV: member id.
+/// Reply: `[epoch, member (1 or 0)]`.
+const SEEN: &str = r#"
+return { tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('SISMEMBER', KEYS[1], ARGV[1]) }
 "#;
 
 /// After a pod's lease ran out: re-reads the epochs of destinations, bumping
@@ -210,7 +268,26 @@ pub(crate) struct Scripts {
     pub(crate) register_lock: Script,
     pub(crate) change_set: Script,
     claim: Script,
+    unbind: Script,
+    seen: Script,
     reaffirm: Script,
+}
+
+/// The outcome of [`CLAIM`].
+pub(crate) struct Claimed {
+    /// Whether the member was added.
+    pub(crate) won: bool,
+    /// The epoch after the call.
+    pub(crate) epoch: u64,
+    /// Dead members removed.
+    pub(crate) pruned: usize,
+    /// Round trips taken.
+    pub(crate) round_trips: u64,
+}
+
+/// An epoch from a script's integer reply.
+fn epoch_from(epoch: i64) -> Result<u64> {
+    u64::try_from(epoch).map_err(|_| Error::Protocol(format!("negative epoch {epoch}")))
 }
 
 impl Scripts {
@@ -232,35 +309,85 @@ impl Scripts {
             .change_set
             .run(client, vec![keys.destination(dest), keys.epoch(dest)], args)
             .await?;
-        let epoch =
-            u64::try_from(epoch).map_err(|_| Error::Protocol(format!("negative epoch {epoch}")))?;
-        Ok((epoch, rt))
+        Ok((epoch_from(epoch)?, rt))
     }
 
-    /// Runs [`CLAIM`] on the pod set of `dest`: removes `dead`, then adds
-    /// `member` only if the set is empty. Returns whether `member` was
-    /// added, the epoch after the call and the round trips taken.
+    /// Runs [`CLAIM`] on the pod set of `dest`: removes the members whose
+    /// record is gone, then adds `member` only if no member is left (and
+    /// its own record exists).
     pub(crate) async fn claim(
         &self,
         client: &Client,
         keys: &KeySpace,
         dest: &DestinationId,
         member: &MemberId,
-        dead: &[String],
-    ) -> Result<(bool, u64, u64)> {
-        let mut args = Vec::with_capacity(1 + dead.len());
-        args.push(member.as_str().to_owned());
-        args.extend(dead.iter().cloned());
-        let (reply, rt): (Vec<i64>, u64) = self
+    ) -> Result<Claimed> {
+        let (reply, round_trips): (Vec<i64>, u64) = self
             .claim
-            .run(client, vec![keys.destination(dest), keys.epoch(dest)], args)
+            .run(
+                client,
+                vec![keys.destination(dest), keys.epoch(dest)],
+                vec![keys.member_prefix(), member.as_str().to_owned()],
+            )
             .await?;
-        let [won, epoch] = reply[..] else {
+        let [won, epoch, pruned] = reply[..] else {
             return Err(Error::Protocol(format!("claim reply {reply:?}")));
         };
-        let epoch =
-            u64::try_from(epoch).map_err(|_| Error::Protocol(format!("negative epoch {epoch}")))?;
-        Ok((won == 1, epoch, rt))
+        Ok(Claimed {
+            won: won == 1,
+            epoch: epoch_from(epoch)?,
+            pruned: usize::try_from(pruned).unwrap_or(0),
+            round_trips,
+        })
+    }
+
+    /// Runs [`UNBIND`] on the pod set of `dest`: removes `leaver` and the
+    /// dead members, deletes the set when no live member is left. Returns
+    /// the epoch after the call, the live members left and the round trips.
+    pub(crate) async fn unbind(
+        &self,
+        client: &Client,
+        keys: &KeySpace,
+        dest: &DestinationId,
+        leaver: Option<&MemberId>,
+    ) -> Result<(u64, Vec<String>, u64)> {
+        let leaver = leaver.map_or_else(String::new, |m| m.as_str().to_owned());
+        let (reply, round_trips): (Vec<String>, u64) = self
+            .unbind
+            .run(
+                client,
+                vec![keys.destination(dest), keys.epoch(dest)],
+                vec![keys.member_prefix(), leaver],
+            )
+            .await?;
+        let epoch = reply
+            .first()
+            .and_then(|e| e.parse::<u64>().ok())
+            .ok_or_else(|| Error::Protocol(format!("unbind reply {reply:?}")))?;
+        Ok((epoch, reply[1..].to_vec(), round_trips))
+    }
+
+    /// Runs [`SEEN`]: the epoch of `dest` now and whether `me` is in its
+    /// set.
+    pub(crate) async fn seen(
+        &self,
+        client: &Client,
+        keys: &KeySpace,
+        dest: &DestinationId,
+        me: &MemberId,
+    ) -> Result<(u64, bool)> {
+        let (reply, _): (Vec<i64>, u64) = self
+            .seen
+            .run(
+                client,
+                vec![keys.destination(dest), keys.epoch(dest)],
+                vec![me.as_str().to_owned()],
+            )
+            .await?;
+        let [epoch, member] = reply[..] else {
+            return Err(Error::Protocol(format!("seen reply {reply:?}")));
+        };
+        Ok((epoch_from(epoch)?, member == 1))
     }
 
     /// Runs [`REAFFIRM`] for `dests` as member `me`, in batches: the epoch
@@ -286,9 +413,7 @@ impl Scripts {
                 return Err(Error::Protocol("short reaffirm reply".into()));
             }
             for e in got {
-                epochs.push(
-                    u64::try_from(e).map_err(|_| Error::Protocol(format!("negative epoch {e}")))?,
-                );
+                epochs.push(epoch_from(e)?);
             }
         }
         Ok(epochs)
@@ -302,6 +427,8 @@ impl Scripts {
             register_lock: Script::new(REGISTER_LOCK),
             change_set: Script::new(CHANGE_SET),
             claim: Script::new(CLAIM),
+            unbind: Script::new(UNBIND),
+            seen: Script::new(SEEN),
             reaffirm: Script::new(REAFFIRM),
         }
     }

@@ -1,10 +1,20 @@
 //! Shared fixtures: a real Valkey/Redis (from `VALKEY_URL`), resource pods
 //! served by axum, and coordinators.
 
-#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    dead_code,
+    unused_imports,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
+mod hold_proxy;
+mod http_client;
 mod server;
 
+pub use hold_proxy::*;
+pub use http_client::*;
 pub use server::*;
 
 use std::collections::BTreeSet;
@@ -313,7 +323,17 @@ impl TestPod {
 
     /// Binds a port, registers `id` under `prefix` and starts heartbeating.
     pub async fn start(prefix: &str, id: &str, opts: PodOptions) -> TestPod {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_at(prefix, id, "127.0.0.1:0".parse().unwrap(), opts).await
+    }
+
+    /// [`TestPod::start`] at `addr` (a pod restarted at its old address).
+    pub async fn start_at(
+        prefix: &str,
+        id: &str,
+        addr: std::net::SocketAddr,
+        opts: PodOptions,
+    ) -> TestPod {
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut config = MemberConfig::new(
             mid(id),
@@ -431,6 +451,10 @@ pub struct CoordinatorOptions {
     pub serve: ServeConfig,
     /// Result hooks to add.
     pub hooks: Vec<Arc<dyn coordinator::http::ResultHook>>,
+    /// The Valkey client of its registry (default: a direct one).
+    pub valkey: Option<ValkeyClient>,
+    /// The member addresses it forwards to.
+    pub member_addresses: coordinator::AddressPolicy,
 }
 
 impl Default for CoordinatorOptions {
@@ -442,6 +466,8 @@ impl Default for CoordinatorOptions {
             config: CoordinatorConfig::default(),
             serve: ServeConfig::default(),
             hooks: Vec::new(),
+            valkey: None,
+            member_addresses: coordinator::AddressPolicy::default(),
         }
     }
 }
@@ -457,7 +483,16 @@ pub async fn registry(prefix: &str, cache: Option<CacheConfig>, strategy: DynStr
 
 impl TestCoordinator {
     pub async fn start(prefix: &str, opts: CoordinatorOptions) -> TestCoordinator {
-        let registry = registry(prefix, opts.cache, opts.strategy).await;
+        let valkey = match opts.valkey {
+            Some(client) => client,
+            None => valkey().await,
+        };
+        let config = RegistryConfig {
+            prefix: prefix.to_owned(),
+            cache: opts.cache,
+            member_addresses: opts.member_addresses,
+        };
+        let registry = Registry::new(valkey, config, opts.strategy).unwrap();
         let coordinator = opts.hooks.into_iter().fold(
             Coordinator::new(
                 registry.clone(),
@@ -481,64 +516,6 @@ impl TestCoordinator {
             base: format!("http://{addr}"),
             server,
         }
-    }
-}
-
-/// A small HTTP client for tests.
-#[derive(Clone)]
-pub struct Http {
-    client: HttpClient<HttpConnector, Full<Bytes>>,
-}
-
-impl Http {
-    pub fn new() -> Self {
-        Self {
-            client: HttpClient::builder(TokioExecutor::new()).build_http(),
-        }
-    }
-
-    pub async fn send(&self, method: &str, url: &str) -> (StatusCode, String) {
-        self.send_with_header(method, url, "x-test", "1").await
-    }
-
-    /// Sends `body` with its length declared (`content-length`).
-    pub async fn send_body(&self, method: &str, url: &str, body: Vec<u8>) -> (StatusCode, String) {
-        let req = axum::http::Request::builder()
-            .method(method)
-            .uri(url)
-            .body(Full::new(Bytes::from(body)))
-            .unwrap();
-        let resp = self.client.request(req).await.unwrap();
-        let status = resp.status();
-        let body = resp.into_body().collect().await.unwrap().to_bytes();
-        (status, String::from_utf8_lossy(&body).into_owned())
-    }
-
-    pub async fn send_with_header(
-        &self,
-        method: &str,
-        url: &str,
-        name: &str,
-        value: &str,
-    ) -> (StatusCode, String) {
-        self.send_with_headers(method, url, &[(name, value)]).await
-    }
-
-    pub async fn send_with_headers(
-        &self,
-        method: &str,
-        url: &str,
-        headers: &[(&str, &str)],
-    ) -> (StatusCode, String) {
-        let mut req = axum::http::Request::builder().method(method).uri(url);
-        for (name, value) in headers {
-            req = req.header(*name, *value);
-        }
-        let req = req.body(Full::new(Bytes::new())).unwrap();
-        let resp = self.client.request(req).await.unwrap();
-        let status = resp.status();
-        let body = resp.into_body().collect().await.unwrap().to_bytes();
-        (status, String::from_utf8_lossy(&body).into_owned())
     }
 }
 

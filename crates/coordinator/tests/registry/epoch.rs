@@ -59,7 +59,11 @@ async fn every_change_of_a_pod_set_bumps_its_epoch_and_it_only_grows() {
     assert!(reassigned > first, "{first} -> {reassigned}");
 
     // deleting the set bumps and keeps the epoch: a new binding is newer
-    reg.deregister_destination(&d2).await.unwrap();
+    let deleted = reg.deregister_destination(&d2, Some(b.id())).await.unwrap();
+    assert!(
+        matches!(deleted, coordinator::Deregistration::Deleted { .. }),
+        "{deleted:?}"
+    );
     assert!(exists(&valkey, &reg.keys().epoch(&d2)).await);
     let rebound = epoch(&reg.route(&d2, ResolveOptions::default()).await.unwrap());
     assert!(rebound > reassigned + 1, "{reassigned} -> {rebound}");

@@ -126,8 +126,8 @@ impl RedbStorageBuilder {
     fn open_blocking(&self, path: PathBuf) -> Result<Shared, OpenError> {
         self.file.prepare(&path)?;
         let mode = redb::ConcurrencyMode::ExclusiveWriter;
-        let db = self.file.create(&path, self.check_integrity, mode)?;
-        Ok(Shared::new(db, path, self.file.max_batch))
+        let (db, identity) = self.file.create(&path, self.check_integrity, mode)?;
+        Ok(Shared::new(db, identity, path, self.file.max_batch))
     }
 }
 

@@ -5,20 +5,27 @@ use std::path::PathBuf;
 
 use redb::Database;
 
-use crate::{handle::FileState, writer::Writer};
+use crate::{handle::FileState, identity::FileIdentity, writer::Writer};
 
 /// The state every handle and every blocking task shares.
 pub(crate) struct Shared {
     pub(crate) db: Database,
+    pub(crate) identity: FileIdentity,
     pub(crate) writer: Writer,
     pub(crate) path: PathBuf,
 }
 
 impl Shared {
     /// Wraps an open, checked database.
-    pub(crate) fn new(db: Database, path: PathBuf, max_batch: usize) -> Self {
+    pub(crate) fn new(
+        db: Database,
+        identity: FileIdentity,
+        path: PathBuf,
+        max_batch: usize,
+    ) -> Self {
         Shared {
             db,
+            identity,
             writer: Writer::new(max_batch),
             path,
         }
@@ -30,11 +37,15 @@ impl FileState for Shared {
         &self.db
     }
 
+    fn identity(&self) -> &FileIdentity {
+        &self.identity
+    }
+
     fn writer(&self) -> &Writer {
         &self.writer
     }
 
     fn drain(&self) {
-        self.writer.drain(&self.db);
+        self.writer.drain(&self.db, &self.identity);
     }
 }

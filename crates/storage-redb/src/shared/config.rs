@@ -9,6 +9,7 @@ use crate::{
     OpenError, SharedRedbStorage,
     file_options::{FileOptions, file_option_setters, invalid, on_blocking_thread},
     fs_check,
+    identity::FileIdentity,
     watch::{ChangeFeed, EventsFile},
     writer::Writer,
 };
@@ -115,7 +116,7 @@ impl SharedRedbStorageBuilder {
         self.validate()?;
         let path = path.as_ref().to_path_buf();
         let options = self.clone();
-        let (db, events) =
+        let (db, identity, events) =
             on_blocking_thread(&path, move |path| options.open_blocking(&path)).await?;
         let feed = if self.watch {
             match ChangeFeed::start(events.path()) {
@@ -131,6 +132,7 @@ impl SharedRedbStorageBuilder {
         tracing::debug!(path = %path.display(), "opened shared storage file");
         Ok(SharedRedbStorage::new(Inner {
             db,
+            identity,
             path,
             events,
             writer: Writer::new(self.file.max_batch),
@@ -139,7 +141,10 @@ impl SharedRedbStorageBuilder {
         }))
     }
 
-    fn open_blocking(&self, path: &Path) -> Result<(redb::Database, EventsFile), OpenError> {
+    fn open_blocking(
+        &self,
+        path: &Path,
+    ) -> Result<(redb::Database, FileIdentity, EventsFile), OpenError> {
         self.file.prepare(path)?;
         self.check_file_system(path)?;
         let io_error = |source| OpenError::Io {
@@ -150,9 +155,9 @@ impl SharedRedbStorageBuilder {
         // Processes that open at once must not see each other's half-created
         // file: the checks and the creation run under a lock of the events file.
         let opening = events.lock_for_opening().map_err(io_error)?;
-        let db = self.file.create(path, true, ConcurrencyMode::MultiWriter)?;
+        let (db, identity) = self.file.create(path, true, ConcurrencyMode::MultiWriter)?;
         drop(opening);
-        Ok((db, events))
+        Ok((db, identity, events))
     }
 
     fn check_file_system(&self, path: &Path) -> Result<(), OpenError> {

@@ -14,6 +14,7 @@ use ttl_storage::{Key, Result};
 use crate::{
     CloseError,
     handle::{self, CloseOnBlockingThread, FileState, ttl_storage_ops},
+    identity::FileIdentity,
     ops::Op,
     record::{self, NEVER},
     watch::{ChangeFeed, EventsFile},
@@ -23,6 +24,7 @@ use crate::{
 /// The state every clone and every blocking task of one handle shares.
 pub(crate) struct Inner {
     pub(crate) db: Database,
+    pub(crate) identity: FileIdentity,
     pub(crate) path: PathBuf,
     pub(crate) events: EventsFile,
     pub(crate) writer: Writer,
@@ -35,12 +37,17 @@ impl FileState for Inner {
         &self.db
     }
 
+    fn identity(&self) -> &FileIdentity {
+        &self.identity
+    }
+
     fn writer(&self) -> &Writer {
         &self.writer
     }
 
     fn drain(&self) {
-        self.writer.drain_with(|batch| commit_batch(self, batch));
+        self.writer
+            .drain_with(&self.identity, |batch| commit_batch(self, batch));
     }
 }
 

@@ -1,7 +1,9 @@
 //! A cgroup v2 per job: created by vvm-host under its own cgroup, joined
-//! by the command before it runs (see [`crate::guard::exec`]), ended with
-//! `cgroup.kill`, empty when `cgroup.events` says `populated 0`, removed
-//! afterwards.
+//! by the job's launcher before the command runs (the namespace's init,
+//! [`crate::guard::init`], or the trampoline, [`crate::guard::exec`]),
+//! ended with `cgroup.kill` (which reaches every cgroup below it too),
+//! empty when `cgroup.events` says `populated 0` (which counts the cgroups
+//! below it too), removed afterwards with every cgroup the job made in it.
 
 use std::{
     fs, io,
@@ -51,7 +53,30 @@ impl Parent {
         if !has_kill {
             return Err("the kernel has no cgroup.kill (Linux 5.14)".to_owned());
         }
+        parent.remove_stale();
         Ok(parent)
+    }
+
+    /// Removes the empty job cgroups left here by vvm-hosts that no longer
+    /// run (one SIGKILLed together with its guard leaves its job's cgroup
+    /// behind, empty: the job died with its namespace, but nobody was left
+    /// to remove the directory). A cgroup whose vvm-host may still run, or
+    /// that holds a process, is left alone.
+    fn remove_stale(&self) {
+        let Ok(entries) = fs::read_dir(&self.path) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name();
+            let Some(owner) = name.to_str().and_then(stale_owner) else {
+                continue;
+            };
+            let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(owner), None)
+                == Err(nix::errno::Errno::ESRCH);
+            if gone {
+                JobCgroup::at(entry.path()).remove();
+            }
+        }
     }
 
     /// Where job cgroups are created.
@@ -70,6 +95,21 @@ impl Parent {
         fs::create_dir(&path)?;
         Ok(JobCgroup { path })
     }
+}
+
+/// The vvm-host pid in a job (or probe) cgroup's name,
+/// `vvm-host-<pid>-job-<n>` or `vvm-host-<pid>-probe`.
+fn stale_owner(name: &str) -> Option<i32> {
+    let rest = name.strip_prefix("vvm-host-")?;
+    let (pid, kind) = rest.split_once('-')?;
+    let ours = kind == "probe"
+        || kind
+            .strip_prefix("job-")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if !ours {
+        return None;
+    }
+    pid.parse().ok().filter(|&pid: &i32| pid > 0)
 }
 
 /// The mount of the cgroup2 file system: (its root in the hierarchy, its
@@ -142,14 +182,14 @@ impl JobCgroup {
         fs::write(self.path.join("cgroup.procs"), b"0")
     }
 
-    /// SIGKILL to every process in it, at once (`cgroup.kill`): none can
-    /// escape by forking meanwhile.
+    /// SIGKILL to every process in it and in every cgroup below it, at once
+    /// (`cgroup.kill`): none can escape by forking meanwhile.
     pub(crate) fn kill(&self) -> io::Result<()> {
         fs::write(self.path.join("cgroup.kill"), b"1")
     }
 
-    /// True while any process is in it. A cgroup that cannot be read
-    /// (removed) counts as empty.
+    /// True while any process is in it or in a cgroup below it. A cgroup
+    /// that cannot be read (removed) counts as empty.
     pub(crate) fn populated(&self) -> bool {
         match fs::read_to_string(self.path.join("cgroup.events")) {
             Ok(events) => events.lines().any(|line| line == "populated 1"),
@@ -157,35 +197,63 @@ impl JobCgroup {
         }
     }
 
-    /// The pids in it now.
+    /// The cgroup and every cgroup below it (the job may make child
+    /// cgroups and move into them), parents before children.
+    fn tree(&self) -> Vec<PathBuf> {
+        let mut found = vec![self.path.clone()];
+        let mut next = 0;
+        while let Some(dir) = found.get(next).cloned() {
+            next += 1;
+            if let Ok(entries) = fs::read_dir(&dir) {
+                found.extend(
+                    entries
+                        .filter_map(Result::ok)
+                        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+                        .map(|entry| entry.path()),
+                );
+            }
+        }
+        found
+    }
+
+    /// The pids in it and in every cgroup below it, now.
     pub(crate) fn pids(&self) -> Vec<i32> {
-        fs::read_to_string(self.path.join("cgroup.procs"))
-            .map(|procs| {
+        let mut pids: Vec<i32> = self
+            .tree()
+            .iter()
+            .filter_map(|dir| fs::read_to_string(dir.join("cgroup.procs")).ok())
+            .flat_map(|procs| {
                 procs
                     .lines()
                     .filter_map(|line| line.trim().parse().ok())
-                    .collect()
+                    .collect::<Vec<i32>>()
             })
-            .unwrap_or_default()
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
     }
 
-    /// `signal` to every process in it, each through a pidfd and only if
-    /// it is still in this cgroup once the pidfd names it.
+    /// `signal` to every process in it or in a cgroup below it, each
+    /// through a pidfd and only if it is still within this cgroup's subtree
+    /// once the pidfd names it. The number signalled.
     pub(crate) fn signal_all(&self, signal: Signal) -> usize {
         let Some(name) = self.hierarchy_path() else {
             return 0;
         };
         self.pids()
             .into_iter()
-            .filter(|&pid| {
-                pidfd::signal_verified(pid, signal, || {
-                    fs::read_to_string(format!("/proc/{pid}/cgroup"))
-                        .ok()
-                        .and_then(|text| unified_path(&text))
-                        .is_some_and(|path| path == name)
-                })
-            })
+            .filter(|&pid| pidfd::signal_verified(pid, signal, || self.holds(pid, &name)))
             .count()
+    }
+
+    /// True if `pid` is in the cgroup named `name` (as `/proc/<pid>/cgroup`
+    /// names it) or in one below it.
+    fn holds(&self, pid: i32, name: &str) -> bool {
+        fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .ok()
+            .and_then(|text| unified_path(&text))
+            .is_some_and(|path| within(&path, name))
     }
 
     /// The cgroup's path as `/proc/<pid>/cgroup` names it, for a process of
@@ -201,10 +269,22 @@ impl JobCgroup {
         })
     }
 
-    /// Removes the (empty) cgroup; best effort.
-    pub(crate) fn remove(&self) {
-        let _ = fs::remove_dir(&self.path);
+    /// Removes the cgroup and every cgroup the job made below it, children
+    /// first (each must be empty); best effort. True if it is gone.
+    pub(crate) fn remove(&self) -> bool {
+        for dir in self.tree().iter().rev() {
+            let _ = fs::remove_dir(dir);
+        }
+        !self.path.exists()
     }
+}
+
+/// True if the cgroup `path` is `name` or lies below it.
+fn within(path: &str, name: &str) -> bool {
+    path == name
+        || path
+            .strip_prefix(name)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 #[cfg(test)]
@@ -228,6 +308,24 @@ mod tests {
             Some(("/a b".to_owned(), "/mnt/c\\g".to_owned()))
         );
         assert_eq!(cgroup2_mount("31 23 0:28 / /x rw - tmpfs tmpfs rw\n"), None);
+    }
+
+    #[test]
+    fn only_job_cgroups_name_an_owner() {
+        assert_eq!(stale_owner("vvm-host-42-job-7"), Some(42));
+        assert_eq!(stale_owner("vvm-host-42-probe"), Some(42));
+        assert_eq!(stale_owner("vvm-host-42-job-"), None);
+        assert_eq!(stale_owner("vvm-host-x-job-1"), None);
+        assert_eq!(stale_owner("other-42-job-1"), None);
+        assert_eq!(stale_owner("vvm-host-42-jobs"), None);
+    }
+
+    #[test]
+    fn a_subtree_holds_its_children_only() {
+        assert!(within("/a/job", "/a/job"));
+        assert!(within("/a/job/leaf", "/a/job"));
+        assert!(!within("/a/job-2", "/a/job"));
+        assert!(!within("/a", "/a/job"));
     }
 
     #[test]

@@ -52,11 +52,50 @@ pub(crate) fn open(pid: i32) -> Option<std::os::fd::OwnedFd> {
     pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()
 }
 
+/// A pidfd for `pid` if, once it names it, it is a child of `parent` (an
+/// unreaped child of ours, so `parent`'s pid is held): the process `parent`
+/// reported, not one that took its pid since. Only for watching.
+pub(crate) fn open_child_of(pid: i32, parent: i32) -> Option<std::os::fd::OwnedFd> {
+    let fd = open(pid)?;
+    (super::tree::parent_of(pid) == Some(parent)).then_some(fd)
+}
+
+/// True once the process `fd` names has exited (it is a zombie or gone).
+pub(crate) fn exited(fd: &impl std::os::fd::AsFd) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match poll(&mut fds, Some(&now)) {
+        Ok(ready) => ready > 0,
+        // Cannot tell: not known to be gone.
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn a_pidfd_says_when_its_process_has_exited() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        let me = i32::try_from(std::process::id()).unwrap();
+        assert!(open_child_of(pid, me + 1).is_none(), "not its parent");
+        let fd = open_child_of(pid, me).unwrap();
+        assert!(!exited(&fd));
+        child.kill().unwrap();
+        let _ = child.wait();
+        assert!(exited(&fd));
+    }
 
     #[test]
     fn a_failed_check_sends_nothing() {

@@ -1,6 +1,10 @@
-//! The trampoline of the cgroup mode: the guard's child joins the job's
-//! cgroup, then `exec`s the command in place (same pid). Nothing runs
-//! before it is in the cgroup, so nothing it starts is outside.
+//! The trampoline of the cgroup mode without a PID namespace: the guard's
+//! child joins the job's cgroup, then `exec`s the command in place (same
+//! pid). Nothing of the command runs before it is in the cgroup, so nothing
+//! it starts is outside; a kill before the join reaches the trampoline
+//! itself (the guard SIGKILLs its child first, then the cgroup). With a
+//! PID namespace the namespace's init joins the cgroup instead
+//! ([`crate::guard::init`]).
 
 use std::{ffi::OsString, os::unix::process::CommandExt, path::PathBuf, process::ExitCode};
 

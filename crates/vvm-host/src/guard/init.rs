@@ -1,21 +1,29 @@
-//! The init of the PID-namespace mode: PID 1 of the job's namespace.
+//! The init of the PID-namespace modes: PID 1 of the job's namespace.
 //!
-//! It starts the command, reaps every process of the namespace, passes
-//! `term` (from the guard, on its standard input) on to all of them
-//! (`kill(-1, SIGTERM)` inside a namespace reaches every process in it but
-//! init), and when the command has exited, SIGKILLs the rest, reaps them
-//! and reports the command's status. When it dies, whatever ended it (the
-//! guard's SIGKILL, the guard's death through the parent-death signal, the
-//! guard's socket closing), the kernel SIGKILLs every process of the
-//! namespace, and init is reaped only once they are all gone.
+//! It joins the job's cgroup first (in the cgroup mode), before anything of
+//! the job exists, then starts the command, reaps every process of the
+//! namespace, passes `term` (from the guard, on its standard input) on to
+//! all of them (`kill(-1, SIGTERM)` inside a namespace reaches every process
+//! in it but init, whatever cgroup it moved to), and when the command has
+//! exited, SIGKILLs the rest, reaps them and reports the command's status.
+//!
+//! It dies — and the kernel then SIGKILLs every process of the namespace,
+//! and reaps the init only once they are all gone — when the guard dies
+//! (the parent-death signal), when the guard's socket closes, or when
+//! vvm-host's end of the lifeline closes: the guard hands the init its own
+//! end of the lifeline ([`send_lifeline`]), which the init only watches for
+//! the hang-up, never reads. So the job dies with vvm-host even while the
+//! guard is stopped, and with the guard even while vvm-host is.
 
 use std::{
     ffi::OsString,
-    io::{self, Write},
+    io::{self, IoSlice, IoSliceMut, Write},
+    mem::MaybeUninit,
     os::{
-        fd::AsFd,
+        fd::{AsFd, OwnedFd},
         unix::{net::UnixStream as StdUnixStream, process::CommandExt},
     },
+    path::PathBuf,
     process::{Command, ExitCode, Stdio},
     time::Duration,
 };
@@ -28,45 +36,165 @@ use nix::{
     },
     unistd::Pid,
 };
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
+};
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
     net::UnixStream,
     signal::unix::{SignalKind, signal},
 };
 
-use crate::signals;
+use crate::{containment::JobCgroup, signals};
 
 /// The first argument that makes `vvm-host` act as the namespace's init.
 pub(crate) const INIT_ARG: &str = "__vvm-host-init";
 
-/// `args`: `--`, the command.
+/// The line that carries the lifeline to the init.
+const LIFELINE: &[u8] = b"lifeline\n";
+
+/// The init's exit status when it could not start the command contained
+/// (its report says the same: `exited code 125`).
+const NOT_CONTAINED: u8 = 125;
+
+/// Sends `lifeline` (the guard's end of its socket to vvm-host) to the init
+/// on `socket`, as the first line. The init holds it to see vvm-host go.
+pub(crate) fn send_lifeline(socket: &StdUnixStream, lifeline: &impl AsFd) -> io::Result<()> {
+    let fds = [lifeline.as_fd()];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("no room for the lifeline"));
+    }
+    let sent = sendmsg(
+        socket,
+        &[IoSlice::new(LIFELINE)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    if sent == LIFELINE.len() {
+        Ok(())
+    } else {
+        Err(io::ErrorKind::WriteZero.into())
+    }
+}
+
+/// Receives the lifeline the guard sends first (blocking), close-on-exec so
+/// the command never holds it. `None` if the guard sent none.
+fn receive_lifeline(socket: &StdUnixStream) -> io::Result<Option<OwnedFd>> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut line = [0u8; LIFELINE.len()];
+    let received = recvmsg(
+        socket,
+        &mut [IoSliceMut::new(&mut line)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC | RecvFlags::WAITALL,
+    )?;
+    if received.bytes != LIFELINE.len() || line != LIFELINE {
+        return Err(io::Error::other("the guard sent no lifeline"));
+    }
+    let mut lifeline = None;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = message {
+            for fd in fds {
+                lifeline.get_or_insert(fd);
+            }
+        }
+    }
+    Ok(lifeline)
+}
+
+/// `args`: `[--cgroup PATH] -- COMMAND...`.
 pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
     // Dies with the guard (the parent), which then kills the namespace.
     if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err() {
-        return ExitCode::from(125);
+        return ExitCode::from(NOT_CONTAINED);
     }
     let _ = nix::sys::prctl::set_name(c"vvm-host-init");
-    let mut args = args.into_iter().skip_while(|arg| arg != "--").skip(1);
-    let Some(program) = args.next() else {
-        return ExitCode::from(125);
+    let mut args = args.into_iter().peekable();
+    let mut cgroup = None;
+    if args.peek().is_some_and(|arg| arg == "--cgroup") {
+        args.next();
+        cgroup = args.next().map(PathBuf::from).map(JobCgroup::at);
+    }
+    let mut command = args.skip_while(|arg| arg != "--").skip(1);
+    let Some(program) = command.next() else {
+        return ExitCode::from(NOT_CONTAINED);
+    };
+    let Ok(socket) = io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(StdUnixStream::from)
+    else {
+        return ExitCode::from(NOT_CONTAINED);
+    };
+    // Into the job's cgroup before anything of the job exists: whatever the
+    // command starts is inside from its first instruction.
+    if let Some(cgroup) = &cgroup
+        && let Err(err) = cgroup.join()
+    {
+        eprintln!(
+            "vvm-host: cannot join the job's cgroup {}: {err}",
+            cgroup.path().display()
+        );
+        let _ = writeln!(&socket, "exited code {NOT_CONTAINED} swept 0");
+        return ExitCode::from(NOT_CONTAINED);
+    }
+    let lifeline = match receive_lifeline(&socket) {
+        Ok(lifeline) => lifeline,
+        Err(_) => return ExitCode::from(NOT_CONTAINED),
     };
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     else {
-        return ExitCode::from(125);
+        return ExitCode::from(NOT_CONTAINED);
     };
-    match runtime.block_on(init(program, args.collect())) {
+    match runtime.block_on(init(socket, lifeline, program, command.collect())) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(_) => ExitCode::from(125),
+        Err(_) => ExitCode::from(NOT_CONTAINED),
     }
 }
 
-async fn init(program: OsString, args: Vec<OsString>) -> io::Result<()> {
-    let socket = StdUnixStream::from(io::stdin().as_fd().try_clone_to_owned()?);
+/// Resolves once the peer of `fd` (vvm-host, for the lifeline) has hung up;
+/// never for `None`. A thread waits for the hang-up alone (`poll` for
+/// `POLLRDHUP`), never reading: the guard reads the same socket.
+fn hung_up(fd: Option<OwnedFd>) -> impl Future<Output = ()> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    if let Some(fd) = fd {
+        std::thread::spawn(move || {
+            use rustix::event::{PollFd, PollFlags, poll};
+            loop {
+                let mut fds = [PollFd::new(&fd, PollFlags::RDHUP)];
+                match poll(&mut fds, None) {
+                    Ok(_) if !fds[0].revents().is_empty() => break,
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send(());
+        });
+    } else {
+        std::mem::forget(tx);
+    }
+    async move {
+        let _ = rx.await;
+    }
+}
+
+async fn init(
+    socket: StdUnixStream,
+    lifeline: Option<OwnedFd>,
+    program: OsString,
+    args: Vec<OsString>,
+) -> io::Result<()> {
     let mut reports = socket.try_clone()?;
     socket.set_nonblocking(true)?;
     let mut lines = BufReader::new(UnixStream::from_std(socket)?).lines();
+    let vvm_host_gone = hung_up(lifeline);
+    tokio::pin!(vvm_host_gone);
     let mut children = signal(SignalKind::child())?;
     // Signals meant for vvm-host must not end the job's init: listening to
     // them replaces their default action; they are never read.
@@ -85,7 +213,7 @@ async fn init(program: OsString, args: Vec<OsString>) -> io::Result<()> {
             } else {
                 126
             };
-            let _ = writeln!(reports, "exited code {code}");
+            let _ = writeln!(reports, "exited code {code} swept 0");
             return Ok(());
         }
     };
@@ -103,15 +231,20 @@ async fn init(program: OsString, args: Vec<OsString>) -> io::Result<()> {
                 // The guard is gone: so is everything here.
                 Ok(None) | Err(_) => return Ok(()),
             },
+            // vvm-host is gone, whatever the guard is doing (stopped?).
+            () = &mut vvm_host_gone => return Ok(()),
             () = tokio::time::sleep(Duration::from_millis(500)) => status = status.or(reap(command)),
         }
     }
-    // The command has ended: nothing of its job may outlive it.
+    // The command has ended: nothing of its job may outlive it. Every
+    // process reaped from here on is one it left behind.
+    let mut swept = 0;
     loop {
         let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
         match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
             Err(Errno::ECHILD) => break,
             Ok(WaitStatus::StillAlive) => tokio::time::sleep(Duration::from_millis(2)).await,
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => swept += 1,
             _ => {}
         }
     }
@@ -120,7 +253,7 @@ async fn init(program: OsString, args: Vec<OsString>) -> io::Result<()> {
         Some(WaitStatus::Exited(_, code)) => format!("exited code {code}"),
         _ => "exited code 1".to_owned(),
     };
-    let _ = writeln!(reports, "{report}");
+    let _ = writeln!(reports, "{report} swept {swept}");
     Ok(())
 }
 

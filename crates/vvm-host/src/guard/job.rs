@@ -1,5 +1,5 @@
-//! The job as the guard holds it: the process it started (the command, or
-//! in the PID-namespace mode the namespace's init), the containment that
+//! The job as the guard holds it: the process it started (the namespace's
+//! init in the PID-namespace modes, else the command), the containment that
 //! reaches everything else, and how to end and empty it.
 
 use std::{
@@ -11,7 +11,6 @@ use std::{
         OnceLock,
         atomic::{AtomicBool, AtomicI32, Ordering},
     },
-    time::{Duration, Instant},
 };
 
 use nix::{
@@ -23,15 +22,15 @@ use nix::{
     unistd::Pid,
 };
 
-use super::{exec::EXEC_ARG, init::INIT_ARG, report::Reporter};
+use super::{
+    exec::EXEC_ARG,
+    init::{self, INIT_ARG},
+    report::Reporter,
+};
 use crate::containment::{JobCgroup, Mode, pidfd, tree};
 
 /// The executable the guard's helpers run as: this very binary.
 const SELF_EXE: &str = "/proc/self/exe";
-/// How often the final wait looks again for processes left.
-const SWEEP_PAUSE: Duration = Duration::from_millis(2);
-/// How often a job that will not end is reported (pid, state, wchan).
-const STUCK_REPORT: Duration = Duration::from_secs(5);
 
 /// What the panic hook needs to end the job without the [`Job`] itself.
 static ANCHOR: OnceLock<PanicAnchor> = OnceLock::new();
@@ -62,33 +61,69 @@ pub(crate) fn kill_on_panic() {
 
 /// How the job is reached beyond the process the guard started.
 enum Anchor {
+    /// A PID namespace whose init is the guard's child (`term` goes to it
+    /// on this socket), in the job's cgroup in the cgroup mode.
+    Init {
+        socket: UnixStream,
+        cgroup: Option<JobCgroup>,
+    },
+    /// The job's cgroup alone (no PID namespace could be made).
     Cgroup(JobCgroup),
-    /// The namespace's init; `term` goes to it on this socket.
-    Pidns(UnixStream),
     Subreaper,
 }
 
 /// The process the guard started, and everything the job holds.
 pub(crate) struct Job {
     anchor: Anchor,
-    /// The guard's child: the command (cgroup, subreaper) or the init.
+    mode: &'static str,
+    /// The guard's child: the namespace's init, the trampoline that becomes
+    /// the command, or the command.
     child: Pid,
     /// Names `child` for as long as the guard lives.
     child_fd: Option<OwnedFd>,
-    /// The command's end (in the PID-namespace mode, as the init reports).
+    /// The child's end (in the PID-namespace modes, the init's: the
+    /// command's own is in its report).
     pub(crate) status: Option<WaitStatus>,
-    /// The init's report (PID-namespace mode).
-    init_report: Option<String>,
+    /// False once the guard has no child left to reap.
+    children_left: bool,
+    /// The init's report: the command's end and how many processes it
+    /// swept after it.
+    init_report: Option<(String, usize)>,
 }
 
 impl Job {
-    /// Starts `program args...` contained as `mode` says. The guard must be
-    /// single-threaded here in the PID-namespace mode (checked by the
-    /// caller: it calls this before its runtime exists).
-    pub(crate) fn start(mode: &Mode, program: &OsString, args: &[OsString]) -> io::Result<Job> {
+    /// Starts `program args...` contained as `mode` says; in the
+    /// PID-namespace modes the init gets `lifeline` (the guard's end of its
+    /// socket to vvm-host) to watch. The guard must be single-threaded here
+    /// in those modes (checked by the caller: it calls this before its
+    /// runtime exists).
+    pub(crate) fn start(
+        mode: &Mode,
+        program: &OsString,
+        args: &[OsString],
+        lifeline: &UnixStream,
+    ) -> io::Result<Job> {
         let mut command;
         let anchor = match mode {
-            Mode::Cgroup(path) => {
+            Mode::Pidns | Mode::Cgroup { pidns: true, .. } => {
+                crate::containment::pidns::enter().map_err(io::Error::other)?;
+                let (ours, its) = UnixStream::pair()?;
+                command = Command::new(SELF_EXE);
+                command.arg0("vvm-host-init").arg(INIT_ARG);
+                if let Some(path) = mode.cgroup() {
+                    command.arg("--cgroup").arg(path);
+                }
+                command
+                    .arg("--")
+                    .arg(program)
+                    .args(args)
+                    .stdin(Stdio::from(OwnedFd::from(its)));
+                Anchor::Init {
+                    socket: ours,
+                    cgroup: mode.cgroup().map(|path| JobCgroup::at(path.to_owned())),
+                }
+            }
+            Mode::Cgroup { path, pidns: false } => {
                 command = Command::new(SELF_EXE);
                 command
                     .arg0(program)
@@ -96,63 +131,56 @@ impl Job {
                     .arg(path)
                     .arg("--")
                     .arg(program)
-                    .args(args);
-                Anchor::Cgroup(JobCgroup::at(path.clone()))
-            }
-            Mode::Pidns => {
-                crate::containment::pidns::enter().map_err(io::Error::other)?;
-                let (ours, its) = UnixStream::pair()?;
-                command = Command::new(SELF_EXE);
-                command
-                    .arg0("vvm-host-init")
-                    .arg(INIT_ARG)
-                    .arg("--")
-                    .arg(program)
                     .args(args)
-                    .stdin(Stdio::from(OwnedFd::from(its)));
-                ours.set_nonblocking(true)?;
-                Anchor::Pidns(ours)
+                    .stdin(Stdio::null());
+                Anchor::Cgroup(JobCgroup::at(path.clone()))
             }
             Mode::Subreaper => {
                 command = Command::new(program);
-                command.args(args);
+                command.args(args).stdin(Stdio::null());
                 Anchor::Subreaper
             }
         };
-        if !matches!(anchor, Anchor::Pidns(_)) {
-            command.stdin(Stdio::null());
-        }
         let child = command.process_group(0).spawn()?;
         let child = Pid::from_raw(i32::try_from(child.id()).map_err(io::Error::other)?);
         let _ = ANCHOR.set(PanicAnchor {
-            cgroup: match &anchor {
-                Anchor::Cgroup(cgroup) => Some(JobCgroup::at(cgroup.path().to_owned())),
-                _ => None,
-            },
+            cgroup: mode.cgroup().map(|path| JobCgroup::at(path.to_owned())),
             child: AtomicI32::new(child.as_raw()),
             reaped: AtomicBool::new(false),
         });
+        if let Anchor::Init { socket, .. } = &anchor {
+            // The init starts nothing before it has this; if it cannot be
+            // sent the init is gone already, and its namespace with it.
+            let _ = init::send_lifeline(socket, lifeline);
+            socket.set_nonblocking(true)?;
+        }
         Ok(Job {
             anchor,
+            mode: mode.name(),
             child,
             child_fd: pidfd::open(child.as_raw()),
             status: None,
+            children_left: true,
             init_report: None,
         })
     }
 
     /// The pid to report as the command's (the init's, in the PID-namespace
-    /// mode: the command's own pid there is the namespace's).
+    /// modes: the command's own pid there is the namespace's).
     pub(crate) fn pid(&self) -> Pid {
         self.child
     }
 
     /// The mode's name.
     pub(crate) fn mode(&self) -> &'static str {
-        match self.anchor {
-            Anchor::Cgroup(_) => "cgroup",
-            Anchor::Pidns(_) => "pidns",
-            Anchor::Subreaper => "subreaper",
+        self.mode
+    }
+
+    fn cgroup(&self) -> Option<&JobCgroup> {
+        match &self.anchor {
+            Anchor::Init { cgroup, .. } => cgroup.as_ref(),
+            Anchor::Cgroup(cgroup) => Some(cgroup),
+            Anchor::Subreaper => None,
         }
     }
 
@@ -176,30 +204,38 @@ impl Job {
         }
     }
 
-    /// SIGTERM to every process of the job.
+    /// SIGTERM to every process of the job, in every cgroup below the
+    /// job's too.
     pub(crate) fn terminate(&mut self) {
         match &mut self.anchor {
-            Anchor::Cgroup(cgroup) => {
-                cgroup.signal_all(Signal::SIGTERM);
-            }
-            Anchor::Pidns(socket) => {
+            // `kill(-1, SIGTERM)` in the namespace, wherever they are.
+            Anchor::Init { socket, .. } => {
                 let _ = socket.write_all(b"term\n");
             }
+            Anchor::Cgroup(cgroup) => signal_cgroup_and_tree(cgroup, Signal::SIGTERM),
             Anchor::Subreaper => self.signal_tree(Signal::SIGTERM),
         }
     }
 
-    /// SIGKILL to every process of the job.
+    /// SIGKILL to every process of the job. The launcher first (the init,
+    /// the trampoline, the command): whatever it has not started yet it
+    /// never will, and what it has is inside the namespace or the cgroup.
     pub(crate) fn kill(&mut self) {
+        self.signal_child(Signal::SIGKILL);
         match &self.anchor {
-            Anchor::Cgroup(cgroup) => {
-                if cgroup.kill().is_err() {
-                    // Removed or unwritable: fall back to what we can reach.
-                    self.signal_tree(Signal::SIGKILL);
+            // The kernel kills the namespace once its init dies; the cgroup
+            // is killed too, for anything else in it.
+            Anchor::Init { cgroup, .. } => {
+                if let Some(cgroup) = cgroup {
+                    let _ = cgroup.kill();
                 }
             }
-            // The kernel kills the namespace once its init dies.
-            Anchor::Pidns(_) => self.signal_child(Signal::SIGKILL),
+            Anchor::Cgroup(cgroup) => {
+                let _ = cgroup.kill();
+                // Orphans come to the guard (a subreaper): those that left
+                // the cgroup are still its descendants.
+                tree::signal_descendants(own_pid(), Signal::SIGKILL);
+            }
             Anchor::Subreaper => self.signal_tree(Signal::SIGKILL),
         }
     }
@@ -218,7 +254,16 @@ impl Job {
     pub(crate) fn reap(&mut self) {
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(WaitStatus::StillAlive) => {
+                    self.children_left = true;
+                    return;
+                }
+                Err(Errno::ECHILD) => {
+                    self.children_left = false;
+                    return;
+                }
+                Err(Errno::EINTR) => {}
+                Err(_) => return,
                 Ok(status) => {
                     if status.pid() == Some(self.child)
                         && matches!(status, WaitStatus::Exited(..) | WaitStatus::Signaled(..))
@@ -233,99 +278,104 @@ impl Job {
         }
     }
 
-    /// Reads the init's report, if one is waiting (PID-namespace mode).
-    pub(crate) fn read_init_report(&mut self) {
+    /// Once the started process has ended: SIGKILL to whatever is left of
+    /// the job (`cgroup.kill` whenever the cgroup or one below it is
+    /// populated; the guard's descendants outside the PID-namespace modes),
+    /// and reaps. Returns how many processes were still there.
+    pub(crate) fn sweep(&mut self) -> usize {
+        if self.init_report.is_none() {
+            self.read_init_report();
+        }
+        let present = self.processes();
+        if let Some(cgroup) = self.cgroup()
+            && cgroup.populated()
+        {
+            let _ = cgroup.kill();
+        }
+        if !matches!(self.anchor, Anchor::Init { .. }) {
+            tree::signal_descendants(own_pid(), Signal::SIGKILL);
+        }
+        self.reap();
+        present.len()
+    }
+
+    /// True once the started process has ended and nothing of the job is
+    /// left: no child to reap (in the PID-namespace modes the init is
+    /// reaped only once its namespace is empty) and the cgroup, with every
+    /// cgroup below it, empty.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.status.is_some()
+            && !self.children_left
+            && self.cgroup().is_none_or(|cgroup| !cgroup.populated())
+    }
+
+    /// Removes the job's cgroup and every cgroup the job made below it
+    /// (once [`Job::is_empty`]).
+    pub(crate) fn remove_cgroup(&self) {
+        if let Some(cgroup) = self.cgroup() {
+            cgroup.remove();
+        }
+    }
+
+    /// Reads the init's report, if one is waiting (PID-namespace modes).
+    fn read_init_report(&mut self) {
         use std::io::Read;
-        if let Anchor::Pidns(socket) = &mut self.anchor {
+        if let Anchor::Init { socket, .. } = &mut self.anchor {
             let mut buf = [0u8; 256];
             if let Ok(n) = socket.read(&mut buf)
                 && n > 0
             {
                 let text = String::from_utf8_lossy(&buf[..n]);
-                if let Some(line) = text.lines().find(|line| line.starts_with("exited ")) {
-                    self.init_report = Some(line.to_owned());
-                }
+                self.init_report = text.lines().find_map(parse_init_report);
             }
         }
     }
 
-    /// The command's end, as vvm-host's report words it.
-    pub(crate) fn outcome(&self) -> String {
+    /// The command's end, as vvm-host's report words it, and how many
+    /// processes the init swept after it.
+    pub(crate) fn outcome(&self) -> (String, usize) {
         if let Some(report) = &self.init_report {
             return report.clone();
         }
-        match self.status {
+        let outcome = match self.status {
             Some(WaitStatus::Signaled(_, signal, _)) => format!("exited signal {}", signal as i32),
             Some(WaitStatus::Exited(_, code)) => format!("exited code {code}"),
             _ => "exited code 1".to_owned(),
-        }
+        };
+        (outcome, 0)
     }
 
-    /// Once the started process has ended: SIGKILL to whatever is left,
-    /// then waits until the job is empty (a process stuck in
-    /// uninterruptible sleep holds this up; it is reported every few
-    /// seconds), reaps everything, and removes the cgroup. Returns how many
-    /// processes other than the command were still there.
-    pub(crate) async fn empty(&mut self, reports: &mut Reporter) -> usize {
-        self.read_init_report();
-        let mut left = 0;
-        let mut last_report = Instant::now();
-        loop {
-            let present = match &self.anchor {
-                Anchor::Cgroup(cgroup) => {
-                    let pids = cgroup.pids();
-                    if !pids.is_empty() {
-                        let _ = cgroup.kill();
-                    }
-                    pids
-                }
-                // The init is reaped only once its namespace is empty.
-                Anchor::Pidns(_) => Vec::new(),
-                Anchor::Subreaper => {
-                    let pids = tree::descendants(own_pid());
-                    tree::signal_descendants(own_pid(), Signal::SIGKILL);
-                    pids
-                }
-            };
-            left = left.max(present.len());
-            let mut any_child = true;
-            loop {
-                match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                    Ok(WaitStatus::StillAlive) => break,
-                    Ok(_) | Err(Errno::EINTR) => {}
-                    Err(_) => {
-                        any_child = false; // ECHILD
-                        break;
-                    }
-                }
-            }
-            let populated = match &self.anchor {
-                Anchor::Cgroup(cgroup) => cgroup.populated(),
-                _ => false,
-            };
-            if !any_child && !populated {
-                break;
-            }
-            if last_report.elapsed() >= STUCK_REPORT {
-                last_report = Instant::now();
-                report_stuck(&present, reports);
-            }
-            tokio::time::sleep(SWEEP_PAUSE).await;
+    /// The processes of the job now: the guard's descendants (the init and
+    /// its namespace included) and whatever is in the job's cgroups.
+    pub(crate) fn processes(&self) -> Vec<i32> {
+        let mut pids = tree::descendants(own_pid());
+        if let Some(cgroup) = self.cgroup() {
+            pids.extend(cgroup.pids());
         }
-        if let Anchor::Cgroup(cgroup) = &self.anchor {
-            cgroup.remove();
-        }
-        left
+        pids.sort_unstable();
+        pids.dedup();
+        pids
     }
 }
 
-impl Job {
-    /// The processes of the job now (the guard's descendants outside the
-    /// cgroup mode).
-    pub(crate) fn processes(&self) -> Vec<i32> {
-        match &self.anchor {
-            Anchor::Cgroup(cgroup) => cgroup.pids(),
-            _ => tree::descendants(own_pid()),
+/// `exited code N swept K` (or `exited signal N ...`): the init's report.
+fn parse_init_report(line: &str) -> Option<(String, usize)> {
+    let (outcome, swept) = line.split_once(" swept ")?;
+    outcome
+        .starts_with("exited ")
+        .then(|| (outcome.to_owned(), swept.trim().parse().unwrap_or(0)))
+}
+
+/// `signal` to every process in `cgroup` or below it, and to every
+/// descendant of the guard that left it, each once, each through a pidfd
+/// and checked first.
+fn signal_cgroup_and_tree(cgroup: &JobCgroup, signal: Signal) {
+    let inside = cgroup.pids();
+    cgroup.signal_all(signal);
+    let me = own_pid();
+    for pid in tree::descendants(me) {
+        if !inside.contains(&pid) {
+            pidfd::signal_verified(pid, signal, || tree::is_descendant(pid, me));
         }
     }
 }

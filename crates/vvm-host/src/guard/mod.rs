@@ -8,19 +8,25 @@
 //!
 //! 1. waits for the killer deadline (`deadline N` or `disarm`, which
 //!    `vvm-host` writes as soon as the guard exists), then starts the
-//!    command contained as MODE says (see [`crate::containment`]) and
-//!    reports `started PID`;
+//!    command contained as MODE says (see [`crate::containment`]; in the
+//!    PID-namespace modes through the namespace's init, [`init`], which
+//!    joins the job's cgroup before it starts anything and gets a copy of
+//!    the lifeline to watch, so the job dies with vvm-host even while the
+//!    guard is stopped) and reports `started PID`;
 //! 2. obeys `term` (SIGTERM to every process of the job) and `kill`
 //!    (SIGKILL to all of them), acknowledging each (`ack term`, `ack
 //!    kill`), so vvm-host knows the guard is alive;
 //! 3. when the lifeline closes, which the kernel does whenever `vvm-host`
 //!    exits *for any reason* (SIGKILL and the OOM killer included), or when
 //!    the killer deadline passes without word from vvm-host, SIGKILLs the
-//!    job;
-//! 4. once the command has exited, SIGKILLs whatever is left of the job,
-//!    waits until it is empty (reporting `stuck PID STATE WCHAN` every few
-//!    seconds for a process that will not die, such as one in
-//!    uninterruptible sleep on a frozen file system), reaps it all, reports
+//!    job: the process it started first (the init, or the launcher, which
+//!    then never starts anything more), then the cgroup;
+//! 4. once the command has exited, SIGKILLs whatever is left of the job
+//!    (`cgroup.kill` whenever the cgroup or one below it is populated),
+//!    until it is empty — still watching the lifeline and the deadline —
+//!    (reporting `stuck PID STATE WCHAN` every few seconds for a process
+//!    that will not die, such as one in uninterruptible sleep on a frozen
+//!    file system), reaps it all, removes the job's cgroups, reports
 //!    `exited code N` or `exited signal N`, and exits.
 //!
 //! **Kill first, then speak.** The guard never writes to its standard error
@@ -28,14 +34,14 @@
 //! `tostop` would stop it): its words go over the non-blocking lifeline
 //! ([`report`]), always after the kill they describe. It ignores SIGTTOU,
 //! SIGTTIN and SIGTSTP and the signals meant for vvm-host, and a panic
-//! SIGKILLs the job before the guard exits. Only SIGKILL or SIGSTOP of the
-//! guard itself leave the job to vvm-host, which then ends it itself (in the
-//! cgroup mode, with no help from the guard).
+//! SIGKILLs the job before the guard exits. SIGKILL or SIGSTOP of the
+//! guard itself leave the job to vvm-host and, in the PID-namespace modes,
+//! to the init, which dies with either of them.
 
 pub(crate) mod exec;
 pub(crate) mod init;
 mod job;
-mod report;
+pub(crate) mod report;
 
 use std::{
     ffi::OsString,
@@ -71,6 +77,9 @@ pub(crate) const KILL: &[u8] = b"kill\n";
 const DEADLINE_CHECK: Duration = Duration::from_millis(100);
 /// How often a killed job that has not ended is reported.
 const STUCK_REPORT: Duration = Duration::from_secs(5);
+/// How often the guard looks again, once the command has ended, for what
+/// is left of its job.
+const SWEEP_PAUSE: Duration = Duration::from_millis(2);
 
 /// `CLOCK_BOOTTIME` in nanoseconds: the monotonic clock plus time suspended.
 pub(crate) fn boot_time() -> Option<u128> {
@@ -133,7 +142,7 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
         let _ = reports.send(&format!("spawn-failed {} {err}", err.kind_word()));
         return ExitCode::SUCCESS;
     }
-    let job = match Job::start(&mode, &program, &args) {
+    let job = match Job::start(&mode, &program, &args, &lifeline) {
         Ok(job) => job,
         Err(err) => {
             let _ = reports.send(&format!(
@@ -229,8 +238,11 @@ async fn guard(
     let mut children = signal(SignalKind::child())?;
     let mut lines = BufReader::new(lifeline).lines();
     let mut lifeline_open = true;
-    let mut killed_at: Option<Instant> = None;
+    // Since when the job has been ending (killed, or its command exited):
+    // what will not die is reported every few seconds from then on.
+    let mut ending_since: Option<Instant> = None;
     let mut last_stuck_report = Instant::now();
+    let mut left = 0;
 
     // From here on no error may leave the job running: a report that
     // cannot be written means vvm-host is gone (or cannot hear us), which is
@@ -238,13 +250,25 @@ async fn guard(
     if reports.send(&format!("started {}", job.pid())).is_err() {
         lifeline_open = false;
         job.kill();
-        killed_at = Some(Instant::now());
+        ending_since = Some(Instant::now());
     }
-    reports.note(&format!("containment: {}", job.mode()));
-    while job.status.is_none() {
-        let check = match deadline {
-            Some(_) => DEADLINE_CHECK,
-            None => Duration::from_millis(500),
+    reports.info(&format!("containment: {}", job.mode()));
+    // Until the command has ended *and* nothing of its job is left, the
+    // lifeline and the deadline are watched: a job that takes its time to
+    // empty is still killed the moment vvm-host goes or the deadline passes.
+    loop {
+        if job.status.is_some() {
+            // The command has ended: nothing of its job may outlive it.
+            ending_since.get_or_insert_with(Instant::now);
+            left = left.max(job.sweep());
+            if job.is_empty() {
+                break;
+            }
+        }
+        let check = match (job.status, deadline) {
+            (Some(_), _) => SWEEP_PAUSE,
+            (None, Some(_)) => DEADLINE_CHECK,
+            (None, None) => Duration::from_millis(500),
         };
         tokio::select! {
             _ = children.recv() => job.reap(),
@@ -256,14 +280,14 @@ async fn guard(
                     }
                     Request::Kill => {
                         job.kill();
-                        killed_at.get_or_insert_with(Instant::now);
+                        ending_since.get_or_insert_with(Instant::now);
                         let _ = reports.send("ack kill");
                     }
                     Request::Deadline(at) => deadline = at,
                     Request::Unknown => {
                         // Fail safe: a garbled line may have been a kill.
                         job.kill();
-                        killed_at.get_or_insert_with(Instant::now);
+                        ending_since.get_or_insert_with(Instant::now);
                         reports.note(&format!("unknown request {line:?}: the job was SIGKILLed"));
                     }
                 },
@@ -271,7 +295,7 @@ async fn guard(
                     // vvm-host is gone, whatever ended it: end the job.
                     lifeline_open = false;
                     job.kill();
-                    killed_at.get_or_insert_with(Instant::now);
+                    ending_since.get_or_insert_with(Instant::now);
                 }
             },
             // Also reaps in case a SIGCHLD was coalesced with an earlier one.
@@ -282,10 +306,10 @@ async fn guard(
                 {
                     deadline = None;
                     job.kill();
-                    killed_at.get_or_insert_with(Instant::now);
+                    ending_since.get_or_insert_with(Instant::now);
                     reports.note("the leadership deadline passed without word from vvm-host (stopped or stuck?): the job was SIGKILLed");
                 }
-                if killed_at.is_some_and(|at| at.elapsed() >= STUCK_REPORT)
+                if ending_since.is_some_and(|at| at.elapsed() >= STUCK_REPORT)
                     && last_stuck_report.elapsed() >= STUCK_REPORT
                 {
                     last_stuck_report = Instant::now();
@@ -294,10 +318,10 @@ async fn guard(
             }
         }
     }
-    // The command has ended: nothing of its job may outlive it.
-    let left = job.empty(&mut reports).await;
+    job.remove_cgroup();
+    let (outcome, swept) = job.outcome();
     // vvm-host may be gone already: then nobody needs the report.
-    let _ = reports.send(&format!("{} swept {left}", job.outcome()));
+    let _ = reports.send(&format!("{outcome} swept {}", left.max(swept)));
     Ok(())
 }
 

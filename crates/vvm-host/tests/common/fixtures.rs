@@ -1,6 +1,7 @@
 //! Real faults for the escape tests: a job that records its work in a file
 //! (so a test sees when it stops), a loop-mounted ext4 that can be frozen,
-//! and the guard process found from outside.
+//! the guard process found from outside, the cgroup tree, and the
+//! processes of a job found by a mark in their environment.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unreachable_pub)]
 
 use std::{
@@ -190,4 +191,70 @@ pub fn state_of(pid: i32) -> Option<char> {
         .next()?
         .chars()
         .next()
+}
+
+/// The cgroup2 mount point (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified`
+/// on a hybrid host).
+pub fn cgroup2_mount() -> PathBuf {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = mounts
+        .lines()
+        .find(|line| line.contains(" - cgroup2 "))
+        .and_then(|line| line.split_whitespace().nth(4))
+        .expect("no cgroup2 mount");
+    PathBuf::from(mount)
+}
+
+/// This process's own cgroup v2 directory (vvm-host's, for the hosts the
+/// tests spawn: they make their jobs' cgroups below it).
+pub fn own_cgroup() -> PathBuf {
+    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let own = text
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .expect("in no cgroup v2");
+    cgroup2_mount().join(own.trim_start_matches('/'))
+}
+
+/// Shell words that move the shell into `cgroup` (a directory of the cgroup2
+/// file system), failing loudly if it cannot.
+pub fn move_into(cgroup: &Path) -> String {
+    format!(
+        "echo 0 > '{}/cgroup.procs' || {{ echo cannot-move; exit 99; }}",
+        cgroup.display()
+    )
+}
+
+/// Shell words that set `$cg` to the shell's own cgroup directory.
+pub fn own_cgroup_in_shell() -> String {
+    format!(
+        "cg='{}'$(sed -n 's/^0:://p' /proc/self/cgroup)",
+        cgroup2_mount().display()
+    )
+}
+
+/// The pids of the processes whose environment holds `VAR=value` (zombies
+/// have none).
+pub fn processes_with(var: &str, value: &str) -> Vec<i32> {
+    let needle = format!("{var}={value}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|&b| b == 0)
+            .any(|item| item == needle.as_bytes())
+        {
+            found.push(pid);
+        }
+    }
+    found
 }

@@ -196,18 +196,28 @@ pub fn read_number(rx: &mpsc::Receiver<String>, prefix: &str) -> i32 {
         .unwrap_or_else(|e| panic!("{line:?}: {e}"))
 }
 
+/// Shell words that print `pid=` and the shell's pid as the host sees it
+/// (`/proc` is the host's; `$$` is the job's PID namespace's), for `sh -c`
+/// and `bash -c` alike (`read` with a redirection runs in the shell
+/// itself).
+pub const ECHO_PID: &str = "read -r vvm_test_pid _ < /proc/self/stat; echo pid=$vvm_test_pid";
+
 /// A job for `bash -c`: prints `pid=` (the command), starts a grandchild
 /// that leaves the process group and session with `setsid` and prints
-/// `gc=`, then prints `ready` and runs `rest`.
+/// `gc=` (each as the host numbers them), then prints `ready` and runs
+/// `rest`.
 ///
 /// A leading `trap ... TERM; ` of `rest` is set first, before `ready`: the
 /// tests signal as soon as they read it.
 pub fn job_with_escaping_grandchild(rest: &str) -> String {
+    let start = format!(
+        "{ECHO_PID}; exec 3< <(exec setsid sh -c 'read -r p _ < /proc/self/stat; echo $p; exec sleep 1000'); read -r gc <&3; echo gc=$gc; echo ready"
+    );
     match rest.split_once(" TERM; ") {
         Some((trap, after)) if trap.starts_with("trap ") => {
-            format!("{trap} TERM; echo pid=$$; setsid sleep 1000 & echo gc=$!; echo ready; {after}")
+            format!("{trap} TERM; {start}; {after}")
         }
-        _ => format!("echo pid=$$; setsid sleep 1000 & echo gc=$!; echo ready; {rest}"),
+        _ => format!("{start}; {rest}"),
     }
 }
 

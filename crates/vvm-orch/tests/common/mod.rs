@@ -38,3 +38,7 @@ pub fn idle() -> impl ServicePipeline {
 pub fn key1() -> Key {
     Key::new("vvm/leader/1").unwrap()
 }
+
+pub mod faults;
+pub mod ledger;
+pub mod request;

@@ -3,7 +3,17 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+
+/// Where a tenant's change events go (`--events`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EventsMode {
+    /// To the subscribers on every pod (the subscription map and the
+    /// broadcast through Valkey).
+    Cluster,
+    /// To this pod's subscribers only (standalone: no broadcast).
+    Local,
+}
 
 /// `pg-pod`: a resource pod serving tenants from PostgreSQL.
 #[derive(Debug, Clone, Parser)]
@@ -65,6 +75,13 @@ pub struct PodArgs {
     /// A tenant pool unused for this long is closed, milliseconds.
     #[arg(long, env = "POOL_IDLE_MS", default_value_t = 60_000)]
     pub pool_idle_ms: u64,
+    /// Where change events go: `cluster` (subscribers on every pod) or
+    /// `local` (this pod's only).
+    #[arg(long, env = "EVENTS", value_enum, default_value_t = EventsMode::Cluster)]
+    pub events: EventsMode,
+    /// Event streams (`GET /tenants/{t}/events`) this pod serves at once.
+    #[arg(long, env = "MAX_EVENT_STREAMS", default_value_t = 1_000)]
+    pub max_event_streams: usize,
 }
 
 /// Invalid settings.
@@ -99,6 +116,9 @@ impl PodArgs {
         }
         if self.pool_idle_ms == 0 {
             return bad("pool idle timeout must be positive");
+        }
+        if !(1..=1_000_000).contains(&self.max_event_streams) {
+            return bad("max event streams must be within 1..=1000000");
         }
         Ok(())
     }

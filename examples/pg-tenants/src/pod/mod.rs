@@ -8,10 +8,16 @@
 //! | `POST /locks/{lock}/commit`, `/locks/{lock}/rollback` | end it, release the connection and the lock |
 //! | `GET /destinations/{tenant}/sleep/{secs}` | `SELECT pg_sleep(secs)` (cancellable) |
 //! | `POST /_coordinator/cancel/{request_id}` | the coordinator's cancel message |
+//! | `GET /tenants/{tenant}/events`, `GET /destinations/{tenant}/events` | the tenant's change events, as Server-Sent Events |
+//! | `GET /tenants/{tenant}/rows`, `GET /destinations/{tenant}/rows` | the tenant's rows (JSON) |
+//! | `GET /tenants/{tenant}/live` | the live page: the rows, updated from the events |
 //!
-//! Every response carries the header `x-pod-id`; JSON bodies carry `pod`.
+//! Every write (`PUT`, `DELETE`, a commit) publishes a change event of the
+//! tenant through `coordinator-events` ([`live`]). Every response carries
+//! the header `x-pod-id`; JSON bodies carry `pod`.
 
 mod config;
+pub mod live;
 mod pools;
 mod routes;
 mod tx;
@@ -22,7 +28,7 @@ use std::time::Duration;
 use anyhow::Context;
 use coordinator::{Member, MemberAddress, MemberConfig, MemberId, SaturationConfig};
 
-pub use config::{ConfigError, PodArgs};
+pub use config::{ConfigError, EventsMode, PodArgs};
 use pools::{PoolLimits, Pools};
 use tx::Transactions;
 
@@ -37,6 +43,7 @@ struct Inner {
     member: Member,
     pools: Arc<Pools>,
     txs: Transactions,
+    events: coordinator_events::Events,
 }
 
 impl Pod {
@@ -51,6 +58,9 @@ impl Pod {
     }
     pub(crate) fn txs(&self) -> &Transactions {
         &self.inner.txs
+    }
+    pub(crate) fn events(&self) -> &coordinator_events::Events {
+        &self.inner.events
     }
 
     /// Rolls back transactions past their idle timeout or max lifetime.
@@ -112,8 +122,23 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
         .await
         .context("cannot connect to Valkey")?;
     let load = pools.clone();
-    let member =
-        Member::with_load_source(valkey, config, Arc::new(move || load.open_connections()))?;
+    let member = Member::with_load_source(
+        valkey.clone(),
+        config,
+        Arc::new(move || load.open_connections()),
+    )?;
+    let events_config = coordinator_events::EventsConfig {
+        max_subscribers: args.max_event_streams,
+        ..coordinator_events::EventsConfig::default()
+    };
+    let events = match args.events {
+        EventsMode::Cluster => {
+            coordinator_events::Events::clustered(&member, valkey, events_config).await?
+        }
+        EventsMode::Local => {
+            coordinator_events::Events::standalone(member.id().clone(), events_config)?
+        }
+    };
     let pod = Pod {
         inner: Arc::new(Inner {
             id: args.pod_id.clone(),
@@ -123,6 +148,7 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
                 Duration::from_millis(args.tx_idle_timeout_ms),
                 Duration::from_millis(args.tx_max_lifetime_ms),
             ),
+            events: events.clone(),
         }),
     };
     member
@@ -142,10 +168,16 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
         }
     });
     tracing::info!(pod = %args.pod_id, %bound, %advertise, "pod serving");
+    // event streams never end by themselves: ending the events ends them,
+    // so the graceful shutdown can finish
+    let closing = events.clone();
     let served = axum::serve(listener, routes::router(pod.clone()))
-        .with_graceful_shutdown(crate::shutdown_signal())
+        .with_graceful_shutdown(async move {
+            crate::shutdown_signal().await;
+            tracing::info!("shutting down");
+            closing.shutdown(Duration::from_secs(2)).await;
+        })
         .await;
-    tracing::info!("shutting down");
     reaper.abort();
     heartbeat.stop().await;
     pod.rollback_all().await;

@@ -13,6 +13,7 @@ use serde_json::json;
 use tokio_postgres::{CancelToken, Client, NoTls};
 
 use super::Pod;
+use super::live::announce;
 use crate::POD_HEADER;
 use crate::error::ApiError;
 use crate::tenant::TenantId;
@@ -46,13 +47,14 @@ pub(crate) fn router(pod: Pod) -> Router {
         )
         .route("/locks/{lock}/commit", post(commit))
         .route("/locks/{lock}/rollback", post(rollback))
-        .with_state(pod)
+        .with_state(pod.clone())
         .layer(middleware::from_fn_with_state(member, pod::fenced))
         .layer(middleware::from_fn_with_state(
             cancels.clone(),
             pod::cancellable,
         ))
         .merge(pod::cancel_router(cancels))
+        .merge(super::live::router(pod))
         .layer(middleware::from_fn(move |req: Request, next: Next| {
             let pod_id = pod_id.clone();
             async move {
@@ -155,12 +157,14 @@ async fn put_kv(
     let t = tenant(t)?;
     check_key(&key)?;
     check_value(&value)?;
-    let (_permit, conn) = checkout(&pod, &t).await?;
+    let (permit, conn) = checkout(&pod, &t).await?;
     kv_put(&conn, &t, &key, &value).await?;
-    Ok(
-        Json(json!({"pod": pod.id(), "tenant": t.as_str(), "key": key, "value": value}))
-            .into_response(),
+    drop((permit, conn));
+    let event = announce(&pod, &t, json!({"op": "put", "key": key, "value": value})).await;
+    Ok(Json(
+        json!({"pod": pod.id(), "tenant": t.as_str(), "key": key, "value": value, "event": event}),
     )
+    .into_response())
 }
 
 async fn delete_kv(
@@ -169,12 +173,14 @@ async fn delete_kv(
 ) -> Result<Response, ApiError> {
     let t = tenant(t)?;
     check_key(&key)?;
-    let (_permit, conn) = checkout(&pod, &t).await?;
+    let (permit, conn) = checkout(&pod, &t).await?;
     kv_delete(&conn, &t, &key).await?;
-    Ok(
-        Json(json!({"pod": pod.id(), "tenant": t.as_str(), "key": key, "deleted": true}))
-            .into_response(),
+    drop((permit, conn));
+    let event = announce(&pod, &t, json!({"op": "delete", "key": key})).await;
+    Ok(Json(
+        json!({"pod": pod.id(), "tenant": t.as_str(), "key": key, "deleted": true, "event": event}),
     )
+    .into_response())
 }
 
 /// Sends a PostgreSQL cancel request if dropped while armed (the call was
@@ -349,7 +355,12 @@ async fn finish(pod: Pod, lock: String, commit: bool) -> Result<Response, ApiErr
             ));
         }
         let field = if commit { "committed" } else { "rolled_back" };
-        Ok(Json(json!({"pod": pod.id(), "tenant": tx.tenant.as_str(), "lock": lock.as_str(), field: true})).into_response())
+        let event = if commit {
+            announce(&pod, &tx.tenant, json!({"op": "commit"})).await
+        } else {
+            serde_json::Value::Null
+        };
+        Ok(Json(json!({"pod": pod.id(), "tenant": tx.tenant.as_str(), "lock": lock.as_str(), field: true, "event": event})).into_response())
     });
     task.await
         .map_err(|e| ApiError::Unavailable(format!("transaction end failed: {e}")))?

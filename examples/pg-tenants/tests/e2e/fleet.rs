@@ -108,6 +108,11 @@ pub(crate) struct Procs {
 }
 
 impl Procs {
+    /// Where the processes' logs (and the tests' artifacts) go.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     fn spawn(&mut self, name: &str, exe: &str, args: &[String]) {
         let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
         let child = Command::new(exe)
@@ -241,6 +246,12 @@ impl Fleet {
                 ("tx-idle-timeout-ms", opts.tx_idle_timeout_ms.to_string()),
                 ("tx-max-lifetime-ms", opts.tx_max_lifetime_ms.to_string()),
                 ("max-tenant-pools", opts.max_tenant_pools.to_string()),
+                // `local` switches the broadcast between pods off (the
+                // live tests must fail then)
+                (
+                    "events",
+                    std::env::var("PG_EXAMPLE_EVENTS").unwrap_or_else(|_| "cluster".into()),
+                ),
             ]);
             procs.spawn(&id, env!("CARGO_BIN_EXE_pg-pod"), &args);
             pods.push(id);

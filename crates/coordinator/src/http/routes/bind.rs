@@ -13,8 +13,11 @@ use crate::registry::Reroute;
 impl Coordinator {
     /// *Pick and register*: forwards to the destination's live member if it
     /// has one; otherwise picks a live member with the strategy, forwards,
-    /// and binds it (`SADD`) only if the pod answers 2xx. 503 when no member
-    /// is live.
+    /// and binds it only if the pod answers 2xx, and only if no live member
+    /// holds the destination by then (the claim of first touch: dead members
+    /// are removed, a live one never is). 409 `bound_elsewhere` when one
+    /// does (a racing bind, or a live owner outside this coordinator's
+    /// address policy); 503 when no member is live.
     pub async fn pick_and_register(&self, dest: &DestinationId, req: Request) -> Response {
         answer(self.bind(dest, req).await)
     }
@@ -29,11 +32,16 @@ impl Coordinator {
             .forward_with_retry(&call, target.member, target.epoch, by)
             .await?;
         if !target.bound && resp.status().is_success() {
-            self.registry
-                .add_pod_to_destination(dest, &member.id)
+            let bound = self
+                .registry
+                .bind_if_unowned(dest, &member.id)
                 .await
                 .map_err(store_error)?;
-            tracing::info!(destination = %dest, member = %member.id, "bound destination");
+            let Some(epoch) = bound else {
+                tracing::warn!(destination = %dest, member = %member.id, "another live pod holds the destination: the pod picked was not bound");
+                return Err(ApiError::BoundElsewhere.into());
+            };
+            tracing::info!(destination = %dest, member = %member.id, epoch, "bound destination");
         }
         Ok(resp)
     }

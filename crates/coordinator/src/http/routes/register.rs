@@ -44,11 +44,16 @@ impl Coordinator {
             tracing::warn!(member = %member.id, "pod answered 2xx without a valid destination id");
             return Err(ApiError::MissingDestinationId.into());
         };
-        self.registry
-            .add_pod_to_destination(&dest, &member.id)
+        let bound = self
+            .registry
+            .bind_if_unowned(&dest, &member.id)
             .await
             .map_err(store_error)?;
-        self.registry.evict(&dest);
+        if bound.is_none() {
+            // the pod named a destination another live pod holds
+            tracing::warn!(destination = %dest, member = %member.id, "the destination the pod created is held by another live pod: not bound");
+            return Err(ApiError::BoundElsewhere.into());
+        }
         tracing::info!(destination = %dest, member = %member.id, "registered destination from response");
         Ok(resp)
     }

@@ -1,0 +1,518 @@
+//! The coordinator's destination ownership (crate `coordinator`), as a
+//! [`stateright`] model of one destination.
+//!
+//! **Actors.** [`Config::pods`] pods (`p0`, `p1`, ...) and two coordinators
+//! (`c0`, `c1`). `c0` forwards to every pod; `c1`'s address policy rejects
+//! `p0` (two address policies). Valkey holds the destination's pod set and
+//! epoch, and each pod's member record (its TTL expiry is an action).
+//!
+//! **What each step is, in the code.**
+//!
+//! | action | code |
+//! |---|---|
+//! | `Beat` / `Renew` | `Member::heartbeat`: the `MULTI` that re-creates the record, then (after a lapse) `REAFFIRM` and the lease renewal: two steps, other actions run between them |
+//! | `LeaseEnds` | the pod's own clock: `0.8 × ttl` after its last heartbeat start (any time: heartbeats may fail) |
+//! | `RecordExpires` | Valkey's TTL on the record; only once the pod's lease ended (clock rates within 20 %) |
+//! | `Crash` / `Restart` | the process dies (its memory with it) and starts again **under the same id** |
+//! | `Deregister` | `Member::deregister` (the process stays and may register again) |
+//! | `Forget` | the pod's bounded fence map drops the destination (LRU) |
+//! | `LeaveStart` / `LeaveApply` | `Member::remove_from_destination` (also what a routed `DELETE` answered 2xx runs): the fence raised, then the set change in Valkey, then its reply |
+//! | `FanOut` | a member adds a peer (`Member::fan_out`, `add_pod_to_destination`): shared on purpose |
+//! | `Resolve` | `RESOLVE` on a cache miss (the dead pruned when a member is live); on an empty set or an all-dead one it reads a pick and the claim is **sent later** ([`Action::Claim`]): the window between the read and the script |
+//! | `Claim` | `CLAIM`, applied whenever: after heartbeats, after other claims |
+//! | `Deliver` | a call a coordinator routes from its cache reaches the pod: `pod::fenced` admits it (the pod learns its epoch) or refuses it (the coordinator drops its cache entry) |
+//! | `CacheExpires` / `CoordinatorRestart` | the route cache's TTL (any time: it is independent of the member TTL); a coordinator killed, its pending claim lost |
+//!
+//! **The invariant** ([`ONE_OWNER`]): at every moment, the pods that would
+//! admit a call some coordinator can route for the destination (a route
+//! in its cache: a call in flight is a route kept arbitrarily long) are
+//! members of one and the same assignment, i.e. of the set at one epoch.
+//! Outside fan-out that is one pod; a fanned-out assignment's members may
+//! serve together, but never with a pod of another assignment.
+//!
+//! **Seeded bugs** ([`Bug`]): the protocol as it was before the fix of each
+//! case; each must be refuted.
+
+mod state;
+#[cfg(test)]
+mod tests;
+
+use stateright::{Model, Property};
+
+pub use state::{Action, Fence, State};
+use state::{CoordinatorState, Fault, Pending, PodState};
+
+/// The property every state must satisfy.
+pub const ONE_OWNER: &str = "outside fan-out, one pod admits the destination's calls";
+
+/// A variant of the protocol as it was before one of the fixes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bug {
+    /// `CLAIM` removes the members the coordinator read as dead, without
+    /// reading their records (a member that came back since is removed).
+    ClaimWithoutRecordCheck,
+    /// A pod with no memory of the destination (just restarted under the
+    /// same id, or forgotten) admits any epoch.
+    RestartAdmitsAnyEpoch,
+    /// Leaving a destination does not raise the pod's own fence.
+    LeaveKeepsFence,
+    /// Members outside a coordinator's address policy are removed by its
+    /// claims, as dead ones are.
+    PolicyRemovesLive,
+}
+
+impl Bug {
+    /// Every seeded bug.
+    pub const ALL: [Bug; 4] = [
+        Bug::ClaimWithoutRecordCheck,
+        Bug::RestartAdmitsAnyEpoch,
+        Bug::LeaveKeepsFence,
+        Bug::PolicyRemovesLive,
+    ];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bug::ClaimWithoutRecordCheck => "claim-without-record-check",
+            Bug::RestartAdmitsAnyEpoch => "restart-admits-any-epoch",
+            Bug::LeaveKeepsFence => "leave-keeps-fence",
+            Bug::PolicyRemovesLive => "policy-removes-live",
+        }
+    }
+
+    /// The bug called `name`.
+    pub fn named(name: &str) -> Option<Bug> {
+        Bug::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
+
+/// The bounds of the exploration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Pods (2 or 3).
+    pub pods: u8,
+    /// The highest epoch explored (every change of the set bumps it).
+    pub max_epoch: u8,
+    /// Faults in a run, each kind at most once: a crash (then a restart
+    /// under the same id), a deregistration, an LRU forget, a leave, a
+    /// fan-out, a coordinator restart.
+    pub faults: u8,
+    /// Leases that end by the pod's clock (missed heartbeats) in a run.
+    pub lapses: u8,
+}
+
+impl Config {
+    /// 3 pods, every fault kind alone (with any number of interleaved
+    /// claims, cache expiries and deliveries, and two lease lapses).
+    pub const FULL: Config = Config {
+        pods: 3,
+        max_epoch: 4,
+        faults: 1,
+        lapses: 2,
+    };
+
+    /// Every pair of fault kinds in one run, with 2 pods.
+    pub const PAIRS: Config = Config {
+        pods: 2,
+        max_epoch: 4,
+        faults: 2,
+        lapses: 2,
+    };
+
+    /// A smaller check for debug-build tests: 2 pods, one fault, epochs up
+    /// to 3 (enough for every seeded bug).
+    pub const SMALL: Config = Config {
+        pods: 2,
+        max_epoch: 3,
+        faults: 1,
+        lapses: 2,
+    };
+}
+
+/// The ownership protocol, fixed or with one seeded bug.
+#[derive(Clone, Debug)]
+pub struct Ownership {
+    config: Config,
+    bug: Option<Bug>,
+}
+
+impl Ownership {
+    /// The model under `config`, with `bug` seeded (`None`: as fixed).
+    pub fn new(config: Config, bug: Option<Bug>) -> Self {
+        Self { config, bug }
+    }
+
+    fn has(&self, bug: Bug) -> bool {
+        self.bug == Some(bug)
+    }
+
+    /// Whether coordinator `c` may forward to pod `p`: `c1` rejects `p0`.
+    fn accepts(c: u8, p: u8) -> bool {
+        !(c == 1 && p == 0)
+    }
+
+    /// The pods coordinator `c` may forward to, as a mask.
+    fn accepted(&self, c: u8) -> u8 {
+        (0..self.config.pods)
+            .filter(|&p| Self::accepts(c, p))
+            .fold(0, |m, p| m | bit(p))
+    }
+
+    /// Whether pod `p` would admit a call routed at `epoch` now.
+    fn admits(&self, s: &State, p: u8, epoch: u8) -> bool {
+        let pod = &s.pods[usize::from(p)];
+        if !pod.up || !pod.lease {
+            return false;
+        }
+        match pod.fence {
+            Fence::Leaving => false,
+            Fence::Known(newest) => epoch >= newest,
+            // first sight: one read of Valkey
+            Fence::Unknown if self.has(Bug::RestartAdmitsAnyEpoch) => true,
+            Fence::Unknown => epoch >= s.epoch && s.set & bit(p) != 0,
+        }
+    }
+
+    /// The pods that would admit a call a coordinator can route now.
+    pub fn admitting(&self, s: &State) -> u8 {
+        let mut out = 0;
+        for c in &s.coordinators {
+            if let Some((set, epoch)) = c.cache {
+                for p in 0..self.config.pods {
+                    if set & bit(p) != 0 && self.admits(s, p, epoch) {
+                        out |= bit(p);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn one_owner(&self, s: &State) -> bool {
+        let a = self.admitting(s);
+        a.count_ones() <= 1 || s.fanned & a == a
+    }
+}
+
+/// The shortest counterexample to [`ONE_OWNER`] under `config` with `bug`
+/// seeded: each step and the state after it (`State`'s `Display`), from the
+/// initial state. `None` when there is none.
+pub fn counterexample(config: Config, bug: Option<Bug>) -> Option<Vec<(String, String)>> {
+    use stateright::Checker;
+    let model = Ownership::new(config, bug);
+    // one thread: the same (shortest) trace every time
+    let checker = model.checker().spawn_bfs().join();
+    let path = checker.discovery(ONE_OWNER)?;
+    let mut steps = Vec::new();
+    let mut came_by = "(start)".to_owned();
+    for (state, next) in path.into_vec() {
+        steps.push((came_by, state.to_string()));
+        came_by = next.map_or_else(String::new, |a| format!("{a:?}"));
+    }
+    Some(steps)
+}
+
+/// The mask of pod `p`.
+pub(crate) fn bit(p: u8) -> u8 {
+    1 << p
+}
+
+impl Model for Ownership {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State::new(self.config)]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let n = self.config.pods;
+        for p in 0..n {
+            let pod = &s.pods[usize::from(p)];
+            let registered = s.records & bit(p) != 0;
+            if pod.up {
+                // a heartbeat while the lease runs changes nothing
+                if pod.beat_written {
+                    actions.push(Action::Renew(p));
+                } else if !pod.lease {
+                    actions.push(Action::Beat(p));
+                }
+                if pod.lease && s.budget.lapses > 0 {
+                    actions.push(Action::LeaseEnds(p));
+                }
+                if s.budget.allows(Fault::Crash) {
+                    actions.push(Action::Crash(p));
+                }
+                if registered && s.budget.allows(Fault::Deregister) {
+                    actions.push(Action::Deregister(p));
+                }
+                if matches!(pod.fence, Fence::Known(_)) && s.budget.allows(Fault::Forget) {
+                    actions.push(Action::Forget(p));
+                }
+                if pod.leaving {
+                    actions.push(Action::LeaveApply(p));
+                } else if s.set & bit(p) != 0 && s.budget.allows(Fault::Leave) {
+                    actions.push(Action::LeaveStart(p));
+                }
+                if s.set & bit(p) != 0 && s.budget.allows(Fault::FanOut) {
+                    for q in (0..n).filter(|&q| s.set & bit(q) == 0 && s.records & bit(q) != 0) {
+                        actions.push(Action::FanOut { from: p, to: q });
+                    }
+                }
+            } else {
+                actions.push(Action::Restart(p));
+            }
+            if registered && !pod.lease {
+                actions.push(Action::RecordExpires(p));
+            }
+        }
+        for c in 0..2u8 {
+            let co = &s.coordinators[usize::from(c)];
+            match (co.cache, co.pending) {
+                (Some((set, _)), _) => {
+                    actions.push(Action::CacheExpires(c));
+                    for p in (0..n).filter(|&p| set & bit(p) != 0) {
+                        actions.push(Action::Deliver { c, p });
+                    }
+                }
+                (None, None) => {
+                    // a claim follows the read only on an empty or dead set:
+                    // one action per pick (the live members c may use)
+                    let picks = s.records & self.accepted(c);
+                    actions.push(Action::Resolve { c, pick: None });
+                    for p in (0..n).filter(|&p| picks & bit(p) != 0) {
+                        actions.push(Action::Resolve { c, pick: Some(p) });
+                    }
+                }
+                (None, Some(_)) => actions.push(Action::Claim(c)),
+            }
+            if (co.cache.is_some() || co.pending.is_some())
+                && s.budget.allows(Fault::CoordinatorRestart)
+            {
+                actions.push(Action::CoordinatorRestart(c));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        let max = self.config.max_epoch;
+        match action {
+            Action::Beat(p) => {
+                s.records |= bit(p);
+                s.pod_mut(p).beat_written = true;
+            }
+            Action::Renew(p) => {
+                s.pod_mut(p).beat_written = false;
+                // the record expired meanwhile: more than a TTL since the
+                // heartbeat started, so its lease is not renewed
+                if s.records & bit(p) != 0 {
+                    let pod = s.pods[usize::from(p)];
+                    if let (false, Fence::Known(newest)) = (pod.lease, pod.fence) {
+                        // back from a lapse: REAFFIRM
+                        if s.set & bit(p) != 0 {
+                            s.bump(max)?;
+                        }
+                        s.pod_mut(p).fence = Fence::Known(newest.max(s.epoch));
+                    }
+                    s.pod_mut(p).lease = true;
+                }
+            }
+            Action::LeaseEnds(p) => {
+                s.budget.lapses -= 1;
+                s.pod_mut(p).lease = false;
+            }
+            Action::RecordExpires(p) => s.records &= !bit(p),
+            Action::Crash(p) => {
+                s.budget.spend(Fault::Crash);
+                *s.pod_mut(p) = PodState::down();
+            }
+            Action::Restart(p) => s.pod_mut(p).up = true,
+            Action::Deregister(p) => {
+                s.budget.spend(Fault::Deregister);
+                s.pod_mut(p).lease = false;
+                s.records &= !bit(p);
+            }
+            Action::Forget(p) => {
+                s.budget.spend(Fault::Forget);
+                s.pod_mut(p).fence = Fence::Unknown;
+            }
+            Action::LeaveStart(p) => {
+                s.budget.spend(Fault::Leave);
+                s.pod_mut(p).leaving = true;
+                if !self.has(Bug::LeaveKeepsFence) {
+                    s.pod_mut(p).fence = Fence::Leaving;
+                }
+            }
+            Action::LeaveApply(p) => {
+                s.pod_mut(p).leaving = false;
+                if s.set & bit(p) != 0 {
+                    s.set &= !bit(p);
+                    s.bump(max)?;
+                }
+                if !self.has(Bug::LeaveKeepsFence) {
+                    s.pod_mut(p).fence = Fence::Known(s.epoch);
+                }
+            }
+            Action::FanOut { to, .. } => {
+                s.budget.spend(Fault::FanOut);
+                s.set |= bit(to);
+                s.fanned = s.set;
+                s.bump(max)?;
+            }
+            Action::Resolve { c, pick } => self.resolve(&mut s, c, pick)?,
+            Action::Claim(c) => self.claim(&mut s, c)?,
+            Action::CacheExpires(c) => s.coordinator_mut(c).cache = None,
+            Action::Deliver { c, p } => self.deliver(&mut s, c, p),
+            Action::CoordinatorRestart(c) => {
+                s.budget.spend(Fault::CoordinatorRestart);
+                *s.coordinator_mut(c) = CoordinatorState::default();
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(ONE_OWNER, |m: &Ownership, s: &State| m.one_owner(s)),
+            // the model is not vacuous: these states are reached
+            Property::sometimes(
+                "a failover to another pod is routed",
+                |m: &Ownership, s: &State| {
+                    let a = m.admitting(s);
+                    s.epoch >= 2
+                        && a.count_ones() == 1
+                        && s.set == a
+                        && s.pods.iter().any(|p| !p.up || !p.lease)
+                },
+            ),
+            Property::sometimes(
+                "a pod back from a lapse admits again",
+                |m: &Ownership, s: &State| {
+                    s.epoch >= 2
+                        && s.pods.iter().enumerate().any(|(p, pod)| {
+                            pod.fence == Fence::Known(s.epoch) && m.admitting(s) == bit(p as u8)
+                        })
+                },
+            ),
+            Property::sometimes(
+                "a claim is pending while its pod heartbeats",
+                |_: &Ownership, s: &State| {
+                    s.coordinators.iter().any(|c| c.pending.is_some())
+                        && s.pods.iter().any(|p| p.beat_written)
+                },
+            ),
+        ]
+    }
+}
+
+impl Ownership {
+    /// `RESOLVE` for coordinator `c` (its cache is empty); `pick`: the
+    /// member a following claim adds (`None`: no claim).
+    fn resolve(&self, s: &mut State, c: u8, pick: Option<u8>) -> Option<()> {
+        let live = s.set & s.records;
+        let dead = s.set & !s.records;
+        let total = s.set;
+        if live != 0 && dead != 0 {
+            s.set &= !dead;
+            s.bump(self.config.max_epoch)?;
+        }
+        let usable = live & self.accepted(c);
+        let rejected = live & !self.accepted(c);
+        let claim = |dead: u8, rejected: u8| {
+            pick.map(|pick| Pending {
+                dead,
+                rejected,
+                pick,
+            })
+        };
+        let epoch = s.epoch;
+        let co = s.coordinator_mut(c);
+        let claims = if usable != 0 {
+            // a route read from the set: no claim follows it
+            co.cache = Some((usable, epoch));
+            false
+        } else if total == 0 {
+            true
+        } else if rejected != 0 {
+            // the fix: the policy narrows picks, no claim over a live member
+            self.has(Bug::PolicyRemovesLive)
+        } else {
+            true
+        };
+        // what the claim carries: only what the seeded bug acts on
+        let dead = if self.has(Bug::ClaimWithoutRecordCheck) {
+            dead
+        } else {
+            0
+        };
+        let rejected = if self.has(Bug::PolicyRemovesLive) {
+            rejected
+        } else {
+            0
+        };
+        match (claims, pick) {
+            (true, Some(_)) => co.pending = claim(dead, rejected),
+            // no claim: one action, not one per pick
+            (false, None) if live != 0 => {}
+            // a claim needs a pick; reading alone changes nothing
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// `CLAIM` of coordinator `c`, sent after its read.
+    fn claim(&self, s: &mut State, c: u8) -> Option<()> {
+        let pending = s.coordinators[usize::from(c)].pending?;
+        s.coordinator_mut(c).pending = None;
+        let checked = !self.has(Bug::ClaimWithoutRecordCheck);
+        let mut gone = if checked {
+            s.set & !s.records
+        } else {
+            s.set & pending.dead
+        };
+        if self.has(Bug::PolicyRemovesLive) {
+            gone |= s.set & pending.rejected;
+        }
+        s.set &= !gone;
+        let max = self.config.max_epoch;
+        if checked && s.set & bit(pending.pick) != 0 {
+            // the pick is in the set already (another claim added it): won,
+            // nothing added
+            if gone != 0 {
+                s.bump(max)?;
+            }
+            s.coordinator_mut(c).cache = Some((bit(pending.pick), s.epoch));
+        } else if s.set == 0 && (!checked || s.records & bit(pending.pick) != 0) {
+            s.set = bit(pending.pick);
+            s.bump(max)?;
+            s.coordinator_mut(c).cache = Some((s.set, s.epoch));
+        } else if gone != 0 {
+            s.bump(max)?;
+        }
+        Some(())
+    }
+
+    /// A call of coordinator `c` reaches pod `p` at the cached epoch.
+    fn deliver(&self, s: &mut State, c: u8, p: u8) {
+        let Some((_, epoch)) = s.coordinators[usize::from(c)].cache else {
+            return;
+        };
+        let admitted = self.admits(s, p, epoch);
+        let current = s.epoch;
+        let pod = s.pod_mut(p);
+        if pod.up && pod.lease {
+            pod.fence = match pod.fence {
+                Fence::Known(newest) => Fence::Known(newest.max(epoch)),
+                Fence::Unknown if admitted => Fence::Known(epoch),
+                // a first sight that refused remembers what it read
+                Fence::Unknown => Fence::Known(current),
+                Fence::Leaving => Fence::Leaving,
+            };
+        }
+        if !admitted {
+            // refused, or the pod is down: the coordinator drops the route
+            s.coordinator_mut(c).cache = None;
+        }
+    }
+}
