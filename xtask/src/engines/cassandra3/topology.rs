@@ -62,19 +62,22 @@ pub(crate) struct TopologyReport {
 
 impl std::fmt::Display for TopologyReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let secs = |d: Option<Duration>| {
-            d.map_or("not done".into(), |d| format!("{:.1}s", d.as_secs_f64()))
+        // "UN after 37.6s", or what the run ended before.
+        let step = |d: Option<Duration>, done: &str, missing: &str| {
+            d.map_or(format!("{missing} when the run ended"), |d| {
+                format!("{done} {:.1}s", d.as_secs_f64())
+            })
         };
         write!(
             f,
-            "topology: {JOINER} joined (bootstrap, UN after {}), {} decommissioned ({}), \
-             {} SIGKILLed (seen down after {}) and replaced by {REPLACEMENT} (UN after {})",
-            secs(self.joined),
+            "topology: {JOINER} joined (bootstrap, {}), {} decommissioned ({}), \
+             {} SIGKILLed (seen down {}) and replaced by {REPLACEMENT} ({})",
+            step(self.joined, "UN after", "not UN"),
             ADDRESSES[LEAVER],
-            secs(self.decommissioned),
+            step(self.decommissioned, "took", "not done"),
             ADDRESSES[DEAD],
-            secs(self.seen_down),
-            secs(self.replaced)
+            step(self.seen_down, "after", "not yet"),
+            step(self.replaced, "UN after", "not UN")
         )
     }
 }
@@ -306,9 +309,9 @@ mod tests {
         assert_eq!(token, (third + i128::from(i64::MAX)) / 2);
         assert_eq!(
             TopologyReport::default().to_string(),
-            "topology: 127.0.0.4 joined (bootstrap, UN after not done), 127.0.0.2 decommissioned \
-             (not done), 127.0.0.3 SIGKILLed (seen down after not done) and replaced by 127.0.0.5 \
-             (UN after not done)"
+            "topology: 127.0.0.4 joined (bootstrap, not UN when the run ended), 127.0.0.2 \
+             decommissioned (not done when the run ended), 127.0.0.3 SIGKILLed (seen down not \
+             yet when the run ended) and replaced by 127.0.0.5 (not UN when the run ended)"
         );
         let replacement = replacement();
         assert_eq!(replacement.replaces, Some("127.0.0.3"));
