@@ -12,6 +12,7 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 command -v openssl >/dev/null || need+=(openssl)   # throwaway CAs for the TLS cases
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v protoc >/dev/null || need+=(protobuf-compiler)   # etcd-client's build script
+command -v mold >/dev/null || need+=(mold)   # .ci/run links the ~90 test binaries with mold
 command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts single nodes off
 # The coordinator's routing bench compares against nginx (proxy_pass); the
 # bench starts its own nginx (one worker, master_process off).

@@ -84,6 +84,11 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<String>> {
     violations.extend(file_lengths(&source_files(root)?));
     violations.extend(crate_docs(&packages));
     violations.extend(driver_lists(&packages, &ci, &engines));
+    if let Some(host) = packages.iter().find(|p| p.name == "vvm-host") {
+        violations.extend(features_only_forward(&read_dir_text(
+            &host.dir.join("src"),
+        )?));
+    }
     for package in drivers(&packages) {
         if IN_PROCESS_DRIVERS.contains(&package.name.as_str()) {
             continue;
@@ -439,6 +444,22 @@ pub(crate) fn driver_lists(packages: &[Package], ci: &str, engines: &str) -> Vec
         }
     }
     violations
+}
+
+/// Rule: vvm-host's driver features only forward to storage-url (no
+/// `cfg(feature = …)` in its sources), so `.ci/run` checks it once with
+/// its default features rather than once per driver: the driver code it
+/// can compile is storage-url's, whose subsets the loop checks.
+pub(crate) fn features_only_forward(host_sources: &str) -> Vec<String> {
+    match host_sources.contains("cfg(feature") {
+        true => vec![
+            "driver lists: vvm-host's sources test a cargo feature (`cfg(feature`): \
+             its features must only forward to storage-url, or .ci/run must check \
+             vvm-host once per driver"
+                .into(),
+        ],
+        false => Vec::new(),
+    }
 }
 
 /// Rule: a network driver runs the shared network cases, or says why not.

@@ -165,6 +165,18 @@ impl StorageUrl {
         self.parsed.get::<C>()
     }
 
+    /// The local file a file-backed store's URL names (a `redb://` URL),
+    /// `None` for `mem` and the network engines: a command that must not
+    /// create a store checks that it exists before opening it (opening
+    /// creates it).
+    pub fn local_file(&self) -> Option<&std::path::Path> {
+        #[cfg(feature = "redb")]
+        if let Some(redb) = self.config::<storage_redb::RedbConfig>() {
+            return Some(redb.path());
+        }
+        None
+    }
+
     /// The configuration parsed with the URL, as the drivers' descriptors
     /// take it.
     pub(crate) fn parsed(&self) -> &ParsedUrl {

@@ -83,10 +83,10 @@ pub(crate) async fn open_existing(store: &StoreArgs) -> anyhow::Result<DynTtlSto
         None => crate::default_storage::default_url()?,
     };
     // Read only: opening a redb URL would create the file.
-    if let Some(redb) = url.config::<storage_redb::RedbConfig>()
-        && !redb.path().exists()
+    if let Some(file) = url.local_file()
+        && !file.exists()
     {
-        return Err(NoStore(redb.path().display().to_string()).into());
+        return Err(NoStore(file.display().to_string()).into());
     }
     Ok(url.open().await?)
 }

@@ -3,7 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    Package, check, crate_arrows, driver_lists, file_lengths, network_suite, workspace_root,
+    Package, check, crate_arrows, driver_lists, features_only_forward, file_lengths, network_suite,
+    workspace_root,
 };
 
 fn package(name: &str, deps: &[&str]) -> Package {
@@ -139,4 +140,11 @@ fn a_network_driver_without_the_network_cases_or_a_reason_is_refused() {
         network_suite("storage-x", "// tidy: no network suite:").len(),
         1
     );
+}
+
+#[test]
+fn a_program_testing_a_driver_feature_is_refused() {
+    assert!(features_only_forward("fn main() {}\n").is_empty());
+    let v = features_only_forward("#[cfg(feature = \"valkey\")]\nfn f() {}\n");
+    assert!(v.iter().any(|v| v.contains("only forward")), "{v:?}");
 }

@@ -1,0 +1,106 @@
+//! Watches: wake-ups by another connection and a dead listener (see `main.rs` for how to run them).
+
+use super::*;
+
+/// A compare-and-delete by another storage (another process, in
+/// production) wakes a watcher; a swap does not, and a record without
+/// expiry is watched without a timer: nothing but the delete wakes it.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn watch_wakes_on_a_delete_by_another_storage() {
+    let watcher = connect_url(&base_url()).await;
+    let deleter = connect_url(&base_url()).await;
+    network::watch_wakes_on_a_delete_by_another_connection(
+        &watcher,
+        &deleter,
+        &key("watch-other"),
+        Duration::from_millis(500),
+    )
+    .await;
+}
+
+/// Compare-and-delete notifies the table's channel with the key, once,
+/// and only when it deleted.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn compare_and_delete_notifies_the_key() {
+    let table = unique("suite_notify");
+    let s = connect_url(&with_query(&format!("table={table}"))).await;
+    assert!(s.watch_channel().starts_with("ttl_storage_"));
+    // A plain LISTEN connection, its notifications forwarded here.
+    let (client, mut connection) = tokio_postgres::connect(&base_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, mut notifications) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = tx.send((n.channel().to_string(), n.payload().to_string()));
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN {}", s.watch_channel()))
+        .await
+        .unwrap();
+    let k = key("notify");
+    assert!(s.insert_if_not_exists(&k, b"a", ttl(30)).await.unwrap());
+    assert!(!s.compare_and_delete(&k, b"other").await.unwrap());
+    assert!(s.compare_and_delete(&k, b"a").await.unwrap());
+    assert!(!s.compare_and_delete(&k, b"a").await.unwrap());
+    let (channel, payload) = tokio::time::timeout(Duration::from_secs(10), notifications.recv())
+        .await
+        .expect("no notification")
+        .unwrap();
+    assert_eq!(channel, s.watch_channel());
+    assert_eq!(payload, k.as_str());
+    // Only the delete that deleted notified (its transaction committed).
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), notifications.recv())
+            .await
+            .is_err()
+    );
+}
+
+/// When the listener's connection dies, a pending watch completes (its
+/// waiter re-checks and polls) and new watches answer `WatchUnsupported`
+/// until it listens again: a waiter never hangs on a dead listener.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn dead_listener_wakes_and_reports_unsupported() {
+    let direct = connect_url(&base_url()).await;
+    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
+        .await
+        .unwrap();
+    let url = url_with(|u| {
+        u.set_host(Some(&proxy.addr.ip().to_string())).unwrap();
+        u.set_port(Some(proxy.addr.port())).unwrap();
+        u.set_query(Some("pool_size=1&connect_timeout=5s"));
+    });
+    let s = connect_url(&url).await;
+    let k = key("dead-listener");
+    assert!(
+        direct
+            .insert_if_not_exists(&k, b"a", Ttl::NEVER)
+            .await
+            .unwrap()
+    );
+    let mut watch = s.watch(&k).unwrap();
+    // Armed and waiting (its expiry read done): only the listener's
+    // failure can wake it now.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut watch)
+            .await
+            .is_err()
+    );
+    proxy.shut_down();
+    assert!(
+        network::completes_within(watch, Duration::from_secs(10)).await,
+        "a watch on a dead listener did not complete"
+    );
+    assert!(
+        s.watch(&k).is_err(),
+        "watch still supported without a listener"
+    );
+    assert!(direct.compare_and_delete(&k, b"a").await.unwrap());
+}

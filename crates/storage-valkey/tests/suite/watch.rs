@@ -1,0 +1,150 @@
+//! Watches: wake-ups by another connection, a dead subscriber, a user without channel rights (see `main.rs` for how to run them).
+
+use super::*;
+
+/// A compare-and-delete by another connection (another process, in
+/// production) wakes a watcher, and a key without expiry is watched
+/// without a timer: nothing but the delete wakes it.
+#[tokio::test]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
+async fn watch_wakes_on_a_delete_by_another_connection() {
+    let watcher = connect().await;
+    let deleter = connect().await;
+    // A renewal (a swap) publishes nothing; there is no timer either.
+    network::watch_wakes_on_a_delete_by_another_connection(
+        &watcher,
+        &deleter,
+        &key("watch-other"),
+        Duration::from_millis(300),
+    )
+    .await;
+}
+
+/// The delete is published on `<prefix>__deleted` with the server key as
+/// the message (what another client could subscribe to as well).
+#[tokio::test]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
+async fn compare_and_delete_publishes_the_key() {
+    use fred::prelude::{EventInterface, PubsubInterface};
+    // Its own prefix, so its own channel: other cases delete concurrently.
+    let url = url_with(|u| u.set_query(Some("prefix=suite-publish:")));
+    let s = ValkeyStorage::from_url(&url).await.unwrap();
+    assert_eq!(s.watch_channel(), "suite-publish:__deleted");
+    let listener = fred::prelude::Builder::from_config(
+        fred::prelude::Config::from_url(&direct_url()).unwrap(),
+    )
+    .build()
+    .unwrap();
+    let mut messages = listener.message_rx();
+    listener.init().await.unwrap();
+    listener.subscribe(s.watch_channel()).await.unwrap();
+    let k = key("published");
+    assert!(s.insert_if_not_exists(&k, b"a", ttl(30)).await.unwrap());
+    assert!(!s.compare_and_delete(&k, b"other").await.unwrap());
+    assert!(s.compare_and_delete(&k, b"a").await.unwrap());
+    let message = tokio::time::timeout(Duration::from_secs(10), messages.recv())
+        .await
+        .expect("no message published")
+        .unwrap();
+    assert_eq!(&*message.channel, "suite-publish:__deleted");
+    // Only the successful delete published.
+    assert_eq!(
+        message.value.as_str().as_deref(),
+        Some(s.server_key(&k).as_str())
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), messages.recv())
+            .await
+            .is_err()
+    );
+}
+
+/// When the subscriber's connection dies, a pending watch completes (its
+/// waiter re-checks and polls) and new watches answer `WatchUnsupported`
+/// until the subscriber is back: a waiter never hangs on a dead
+/// subscription.
+#[tokio::test]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
+async fn dead_subscriber_wakes_and_reports_unsupported() {
+    let direct = connect().await;
+    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
+        .await
+        .unwrap();
+    let url = format!("redis://{}?timeout=500ms&connect_timeout=500ms", proxy.addr);
+    let s = ValkeyStorage::from_url(&url).await.unwrap();
+    let k = key("dead-subscriber");
+    assert!(
+        direct
+            .insert_if_not_exists(&k, b"a", Ttl::NEVER)
+            .await
+            .unwrap()
+    );
+    let mut watch = s.watch(&k).unwrap();
+    // Armed and waiting (its PTTL read done): only the subscriber's
+    // failure can wake it now.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut watch)
+            .await
+            .is_err()
+    );
+    proxy.shut_down();
+    assert!(
+        network::completes_within(watch, Duration::from_secs(10)).await,
+        "a watch on a dead subscription did not complete"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while s.watch(&k).is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "watch still supported on a dead connection"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(direct.compare_and_delete(&k, b"a").await.unwrap());
+}
+
+/// A user that may not use the delete channel (Redis 7's default ACL gives
+/// new users no channels) still deletes, and its watches answer
+/// `WatchUnsupported` (the subscription was refused) instead of hanging.
+#[tokio::test]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
+async fn user_without_channel_rights_deletes_and_polls() {
+    let admin = connect().await;
+    let acl = fred::types::CustomCommand::new_static("ACL", None, false);
+    let _: String = admin
+        .client()
+        .custom(
+            acl,
+            vec![
+                "SETUSER",
+                "storage-valkey-nochannels",
+                "reset",
+                "on",
+                ">nochannels",
+                "~ttl:*",
+                "resetchannels",
+                "+@all",
+            ],
+        )
+        .await
+        .unwrap();
+    let url = url_with(|u| {
+        u.set_username("storage-valkey-nochannels").unwrap();
+        u.set_password(Some("nochannels")).unwrap();
+        u.set_query(Some("connect_timeout=1h"));
+    });
+    // The refused probe ends the wait for the subscription: connecting
+    // does not hang until the (one hour) connect timeout.
+    let s = tokio::time::timeout(Duration::from_secs(60), ValkeyStorage::from_url(&url))
+        .await
+        .expect("connecting waited for the connect timeout although the channel is refused")
+        .unwrap();
+    let k = key("nochannels");
+    assert!(s.insert_if_not_exists(&k, b"a", ttl(30)).await.unwrap());
+    assert!(
+        s.watch(&k).is_err(),
+        "a refused subscription must report unsupported"
+    );
+    assert!(s.compare_and_delete(&k, b"a").await.unwrap());
+    assert_eq!(admin.get(&k).await.unwrap(), None);
+}
