@@ -90,7 +90,7 @@ pub struct RunReport {
     /// VVM seeds: hand-over requests under faults.
     pub requests: RequestCounts,
     /// Answers that were not what happened (must be empty; see
-    /// [`crate::requests`]).
+    /// `requests.rs`).
     pub request_violations: Vec<String>,
     /// Leadership intervals recorded.
     pub intervals: usize,

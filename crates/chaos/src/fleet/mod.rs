@@ -29,7 +29,7 @@
 //!   again by the next call, while the other coordinator may still route
 //!   it to the pod that left;
 //! - and all along, the first coordinator reaches Valkey through a
-//!   [`DelayProxy`](delay_proxy) that delays its replies (100-800 ms each)
+//!   delay proxy (`delay_proxy.rs`) that delays its replies (100-800 ms each)
 //!   for a TTL, then not for half a TTL, in turn: its read of a destination
 //!   and the claim it sends on that read are seconds apart, with heartbeats,
 //!   record expiries and the other coordinator's claims in between. The
