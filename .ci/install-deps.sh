@@ -25,8 +25,11 @@ command -v tini >/dev/null || need+=(tini)
 # row) drives headless Chromium over the DevTools protocol; without it the
 # row fails under CI=true rather than skip the test.
 command -v chromium >/dev/null || need+=(chromium)
-# chaos's clock-rate fault runs one contender under libfaketime
+# chaos's clock-rate fault runs one contender under libfaketime, and its
+# server clock fault the PostgreSQL server (Valkey: a shim built with cc)
 [[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]] || need+=(libfaketime)
+# test-drivers' postgres-pgbouncer row: the suite through PgBouncer
+command -v pgbouncer >/dev/null || need+=(pgbouncer)
 # The container route in CI (.ci/docker.sh): a Docker engine, a Debian base
 # image built with debootstrap, docker-compose to validate docker-compose.yml.
 command -v dockerd >/dev/null || need+=(docker.io)

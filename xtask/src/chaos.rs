@@ -29,7 +29,7 @@ use std::{
 
 use anyhow::Context;
 
-use crate::engines::{self, Started};
+use crate::engines::{self, Started, server_clock};
 
 /// Options of `chaos`.
 #[derive(clap::Args)]
@@ -56,6 +56,35 @@ pub(crate) struct Args {
     /// rate of real time (`1.15`: 15 % fast; `0.77`: 1.3 times slower).
     #[arg(long)]
     clock_rate: Option<f64>,
+    /// Server clock fault (valkey, postgres, etcd): the engine server runs
+    /// with a movable wall clock (`engines::server_clock`) that the
+    /// harness steps (`step:+30s`, `step:-30s`) or strobes (`strobe`,
+    /// `strobe:30s`) mid-run; see `chaos::server_clock`.
+    #[arg(long, value_name = "FAULT", value_parser = parse_server_clock)]
+    server_clock: Option<String>,
+    /// Topology changes instead of node faults (cassandra-3: a fourth node
+    /// joins, then an original one is decommissioned; etcd-3: a member is
+    /// removed and added back, the leader first).
+    #[arg(long)]
+    topology: bool,
+}
+
+/// The engines `--topology` runs on.
+const TOPOLOGY: &[&str] = &["cassandra-3", "etcd-3"];
+
+/// A `--server-clock` value, checked before any engine starts (the
+/// harness parses it again).
+fn parse_server_clock(text: &str) -> Result<String, String> {
+    let valid = text == "strobe"
+        || text.starts_with("strobe:")
+        || text.starts_with("step:+")
+        || text.starts_with("step:-");
+    match valid {
+        true => Ok(text.to_string()),
+        false => Err(format!(
+            "{text:?}: expected step:+<duration>, step:-<duration>, strobe or strobe:<duration>"
+        )),
+    }
 }
 
 /// `(chaos engine name, engines::all() entry, variable the engine sets)`.
@@ -127,6 +156,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             let names: Vec<&str> = SUPPORTED.iter().map(|(n, _, _)| *n).collect();
             anyhow::bail!("unknown engine {name:?}; supported: {}", names.join(", "));
         }
+        if args.topology && !TOPOLOGY.contains(&name.as_str()) {
+            anyhow::bail!(
+                "--topology runs on {} only, not {name}",
+                TOPOLOGY.join(", ")
+            );
+        }
+        if args.server_clock.is_some() && !server_clock::ENGINES.contains(&name.as_str()) {
+            anyhow::bail!(
+                "--server-clock runs on {} only, not {name}",
+                server_clock::ENGINES.join(", ")
+            );
+        }
     }
     // The harness's programs from the workspace's one test build (a
     // `-p chaos` build would recompile ~100 dependencies with other features).
@@ -149,17 +190,36 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             .find(|e| e.name == *entry)
             .with_context(|| format!("no engine {entry}"))?;
         println!("== chaos {name}: starting the engine ==");
-        let running: Started = match engine.external() {
-            Some(external) => external,
-            None => match (engine.start)(&work_dir.join(engine.name)) {
-                Ok(started) => started,
-                Err(err) => {
-                    eprintln!("chaos {name}: the engine did not start: {err:#}");
-                    failed.push(name.clone());
-                    continue;
-                }
-            },
+        let clock = match &args.server_clock {
+            Some(_) => Some(server_clock::ClockDir::create()?),
+            None => None,
         };
+        let started = match (&clock, engine.external()) {
+            (Some(_), Some(_)) => Err(anyhow::anyhow!(
+                "--server-clock starts its own engine: unset {}",
+                engine.endpoint_var
+            )),
+            (Some(clock), None) => {
+                server_clock::start(engine.name, &work_dir.join(engine.name), clock)
+            }
+            (None, Some(external)) => Ok(external),
+            (None, None) => (engine.start)(&work_dir.join(engine.name)),
+        };
+        let running: Started = match started {
+            Ok(started) => started,
+            Err(err) => {
+                eprintln!("chaos {name}: the engine did not start: {err:#}");
+                failed.push(name.clone());
+                continue;
+            }
+        };
+        if let (Some(clock), Some(fault)) = (&clock, &args.server_clock) {
+            // What the offset file actually moves, measured on this server.
+            let probe = server_clock::probe(engine.name, &running, clock)
+                .map_or_else(|err| format!("probe FAILED: {err:#}"), |p| p.to_string());
+            println!("chaos {name}: --server-clock {fault}: {probe}");
+            node_reports.push(format!("{name}: --server-clock {fault}: {probe}"));
+        }
         let url = running
             .env
             .iter()
@@ -192,6 +252,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                         .flatten(),
                 )
                 .args(cluster.then_some("--direct"))
+                .args(
+                    clock
+                        .as_ref()
+                        .zip(args.server_clock.as_ref())
+                        .map(|(clock, fault)| {
+                            [
+                                "--server-clock".into(),
+                                fault.into(),
+                                "--server-clock-file".into(),
+                                clock.file().into_os_string(),
+                            ]
+                        })
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<std::ffi::OsString>>(),
+                )
                 .arg("--work-dir")
                 .arg(work_dir.join(format!("chaos-{name}")))
                 .arg("--summary")
@@ -227,10 +303,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             let hold = node_fault_hold(args.duration, lease);
             let mut stop = || exited(&mut harness, &mut status);
             let gap = Duration::from_secs(lease) / 2;
-            let faults = match failover {
-                true => engines::run_failovers(name, &mut running, hold, gap, &mut stop)
+            let faults = match (args.topology, failover) {
+                (true, true) => engines::membership_changes(&mut running, hold, gap, &mut stop)
                     .map(|report| report.to_string()),
-                false => engines::node_faults(&mut running, hold, gap, &mut stop)
+                (true, false) => engines::topology_changes(&mut running, gap, &mut stop)
+                    .map(|report| report.to_string()),
+                (false, true) => engines::run_failovers(name, &mut running, hold, gap, &mut stop)
+                    .map(|report| report.to_string()),
+                (false, false) => engines::node_faults(&mut running, hold, gap, &mut stop)
                     .map(|report| report.to_string()),
             };
             match faults {
@@ -252,6 +332,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             let _ = printer.join();
         }
         drop(running);
+        drop(clock);
         println!("== chaos {name}: engine stopped ==");
         if !status.success() && !failed.contains(name) {
             failed.push(name.clone());

@@ -21,7 +21,13 @@
 //! - **Takeover after a kill**: some other process acquired within
 //!   `takeover_bound` of the killed leader's last successful write start
 //!   (the basis of its last successful `armed` event).
+//! - **No overlapping leaders** ([`overlap`], run by the harness): no
+//!   non-zombie started a write after another process had acquired a
+//!   higher token (pauses exempt until the next renewal); with a server
+//!   clock fault, overlaps that a forward step explains are counted
+//!   against their stated bound instead ([`crate::server_clock`]).
 
+pub mod overlap;
 mod report;
 
 use std::{collections::HashMap, time::Duration};
@@ -231,7 +237,8 @@ pub fn check(records: &[Record], log: &[LogEntry], bounds: Bounds, end_ms: u64) 
                 pending.push((p, r.t_ms, false, None));
             }
             Event::Started { zombie, .. } => proc.zombie = *zombie,
-            Event::Exiting | Event::Restored | Event::Exited { .. } => {}
+            Event::Exiting | Event::Restored | Event::Exited { .. } | Event::ServerClock { .. } => {
+            }
         }
     }
 

@@ -92,6 +92,12 @@ pub enum Event {
         /// Its exit code, if it exited rather than being killed by a signal.
         code: Option<i32>,
     },
+    /// (harness) the engine server's wall clock now runs `offset_ms` from
+    /// real time (a server clock fault, see [`crate::server_clock`]).
+    ServerClock {
+        /// The server's clock minus real time, in ms.
+        offset_ms: i64,
+    },
 }
 
 /// An event with its time and the contender slot it concerns.
@@ -165,6 +171,7 @@ impl fmt::Display for Event {
                 Some(code) => write!(f, "ev=exited code={code}"),
                 None => f.write_str("ev=exited code=signal"),
             },
+            Event::ServerClock { offset_ms } => write!(f, "ev=server_clock offset={offset_ms}"),
         }
     }
 }
@@ -243,6 +250,12 @@ pub fn parse_line(line: &str) -> Result<(u64, Event), ParseError> {
         Some("exited") => Event::Exited {
             code: fields.get("code").and_then(|c| c.parse().ok()),
         },
+        Some("server_clock") => Event::ServerClock {
+            offset_ms: fields
+                .get("offset")
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| bad("missing or non-numeric offset"))?,
+        },
         _ => return Err(bad("unknown event")),
     };
     Ok((t, event))
@@ -298,6 +311,8 @@ mod tests {
             Event::Restored,
             Event::Exited { code: Some(1) },
             Event::Exited { code: None },
+            Event::ServerClock { offset_ms: 30_000 },
+            Event::ServerClock { offset_ms: -30_000 },
         ];
         for event in events {
             let line = format_line(123, &event);

@@ -28,6 +28,7 @@ use crate::{
     guarded,
     process::signal,
     proxy::FaultProxy,
+    server_clock::{self, ServerClock},
 };
 
 /// How a run is set up.
@@ -73,6 +74,15 @@ pub struct HarnessConfig {
     /// a known while after a failover (Valkey with `wait_replicas=1` and
     /// one replica, until the old primary is back as a replica).
     pub takeover_slack: Duration,
+    /// A server clock fault: the engine runs with a preload library that
+    /// reads its wall-clock offset from the fault's file, and the harness
+    /// steps or strobes it from the first leader on (see
+    /// [`crate::server_clock`]). Its [`server_clock::takeover_slack`] is
+    /// added to the takeover bound; leaders that act after a successor's
+    /// acquisition soon after a forward change, for no longer than
+    /// [`server_clock::overlap_bound`], are counted as the stated limit,
+    /// not as violations.
+    pub server_clock: Option<ServerClock>,
 }
 
 type Shared = Arc<Mutex<Vec<Record>>>;
@@ -237,13 +247,26 @@ pub async fn run(config: HarnessConfig) -> anyhow::Result<Report> {
             + d / 20
             + Duration::from_secs(1)
             + if config.direct { d / 2 } else { Duration::ZERO }
-            + config.takeover_slack,
+            + config.takeover_slack(),
     };
     let mut report = check::check(&history, &log, bounds, end_ms);
     let past_lease = clock::acting_past_lease(&history, d);
     report.writes_past_lease = past_lease.len() as u64;
     report.violations.extend(past_lease);
+    server_clock::count_overlaps(&history, d, &mut report);
     Ok(report)
+}
+
+impl HarnessConfig {
+    /// Everything added to the takeover bound: [`Self::takeover_slack`] and
+    /// what the server clock fault can add.
+    fn takeover_slack(&self) -> Duration {
+        self.takeover_slack
+            + self
+                .server_clock
+                .as_ref()
+                .map_or(Duration::ZERO, |c| server_clock::takeover_slack(c.fault))
+    }
 }
 
 struct Ctx<'a> {
@@ -399,11 +422,28 @@ impl Ctx<'_> {
         let mut round = 0usize;
         // The first leader may need a while: every contender connects first.
         let mut patience = d * 10;
+        let mut clock = None;
         while tokio::time::Instant::now() < end {
             let Some(leader) = self.wait_leader(slots, patience).await? else {
                 anyhow::bail!("no leader within {patience:?}: liveness lost");
             };
-            patience = d * 3;
+            patience = d * 3 + self.config.takeover_slack();
+            if clock.is_none() {
+                clock = self.config.server_clock.clone().map(|server| {
+                    let records = self.records.clone();
+                    let (lease, duration) = (d, self.config.duration);
+                    AbortOnDrop(tokio::spawn(async move {
+                        let renewed = |since_ms| {
+                            let records = records.lock().unwrap_or_else(PoisonError::into_inner);
+                            leader::renewed_since(&records, since_ms)
+                        };
+                        let record = |offset_ms| {
+                            push(&records, "server", Event::ServerClock { offset_ms });
+                        };
+                        server.drive(lease, duration, renewed, record).await;
+                    }))
+                });
+            }
             // Let it work a little first.
             self.pass(slots, d / 2).await?;
             let Some(idx) = slots
@@ -460,9 +500,18 @@ impl Ctx<'_> {
             self.pass(slots, d / 2).await?;
         }
         // Let the last takeover happen before the run ends.
-        let _ = self.wait_leader(slots, d * 3).await?;
+        let _ = self.wait_leader(slots, patience).await?;
         self.pass(slots, d / 2).await?;
         Ok(())
+    }
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

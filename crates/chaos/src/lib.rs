@@ -20,6 +20,10 @@
 //! token reached the resource. `--unfenced` turns the resource's check off
 //! as a negative control: the run must then fail.
 //!
+//! With a server clock fault ([`server_clock`], `cargo xtask chaos
+//! --server-clock step:+30s|step:-30s|strobe`) the engine server's wall
+//! clock is stepped or strobed mid-run as well.
+//!
 //! Coordinator chaos (`cargo xtask chaos --engine coordinator`) is the
 //! [`fleet`] module: pod and coordinator processes of the `coordinator`
 //! crate on one Valkey, checked for destinations served by two pods at
@@ -33,6 +37,9 @@
 //! - no write is accepted that started past the writer's killer deadline,
 //!   no write starts after a reported loss, and a lost leadership ends
 //!   (released, or the killer fired) by its deadline plus `0.2 d`;
+//! - no leader acts after another process acquired a higher token
+//!   ([`check::overlap`]; a forward step of the store server's clock,
+//!   [`server_clock`], may cause one, counted against its stated bound);
 //! - after each kill, another process acquires within `d + 1 s + d/20 + 1 s`
 //!   of the victim's last successful write start (plus `d/2` with
 //!   `--direct`, a cluster whose nodes are faulted meanwhile: one
@@ -84,3 +91,4 @@ pub mod guarded;
 pub mod harness;
 pub mod process;
 pub mod proxy;
+pub mod server_clock;

@@ -92,8 +92,13 @@ pub(crate) fn classify(err: &tokio_postgres::Error, op: Op) -> ErrorKind {
 
 /// Classifies an error of opening a connection: nothing was sent, so
 /// nothing is unknown. Unreachable servers are transient; TLS,
-/// authentication and configuration failures are permanent.
+/// authentication and configuration failures are permanent, and so are a
+/// pooler's refusals of the same kind
+/// ([`crate::pooler::classify_pooler_refusal`]).
 pub(crate) fn classify_connect(err: &tokio_postgres::Error) -> ErrorKind {
+    if crate::pooler::classify_pooler_refusal(err).is_some() {
+        return ErrorKind::Permanent;
+    }
     if let Some(db) = err.as_db_error() {
         return if is_retryable(db.code()) {
             ErrorKind::Transient

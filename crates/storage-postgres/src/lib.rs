@@ -91,6 +91,21 @@
 //! acknowledged writes on a crash even without failover: do not use it for
 //! the lease table.
 //!
+//! ## Connection poolers
+//!
+//! A pooler in **session** mode (PgBouncer's `pool_mode = session`) works:
+//! the whole driver suite passes through one (`cargo xtask test-drivers
+//! --engine postgres-pgbouncer`). PgBouncer refuses the startup parameter
+//! `options`, which carries the driver's `statement_timeout`, unless it is
+//! listed in `ignore_startup_parameters`; that refusal is a permanent
+//! error naming the setting, and with it ignored the sessions run without
+//! the server-side timeout ([`PostgresStorage::statement_timeout`];
+//! `connect` warns). **Transaction** and **statement** mode share server
+//! sessions between client connections, which breaks `LISTEN` and
+//! prepared statements: before it sends anything else, `connect` checks
+//! that two of its connections do not share one server session and
+//! refuses with a permanent error naming `pool_mode = session`.
+//!
 //! ## Assumptions
 //!
 //! - Only this driver writes the table. Expired rows stay until a later
@@ -126,6 +141,7 @@ mod config;
 mod driver;
 mod error;
 pub mod fence;
+mod pooler;
 mod replication;
 mod schema;
 mod storage;

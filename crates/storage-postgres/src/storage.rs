@@ -15,7 +15,7 @@ use ttl_storage::{
 use crate::{
     config::PostgresConfig,
     error::{ConfigError, Op, classify, classify_pool, storage_error},
-    schema, watch,
+    pooler, schema, watch,
 };
 
 /// How much longer than the server's `statement_timeout` the client waits
@@ -98,8 +98,9 @@ pub struct PostgresStorage {
     channel: String,
     /// The waiters of [`TtlStorage::watch`], ready while the listener listens.
     waiters: Arc<Waiters>,
-    /// The task of the `LISTEN` connection ([`watch::run`]).
-    _listener: AbortOnDrop,
+    /// The task of the `LISTEN` connection ([`watch::run`]), started
+    /// once [`PostgresStorage::connect`]'s checks have passed.
+    _listener: Option<AbortOnDrop>,
 }
 
 impl Drop for PostgresStorage {
@@ -117,6 +118,9 @@ enum Setup {
     /// Creates nothing; a missing table is a [`ttl_storage::NoStore`].
     Existing,
 }
+
+/// The listener's task before it is spawned.
+type Listening = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// A task aborted when this is dropped (also when `connect` fails after
 /// starting it).
@@ -188,28 +192,39 @@ impl PostgresStorage {
         };
         let channel = watch::channel(&config.qualified_table());
         let waiters = Arc::new(Waiters::default());
-        let (manager, listener) = if config.ssl_mode.uses_tls() {
-            pg.ssl_mode(tokio_postgres::config::SslMode::Require);
-            let tls =
-                ttl_storage::kit::tls::client_config(config.ssl_root_cert(), "sslrootcert").await?;
-            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
-            let listener = AbortOnDrop(tokio::spawn(watch::run(
-                pg.clone(),
-                tls.clone(),
-                channel.clone(),
-                Arc::clone(&waiters),
-            )));
-            (Manager::from_config(pg, tls, manager_config), listener)
-        } else {
-            pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
-            let listener = AbortOnDrop(tokio::spawn(watch::run(
-                pg.clone(),
-                NoTls,
-                channel.clone(),
-                Arc::clone(&waiters),
-            )));
-            (Manager::from_config(pg, NoTls, manager_config), listener)
-        };
+        // The listener and the pooler check's second connection are
+        // built here, for either transport, and run only after the pool's
+        // first connection has shown no pooler shares its session.
+        let (manager, listen, second): (Manager, Listening, pooler::Connecting) =
+            if config.ssl_mode.uses_tls() {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Require);
+                let tls =
+                    ttl_storage::kit::tls::client_config(config.ssl_root_cert(), "sslrootcert")
+                        .await?;
+                let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
+                (
+                    Manager::from_config(pg.clone(), tls.clone(), manager_config),
+                    Box::pin(watch::run(
+                        pg.clone(),
+                        tls.clone(),
+                        channel.clone(),
+                        Arc::clone(&waiters),
+                    )),
+                    pooler::connect_one(pg, tls),
+                )
+            } else {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                (
+                    Manager::from_config(pg.clone(), NoTls, manager_config),
+                    Box::pin(watch::run(
+                        pg.clone(),
+                        NoTls,
+                        channel.clone(),
+                        Arc::clone(&waiters),
+                    )),
+                    pooler::connect_one(pg, NoTls),
+                )
+            };
         let pool = Pool::builder(manager)
             .max_size(config.pool_size)
             .runtime(Runtime::Tokio1)
@@ -220,14 +235,18 @@ impl PostgresStorage {
             .map_err(|err| {
                 storage_error(ErrorKind::Permanent, &format!("configuring {url}"), err)
             })?;
-        let storage = PostgresStorage {
+        let mut storage = PostgresStorage {
             pool,
             sql: Arc::new(Statements::new(&config.qualified_table(), &channel)),
             config,
             channel,
             waiters,
-            _listener: listener,
+            _listener: None,
         };
+        // Before anything else is sent: a pooler in transaction mode would
+        // spread this storage's statements (and LISTEN) over shared sessions.
+        storage.refuse_shared_sessions(second).await?;
+        storage._listener = Some(AbortOnDrop(tokio::spawn(listen)));
         let mut client = storage.client(&format!("connecting to {url}")).await?;
         let config = &storage.config;
         let setup = async {
@@ -254,6 +273,7 @@ impl PostgresStorage {
         drop(client);
         tracing::debug!(%url, table = %storage.config.qualified_table(), "postgres storage connected");
         storage.warn_without_synchronous_replication().await;
+        storage.warn_without_statement_timeout().await;
         // The listener connects in parallel; watches answer unsupported
         // until it listens.
         let deadline = tokio::time::Instant::now() + storage.config.connect_timeout;

@@ -108,6 +108,8 @@ pub(crate) fn start(work_dir: &Path) -> anyhow::Result<Started> {
         initial_token: None,
         lean: false,
         jmx_port: None,
+        bootstrap: false,
+        replaces: None,
     };
     let mut child = spawn_node(&lib, &run, &node)?;
     let addr = SocketAddr::from(([127, 0, 0, 1], native_port));
@@ -154,6 +156,13 @@ pub(crate) struct Node {
     /// Local JMX port (for nodetool); it always binds 127.0.0.1, so nodes of
     /// one machine need distinct ones. `None`: Cassandra's default.
     pub(crate) jmx_port: Option<u16>,
+    /// A node joining a running cluster: it streams its ranges first
+    /// (`auto_bootstrap: true`); the nodes of a fresh cluster, and a lean
+    /// node restarted on its data, do not.
+    pub(crate) bootstrap: bool,
+    /// The address of a dead node this one replaces (it takes over its
+    /// tokens and streams their data: `-Dcassandra.replace_address_first_boot`).
+    pub(crate) replaces: Option<&'static str>,
 }
 
 /// Writes `run`'s configuration for `node` and starts its JVM, logging to
@@ -186,6 +195,9 @@ pub(crate) fn spawn_node(lib: &Path, run: &Path, node: &Node) -> anyhow::Result<
         ));
     if let Some(port) = node.jmx_port {
         cmd.arg(format!("-Dcassandra.jmx.local.port={port}"));
+    }
+    if let Some(dead) = node.replaces {
+        cmd.arg(format!("-Dcassandra.replace_address_first_boot={dead}"));
     }
     cmd.arg(format!("-javaagent:{}", jamm.display()))
         .arg(format!("-Dcassandra.config=file://{}", yaml.display()))
@@ -347,10 +359,12 @@ request_timeout: 10000ms
     if let Some(token) = node.initial_token {
         yaml.push_str(&format!("initial_token: {token}\n"));
     }
+    if node.lean && !node.bootstrap {
+        yaml.push_str("auto_bootstrap: false\n");
+    }
     if node.lean {
         yaml.push_str(
-            "auto_bootstrap: false
-auto_snapshot: false
+            "auto_snapshot: false
 concurrent_reads: 4
 concurrent_writes: 4
 concurrent_counter_writes: 2
@@ -483,6 +497,8 @@ mod tests {
             initial_token: None,
             lean: false,
             jmx_port: None,
+            bootstrap: false,
+            replaces: None,
         };
         let yaml = cassandra_yaml(Path::new("/w/run"), &node);
         assert!(yaml.contains("native_transport_port: 1111\n"));

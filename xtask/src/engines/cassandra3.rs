@@ -18,6 +18,10 @@ use std::{
 
 use anyhow::{Context, bail};
 
+mod topology;
+
+pub(crate) use topology::topology_changes;
+
 use super::{
     Started,
     cassandra::{JVM_OPTIONS, Node, cql_ping, fetch_jars, log_tail, spawn_node},
@@ -146,6 +150,8 @@ fn node(i: usize) -> Node {
         initial_token: Some(TOKENS[i]),
         lean: true,
         jmx_port: Some(JMX_PORTS[i]),
+        bootstrap: false,
+        replaces: None,
     }
 }
 

@@ -25,6 +25,12 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Starts the member (logs and data go to `work_dir`); see the module docs.
 pub(crate) fn start(work_dir: &Path) -> Result<Started> {
+    start_with_env(work_dir, &[])
+}
+
+/// [`start`] with `env` added to the member's environment (a preload
+/// library, for `--server-clock`).
+pub(crate) fn start_with_env(work_dir: &Path, env: &[(String, String)]) -> Result<Started> {
     let binary = find_binary()?;
     let client_port = free_port()?;
     let tls_port = free_port()?;
@@ -53,6 +59,7 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
         .args(["--initial-advertise-peer-urls", &peer_url])
         .args(["--initial-cluster", &format!("xtask={peer_url}")])
         .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+        .envs(env.iter().cloned())
         .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))

@@ -26,6 +26,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+mod membership;
+
+pub(crate) use membership::membership_changes;
+
 use super::{
     Started,
     etcd::healthy,
@@ -166,6 +170,24 @@ impl Cluster {
             .with_context(|| format!("cannot run {}", binary.display()))?;
         self.members[i] = Some(child);
         Ok(())
+    }
+
+    /// Starts member `i` again as a new member of the running cluster
+    /// (after a `MemberAdd`): a fresh data directory and
+    /// `--initial-cluster-state existing`.
+    fn rejoin(&mut self, i: usize) -> Result<()> {
+        let args = &mut self.commands[i].1;
+        let value =
+            |args: &[String], flag: &str| args.iter().position(|a| a == flag).map(|p| p + 1);
+        let state = value(args, "--initial-cluster-state").context("no --initial-cluster-state")?;
+        args[state] = "existing".into();
+        let data = value(args, "--data-dir").context("no --data-dir")?;
+        let data = std::path::PathBuf::from(&args[data]);
+        if data.exists() {
+            std::fs::remove_dir_all(&data)
+                .with_context(|| format!("removing {}", data.display()))?;
+        }
+        self.spawn(i)
     }
 
     /// The index of the member that currently leads, asked of each live member.

@@ -4,13 +4,16 @@
 mod cassandra;
 mod cassandra3;
 
-pub(crate) use cassandra3::node_faults;
+pub(crate) use cassandra3::{node_faults, topology_changes};
 mod dynamodb;
 mod etcd;
 mod etcd3;
+pub(crate) use etcd3::membership_changes;
 pub(crate) mod failover;
+mod pgbouncer;
 mod postgres;
 mod postgres_ha;
+pub(crate) mod server_clock;
 mod tls;
 mod valkey;
 mod valkey_sentinel;
@@ -257,6 +260,29 @@ pub(crate) fn all() -> Vec<Engine> {
             start: postgres::start_with_password,
             // vvm-host's read-only case: `status` with a role that may only SELECT.
             suites: &[("storage-postgres", "suite"), ("vvm-host", "read_only")],
+            default: true,
+            degraded: None,
+        },
+        Engine {
+            name: "postgres-pgbouncer",
+            endpoint_var: "POSTGRES_PGBOUNCER_URL",
+            // The storage-postgres suite reads POSTGRES_URL.
+            endpoint_aliases: &["POSTGRES_URL"],
+            passthrough_vars: &[
+                "POSTGRES_TLS_URL",
+                "POSTGRES_PGBOUNCER_TRANSACTION_URL",
+                "POSTGRES_PGBOUNCER_STATEMENT_URL",
+                "POSTGRES_PGBOUNCER_STRICT_URL",
+                "POSTGRES_DIRECT_URL",
+            ],
+            start: pgbouncer::start,
+            // The whole suite through PgBouncer in session mode, then the
+            // refusals of transaction and statement mode and of a PgBouncer
+            // that rejects the startup parameter `options`.
+            suites: &[
+                ("storage-postgres", "suite"),
+                ("storage-postgres", "pooler"),
+            ],
             default: true,
             degraded: None,
         },

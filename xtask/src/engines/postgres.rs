@@ -37,16 +37,29 @@ pub(crate) const PASSWORD_IN_URL: &str = "s3cret%3A%40%2Fpw";
 
 /// Starts a trust-auth cluster (logs go to `work_dir`); sets `PG_URL`.
 pub(crate) fn start(work_dir: &Path) -> Result<Started> {
-    start_cluster(work_dir, None)
+    start_cluster(work_dir, None, &[])
 }
 
 /// Starts a cluster where TCP connections need the `postgres` user's
 /// password (SCRAM); sets `POSTGRES_URL`.
 pub(crate) fn start_with_password(work_dir: &Path) -> Result<Started> {
-    start_cluster(work_dir, Some(PASSWORD))
+    start_cluster(work_dir, Some(PASSWORD), &[])
 }
 
-fn start_cluster(work_dir: &Path, password: Option<&str>) -> Result<Started> {
+/// [`start_with_password`] with `env` added to the server's environment
+/// (a preload library, for `--server-clock`).
+pub(crate) fn start_with_password_and_env(
+    work_dir: &Path,
+    env: &[(String, String)],
+) -> Result<Started> {
+    start_cluster(work_dir, Some(PASSWORD), env)
+}
+
+fn start_cluster(
+    work_dir: &Path,
+    password: Option<&str>,
+    env: &[(String, String)],
+) -> Result<Started> {
     let bin = find_bin_dir()?;
     std::fs::create_dir_all(work_dir)
         .with_context(|| format!("cannot create {}", work_dir.display()))?;
@@ -139,6 +152,7 @@ fn start_cluster(work_dir: &Path, password: Option<&str>) -> Result<Started> {
         .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
         .args(["-c", "full_page_writes=off"])
         .args(&ssl_args)
+        .envs(env.iter().cloned())
         .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))

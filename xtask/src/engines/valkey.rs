@@ -32,6 +32,16 @@ const ATTEMPTS: usize = 3;
 /// (`rediss://127.0.0.1:<port>?tls_ca_file=<ca.pem>`, a fresh CA made with
 /// `openssl`).
 pub(crate) fn start(work_dir: &Path, tls: bool) -> Result<(Child, String, Option<String>)> {
+    start_with_env(work_dir, tls, &[])
+}
+
+/// [`start`] with `env` added to the server's environment (a preload
+/// library, for `--server-clock`).
+pub(crate) fn start_with_env(
+    work_dir: &Path,
+    tls: bool,
+    env: &[(String, String)],
+) -> Result<(Child, String, Option<String>)> {
     let binary = find_binary()?;
     println!("== valkey: {} ==", version(&binary)?);
     std::fs::create_dir_all(work_dir)
@@ -65,6 +75,7 @@ pub(crate) fn start(work_dir: &Path, tls: bool) -> Result<(Child, String, Option
             .arg("--dir")
             .arg(work_dir)
             .args(&tls_args)
+            .envs(env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))

@@ -6,6 +6,7 @@ use anyhow::Context;
 use chaos::{
     harness::{HarnessConfig, run},
     process::Output,
+    server_clock::{ClockFile, ServerClock, ServerClockFault},
 };
 use clap::Parser;
 
@@ -50,6 +51,15 @@ struct Args {
     /// failover).
     #[arg(long, default_value_t = 0)]
     takeover_slack_ms: u64,
+    /// Server clock fault (`step:+30s`, `step:-30s`, `strobe`): the harness
+    /// rewrites `--server-clock-file`, which the engine's preload library
+    /// reads its wall-clock offset from (`cargo xtask chaos --server-clock`
+    /// starts the engine so).
+    #[arg(long, requires = "server_clock_file")]
+    server_clock: Option<ServerClockFault>,
+    /// The offset file of `--server-clock`.
+    #[arg(long, requires = "server_clock")]
+    server_clock_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     output: Output,
 }
@@ -74,6 +84,19 @@ async fn main() -> anyhow::Result<()> {
     if let Some(rate) = args.clock_rate {
         println!("clock-rate fault: slot 0's contenders run at x{rate} (libfaketime)");
     }
+    let server_clock = match (args.server_clock, args.server_clock_file) {
+        (Some(fault), Some(file)) => {
+            println!(
+                "server clock fault: {fault}, through {} (the engine's wall clock)",
+                file.display()
+            );
+            Some(ServerClock {
+                fault,
+                file: ClockFile::new(file),
+            })
+        }
+        _ => None,
+    };
     println!(
         "chaos on {}: {} contenders{}, lease {}s, {}s of faults, logs in {}",
         args.engine,
@@ -99,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
         direct: args.direct,
         clock_rate: args.clock_rate,
         takeover_slack: Duration::from_millis(args.takeover_slack_ms),
+        server_clock,
     })
     .await?;
     println!();

@@ -48,6 +48,22 @@ pub struct Report {
     /// Writes a non-zombie started after its lease ended, in real time
     /// (see [`crate::clock::acting_past_lease`]; filled in by the harness).
     pub writes_past_lease: u64,
+    /// Leaders that acted after another process had acquired (see
+    /// [`crate::check::overlap`]; filled in by the harness), each a
+    /// violation unless a forward step of the store server's clock
+    /// explains it within its bound.
+    pub overlaps: u64,
+    /// Of those, explained by a server clock fault and within its bound
+    /// ([`crate::server_clock::overlap_bound`]): a stated limit, not a
+    /// violation.
+    pub overlaps_server_clock: u64,
+    /// The longest overlap.
+    pub worst_overlap: Option<Duration>,
+    /// Changes of the store server's clock (a server clock fault).
+    pub server_clock_changes: u64,
+    /// What a stated limit allowed, one line each (the overlaps a server
+    /// clock step explains): not violations, printed as evidence.
+    pub within_limits: Vec<String>,
     /// Every violation, readable.
     pub violations: Vec<String>,
 }
@@ -69,7 +85,7 @@ impl Report {
     /// stale accepted / unanswered, violations.
     pub fn summary_line(&self) -> String {
         format!(
-            "kills {} pauses {} partitions {} | takeovers {} worst {} (after kill {}) | accepted {} stale-rejected {} stale-accepted {} unanswered {} | tokens-reused {} past-lease {} | violations {}",
+            "kills {} pauses {} partitions {} | takeovers {} worst {} (after kill {}) | accepted {} stale-rejected {} stale-accepted {} unanswered {} | tokens-reused {} past-lease {} | overlaps {} (server-clock {}, worst {}) clock-changes {} | violations {}",
             self.kills,
             self.pauses,
             self.partitions,
@@ -82,6 +98,10 @@ impl Report {
             self.writes_failed,
             self.tokens_reused,
             self.writes_past_lease,
+            self.overlaps,
+            self.overlaps_server_clock,
+            ms(self.worst_overlap),
+            self.server_clock_changes,
             self.violations.len()
         )
     }
@@ -124,6 +144,17 @@ impl fmt::Display for Report {
             "fencing tokens reused {}  writes started past the lease {}",
             self.tokens_reused, self.writes_past_lease
         )?;
+        writeln!(
+            f,
+            "overlapping leaders {} (explained by a server clock step, within its bound: {}), worst {}  server clock changes {}",
+            self.overlaps,
+            self.overlaps_server_clock,
+            ms(self.worst_overlap),
+            self.server_clock_changes
+        )?;
+        for line in &self.within_limits {
+            writeln!(f, "  within a stated limit: {line}")?;
+        }
         if self.violations.is_empty() {
             write!(f, "violations: none")
         } else {

@@ -63,6 +63,19 @@ pub(super) fn current_leader(records: &[Record]) -> Option<String> {
     leader.and_then(|l| l.wrote.then(|| l.proc.to_string()))
 }
 
+/// Whether the process leading at the end of `records` renewed its lease
+/// at or after `since_ms` (what a server clock step is aimed at).
+pub(super) fn renewed_since(records: &[Record], since_ms: u64) -> bool {
+    let Some(leader) = current_leader(records) else {
+        return false;
+    };
+    records
+        .iter()
+        .rev()
+        .take_while(|r| r.t_ms >= since_ms)
+        .any(|r| r.proc == leader && matches!(r.event, Event::Armed { success: true, .. }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +125,11 @@ mod tests {
         records.push(Record::new(9_000, "c0.2", Event::Acquired { token: 5 }));
         records.push(Record::new(9_100, "c0.2", accepted(9_050, 4)));
         assert_eq!(current_leader(&records).as_deref(), Some("c0.2"));
+        assert!(!renewed_since(&records, 9_000));
+        records.push(Record::new(9_300, "z2.2", renewed(9_250)));
+        assert!(!renewed_since(&records, 9_000), "not the leader's");
+        records.push(Record::new(9_400, "c0.2", renewed(9_350)));
+        assert!(renewed_since(&records, 9_000));
+        assert!(!renewed_since(&records, 9_401));
     }
 }
