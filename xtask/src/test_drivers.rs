@@ -266,7 +266,15 @@ fn run_suites(
             outcome.error = Some(format!("{package}: no test target {test:?} was built"));
             continue;
         };
-        if let Err(err) = run_suite(package, test, binary, running, test_args, outcome) {
+        if let Err(err) = run_suite(
+            engine.name,
+            package,
+            test,
+            binary,
+            running,
+            test_args,
+            outcome,
+        ) {
             outcome.error = Some(format!("{package}: {err:#}"));
         }
     }
@@ -274,6 +282,7 @@ fn run_suites(
 }
 
 fn run_suite(
+    engine: &str,
     package: &str,
     test: &str,
     binary: &TestBinary,
@@ -281,7 +290,7 @@ fn run_suite(
     test_args: &[String],
     outcome: &mut Outcome,
 ) -> anyhow::Result<()> {
-    let skip = skips::for_suite(package, test, &binary.executable)?;
+    let skip = skips::for_suite(engine, package, test, &binary.executable)?;
     outcome.skipped += skip.count;
     outcome.skip_notes.extend(skip.notes);
     // As `cargo test` runs it: from the package's directory.

@@ -196,23 +196,28 @@ mod cassandra_driver {
     }
 
     /// `uri()` with its keyspace (the path) or its `table` parameter
-    /// replaced.
+    /// replaced. Edited as text: a cluster's URI lists several contact
+    /// points (`scylla://h1:p,h2:p,h3:p/ks`), which `url::Url` refuses.
     #[allow(clippy::unwrap_used)]
     fn uri_with(keyspace: Option<&str>, table: Option<&str>) -> String {
-        let mut url = url::Url::parse(&uri()).unwrap();
-        if let Some(keyspace) = keyspace {
-            url.set_path(&format!("/{keyspace}"));
-        }
+        let uri = uri();
+        let (base, query) = uri.split_once('?').unwrap_or((uri.as_str(), ""));
+        let hosts_start = base.find("://").unwrap() + 3;
+        let (authority, path) = match base[hosts_start..].find('/') {
+            Some(slash) => base.split_at(hosts_start + slash),
+            None => (base, ""),
+        };
+        let path = keyspace.map_or(path.to_owned(), |k| format!("/{k}"));
+        let mut params: Vec<String> = query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .filter(|p| table.is_none() || !p.starts_with("table="))
+            .map(str::to_owned)
+            .collect();
         if let Some(table) = table {
-            let pairs: Vec<(String, String)> = url
-                .query_pairs()
-                .filter(|(name, _)| name != "table")
-                .map(|(n, v)| (n.into_owned(), v.into_owned()))
-                .chain([("table".to_owned(), table.to_owned())])
-                .collect();
-            url.query_pairs_mut().clear().extend_pairs(pairs);
+            params.push(format!("table={table}"));
         }
-        url.to_string()
+        format!("{authority}{path}?{}", params.join("&"))
     }
 
     /// The read-only open (`DRIVER.open_existing`, what `vvm-host status`

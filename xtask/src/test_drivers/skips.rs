@@ -59,14 +59,52 @@ fn count(binary: &Path, filter: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// What to skip in `package`'s test `test`; an error under `CI=true` when
-/// a needed program is missing.
-pub(super) fn for_suite(package: &str, test: &str, binary: &Path) -> anyhow::Result<Skip> {
+/// Tests an engine cannot run, with the reason the summary prints (the
+/// engine named in the reason runs them).
+struct NotOn {
+    engine: &'static str,
+    package: &'static str,
+    test: &'static str,
+    /// Test-name filter, as libtest's `--skip` takes it.
+    filter: &'static str,
+    reason: &'static str,
+}
+
+const NOT_ON: &[NotOn] = &[NotOn {
+    engine: "cassandra-3",
+    package: "storage-cassandra",
+    test: "suite",
+    filter: "renewal_applied_late_never_moves_the_expiry_earlier",
+    reason: "the case holds one request in a proxy in front of one node, and the driver \
+             routes to all three nodes (the `cassandra` engine runs it)",
+}];
+
+/// What to skip in `package`'s test `test` on `engine`; an error under
+/// `CI=true` when a needed program is missing.
+pub(super) fn for_suite(
+    engine: &str,
+    package: &str,
+    test: &str,
+    binary: &Path,
+) -> anyhow::Result<Skip> {
     let mut skip = Skip {
         args: Vec::new(),
         notes: Vec::new(),
         count: 0,
     };
+    for not in NOT_ON
+        .iter()
+        .filter(|n| n.engine == engine && n.package == package && n.test == test)
+    {
+        let n = count(binary, not.filter);
+        skip.args
+            .extend(["--skip".to_owned(), not.filter.to_owned()]);
+        skip.count += n;
+        skip.notes.push(format!(
+            "{package}/{test}: {n} test(s) `{}` SKIPPED on {engine}: {}",
+            not.filter, not.reason
+        ));
+    }
     for need in NEEDS
         .iter()
         .filter(|n| n.package == package && n.test == test)

@@ -107,7 +107,9 @@ async fn lost_answers_and_lost_connections() {
         .unwrap();
     let url = url_with(|u| {
         u.set_port(Some(proxy.addr.port())).unwrap();
-        u.set_query(Some("timeout=1s&connect_timeout=1s&pool_size=1"));
+        // connect_timeout: a SCRAM login of a debug build on a loaded
+        // machine can take over a second (the pool's create timeout).
+        u.set_query(Some("timeout=1s&connect_timeout=3s&pool_size=1"));
     });
     let s = connect_url(&url).await;
     let k = key("lost");
@@ -140,7 +142,7 @@ async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     let url = url_with(|u| {
         u.set_port(Some(proxy.addr.port())).unwrap();
         // connect_timeout: how long connecting waits for the listener.
-        u.set_query(Some("timeout=20s&connect_timeout=1s&pool_size=1"));
+        u.set_query(Some("timeout=20s&connect_timeout=3s&pool_size=1"));
     });
     let held = connect_url(&url).await;
     network::renewal_applied_late_never_moves_the_expiry_earlier(
