@@ -48,6 +48,11 @@ const POLL: Duration = Duration::from_millis(20);
 /// as unknown.
 const STORE_PATIENCE: Duration = Duration::from_secs(10);
 
+/// How long a requester that learned the outcome from the lease waits for
+/// the leader's answer, to clear the record (the leader answers right after
+/// the successor can take the lease).
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
+
 /// `vvm-host handover --help`'s closing text.
 pub(crate) const AFTER_HELP: &str = "\
 The request names the leadership that holds NAME now; a later leader
@@ -212,6 +217,7 @@ impl Asking<'_> {
                         );
                     }
                     if let Some(code) = self.store_says(&request, &to, timed_out).await? {
+                        self.collect_answer(&request).await;
                         return Ok(code);
                     }
                     accepted = Some(to);
@@ -326,6 +332,25 @@ impl Asking<'_> {
             }
             _ => Ok(None),
         }
+    }
+
+    /// The store showed the outcome before the leader wrote its answer:
+    /// waits up to [`ANSWER_GRACE`] for the answer and clears the record,
+    /// so the next request is not refused as pending until the record
+    /// expires (a leader that died before answering leaves it to expire).
+    async fn collect_answer(&self, request: &Request) {
+        let started = Instant::now();
+        while started.elapsed() < ANSWER_GRACE {
+            match self.requester.state(request).await {
+                Ok(State::Answered(_)) => {
+                    self.requester.done(request).await;
+                    return;
+                }
+                Ok(State::Accepted { .. }) | Err(_) => tokio::time::sleep(POLL).await,
+                Ok(_) => return,
+            }
+        }
+        tracing::debug!("no answer within {ANSWER_GRACE:?}; the request record expires by itself");
     }
 
     /// Reports the leader's answer.
