@@ -202,8 +202,8 @@ impl Member {
                 .scripts
                 .reaffirm(&i.client, &i.keys, &known, &i.config.id)
                 .await?;
-            for (dest, epoch) in known.iter().zip(epochs) {
-                i.fence.raise(dest, epoch);
+            for (dest, (epoch, member)) in known.iter().zip(epochs) {
+                i.fence.learned(dest, epoch, member);
             }
             tracing::info!(member = %i.config.id, destinations = known.len(), "lease back after a lapse: epochs re-read");
         }
@@ -269,7 +269,7 @@ impl Member {
             .scripts
             .change_set(&i.client, &i.keys, dest, Some(&i.config.id), &[])
             .await?;
-        i.fence.settled(dest, epoch);
+        i.fence.settled(dest, epoch, true);
         Ok(epoch)
     }
 
@@ -296,7 +296,7 @@ impl Member {
             .scripts
             .change_set(&i.client, &i.keys, dest, None, &gone)
             .await?;
-        i.fence.settled(dest, epoch);
+        i.fence.settled(dest, epoch, false);
         Ok(epoch)
     }
 

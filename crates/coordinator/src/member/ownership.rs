@@ -22,6 +22,13 @@
 //! destination moved away while the pod was gone, is thus refused: a
 //! restart under the same id is as safe as one under a new id.
 //!
+//! The pod's memory admits a call without a read **only where the pod
+//! learned it is a member**: a read that found it outside the set (a route
+//! meant for the pod that had its address before, a destination it left)
+//! remembers the epoch (older ones are refused without a read) but not an
+//! admission, so the next call at that epoch or a newer one reads Valkey
+//! again.
+//!
 //! A pod **leaving** a destination ([`Member::remove_from_destination`], or
 //! a routed `DELETE /destinations/{d}` it answered 2xx,
 //! [`crate::http::pod::fenced`]) refuses its routed calls from the moment it
@@ -109,10 +116,21 @@ pub(super) enum Known {
     Unknown,
 }
 
+/// What the fence remembers of one destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Memory {
+    /// The newest epoch seen (calls routed at an older one are refused).
+    newest: u64,
+    /// Whether this pod learned it is in the set at `newest` (its own join,
+    /// a read that found it, an admitted call): only then are calls at
+    /// `newest` or newer admitted without a read.
+    member: bool,
+}
+
 /// The destinations the fence remembers.
 struct Seen {
-    /// The newest epoch seen per destination (bounded).
-    epochs: LruCache<DestinationId, u64>,
+    /// What is remembered per destination (bounded).
+    epochs: LruCache<DestinationId, Memory>,
     /// Destinations this pod is leaving, refused until the leave is in
     /// Valkey (never evicted: forgetting one would admit it on first sight
     /// before the leave lands).
@@ -174,9 +192,10 @@ impl Fence {
         lock(&self.seen).leaving.iter().cloned().collect()
     }
 
-    /// `epoch` becomes the newest seen for `dest` unless a newer one was.
-    pub(super) fn raise(&self, dest: &DestinationId, epoch: u64) {
-        raise(&mut lock(&self.seen).epochs, dest, epoch);
+    /// Valkey said `dest` is at `epoch` with (`member`) or without this pod
+    /// in its set: remembered unless a newer epoch was seen.
+    pub(super) fn learned(&self, dest: &DestinationId, epoch: u64, member: bool) {
+        learn(&mut lock(&self.seen).epochs, dest, epoch, member);
     }
 
     /// The pod starts leaving `dest`: every routed call for it is refused
@@ -185,12 +204,12 @@ impl Fence {
         lock(&self.seen).leaving.insert(dest.clone());
     }
 
-    /// The pod's own change of the set of `dest` (a leave or a join) is in
-    /// Valkey at `epoch`: older epochs are refused from now on.
-    pub(super) fn settled(&self, dest: &DestinationId, epoch: u64) {
+    /// The pod's own change of the set of `dest` (a join, `member`, or a
+    /// leave) is in Valkey at `epoch`: older epochs are refused from now on.
+    pub(super) fn settled(&self, dest: &DestinationId, epoch: u64, member: bool) {
         let mut seen = lock(&self.seen);
         seen.leaving.remove(dest);
-        raise(&mut seen.epochs, dest, epoch);
+        learn(&mut seen.epochs, dest, epoch, member);
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -204,7 +223,7 @@ impl Fence {
     /// The check by the pod's memory alone: the lease, a leave in
     /// progress, the newest epoch seen (which `epoch` becomes when
     /// admitted). [`Known::Unknown`] when the pod remembers nothing of
-    /// `dest`.
+    /// `dest`, or only that it was not in its set.
     pub(super) fn check_known(
         &self,
         dest: &DestinationId,
@@ -219,15 +238,15 @@ impl Fence {
             return Err(OwnershipRefusal::Left);
         }
         match seen.epochs.get_mut(dest) {
-            Some(newest) if *newest > epoch => Err(OwnershipRefusal::StaleEpoch {
+            Some(m) if m.newest > epoch => Err(OwnershipRefusal::StaleEpoch {
                 got: epoch,
-                newest: *newest,
+                newest: m.newest,
             }),
-            Some(newest) => {
-                *newest = epoch;
+            Some(m) if m.member => {
+                m.newest = epoch;
                 Ok(Known::Admitted)
             }
-            None => Ok(Known::Unknown),
+            Some(_) | None => Ok(Known::Unknown),
         }
     }
 
@@ -251,25 +270,38 @@ impl Fence {
         if seen.leaving.contains(dest) {
             return Err(OwnershipRefusal::Left);
         }
-        raise(&mut seen.epochs, dest, current);
-        let newest = seen.epochs.get(dest).copied().unwrap_or(current);
+        learn(&mut seen.epochs, dest, current, member);
+        let newest = seen.epochs.get(dest).map_or(current, |m| m.newest);
         if epoch < newest {
             return Err(OwnershipRefusal::StaleEpoch { got: epoch, newest });
         }
         if !member {
             return Err(OwnershipRefusal::NotAMember { epoch: current });
         }
-        raise(&mut seen.epochs, dest, epoch);
+        learn(&mut seen.epochs, dest, epoch, true);
         Ok(())
     }
 }
 
-/// `epoch` becomes the newest in `epochs` for `dest` unless a newer one is.
-fn raise(epochs: &mut LruCache<DestinationId, u64>, dest: &DestinationId, epoch: u64) {
+/// `dest` is at `epoch`, with or without this pod (`member`): remembered
+/// unless a newer epoch is. At the same epoch the set is the same, so a
+/// read that found the pod there and one that did not cannot both be
+/// true; membership found last wins.
+fn learn(
+    epochs: &mut LruCache<DestinationId, Memory>,
+    dest: &DestinationId,
+    epoch: u64,
+    member: bool,
+) {
+    let new = Memory {
+        newest: epoch,
+        member,
+    };
     match epochs.get_mut(dest) {
-        Some(newest) => *newest = (*newest).max(epoch),
+        Some(m) if m.newest > epoch => {}
+        Some(m) => *m = new,
         None => {
-            epochs.put(dest.clone(), epoch);
+            epochs.put(dest.clone(), new);
         }
     }
 }
@@ -402,9 +434,9 @@ mod tests {
             Ok(Known::Unknown),
             "forgotten: read again on its next sight"
         );
-        f.raise(&d("c"), 0);
-        assert!(check(&f, &d("c"), 0, t0).is_err(), "raise never lowers");
-        f.raise(&d("c"), 9);
+        f.learned(&d("c"), 0, true);
+        assert!(check(&f, &d("c"), 0, t0).is_err(), "never lowered");
+        f.learned(&d("c"), 9, true);
         assert!(check(&f, &d("c"), 8, t0).is_err());
     }
 
@@ -439,6 +471,41 @@ mod tests {
     }
 
     #[test]
+    fn what_a_refusal_remembers_is_never_an_admission() {
+        // a route meant for the pod that had this address before (another
+        // id): the read finds this pod outside the set at the route's epoch
+        let f = fence();
+        let t0 = Instant::now();
+        f.renewed(t0);
+        assert_eq!(
+            f.first_sight(&d("b"), 4, 4, false, t0),
+            Err(OwnershipRefusal::NotAMember { epoch: 4 })
+        );
+        assert_eq!(
+            f.check_known(&d("b"), 4, t0),
+            Ok(Known::Unknown),
+            "the same route again is read again, not admitted by memory"
+        );
+        assert_eq!(f.check_known(&d("b"), 7, t0), Ok(Known::Unknown));
+        assert_eq!(
+            f.check_known(&d("b"), 3, t0),
+            Err(OwnershipRefusal::StaleEpoch { got: 3, newest: 4 }),
+            "older epochs are refused without a read"
+        );
+        // joined later: admitted by memory from then on
+        assert!(f.first_sight(&d("b"), 5, 5, true, t0).is_ok());
+        assert_eq!(f.check_known(&d("b"), 5, t0), Ok(Known::Admitted));
+        // a leave, and a lapse's re-read that found the pod gone, are not
+        // admissions either
+        f.settled(&d("b"), 6, false);
+        assert_eq!(f.check_known(&d("b"), 6, t0), Ok(Known::Unknown));
+        f.learned(&d("c"), 2, false);
+        assert_eq!(f.check_known(&d("c"), 2, t0), Ok(Known::Unknown));
+        f.learned(&d("c"), 3, true);
+        assert_eq!(f.check_known(&d("c"), 3, t0), Ok(Known::Admitted));
+    }
+
+    #[test]
     fn a_leave_refuses_everything_until_it_is_in_valkey_then_older_epochs() {
         let f = fence();
         let t0 = Instant::now();
@@ -452,7 +519,7 @@ mod tests {
             Err(OwnershipRefusal::Left)
         );
         assert_eq!(f.leaving(), vec![d("a")]);
-        f.settled(&d("a"), 4);
+        f.settled(&d("a"), 4, false);
         assert!(f.leaving().is_empty());
         assert_eq!(
             check(&f, &d("a"), 3, t0),

@@ -244,14 +244,16 @@ return { tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('SISMEMBER', KE
 /// those whose set still holds the pod (so routes cached before the lapse
 /// carry an older epoch than the pod then requires).
 /// KEYS: (destination set, epoch key) pairs. ARGV: member id.
-/// Reply: one epoch per pair.
+/// Reply: per pair, the epoch and whether the pod is in the set (1 or 0).
 const REAFFIRM: &str = r#"
 local out = {}
 for i = 1, #KEYS, 2 do
   if redis.call('SISMEMBER', KEYS[i], ARGV[1]) == 1 then
     out[#out + 1] = redis.call('INCR', KEYS[i + 1])
+    out[#out + 1] = 1
   else
     out[#out + 1] = tonumber(redis.call('GET', KEYS[i + 1]) or '0')
+    out[#out + 1] = 0
   end
 end
 return out
@@ -391,14 +393,15 @@ impl Scripts {
     }
 
     /// Runs [`REAFFIRM`] for `dests` as member `me`, in batches: the epoch
-    /// of each destination, bumped where `me` is still in its set.
+    /// of each destination, bumped where `me` is still in its set, and
+    /// whether it is.
     pub(crate) async fn reaffirm(
         &self,
         client: &Client,
         keys: &KeySpace,
         dests: &[DestinationId],
         me: &MemberId,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<Vec<(u64, bool)>> {
         let mut epochs = Vec::with_capacity(dests.len());
         for batch in dests.chunks(REAFFIRM_BATCH) {
             let pairs: Vec<String> = batch
@@ -409,11 +412,11 @@ impl Scripts {
                 .reaffirm
                 .run(client, pairs, vec![me.as_str().to_owned()])
                 .await?;
-            if got.len() != batch.len() {
+            if got.len() != 2 * batch.len() {
                 return Err(Error::Protocol("short reaffirm reply".into()));
             }
-            for e in got {
-                epochs.push(epoch_from(e)?);
+            for pair in got.chunks_exact(2) {
+                epochs.push((epoch_from(pair[0])?, pair[1] == 1));
             }
         }
         Ok(epochs)

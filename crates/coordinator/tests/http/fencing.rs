@@ -283,3 +283,27 @@ async fn a_pod_back_from_a_lapse_refuses_routes_cached_before_it() {
     assert_eq!(b.hits(), b_hits + 1, "the owner served it, once");
     assert_eq!(c1.registry.metrics().stale_owner_refusals, 1);
 }
+
+/// A pod restarted under a new id at its old address gets the routes warm
+/// caches hold for its predecessor. Its first sight finds it outside the
+/// set; the same route again must be read again and refused again, never
+/// admitted by what the refusal remembered (chaos found two pods serving
+/// one destination that way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
+async fn a_route_meant_for_another_member_is_refused_every_time() {
+    let (a, b, _c1, _c2, d, http, _) = two_of_each("inherited").await;
+    let epoch = a.member.add_to_destination(&d).await.unwrap().to_string();
+    // what a cache holding (a, epoch) sends once b has a's address
+    let at_b = format!("http://{}/destinations/inherited", b.addr);
+    let route = [
+        (EPOCH_HEADER, epoch.as_str()),
+        (ROUTED_DESTINATION_HEADER, "inherited"),
+    ];
+    for attempt in 0..3 {
+        let (status, body) = http.send_with_headers("GET", &at_b, &route).await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "attempt {attempt}");
+        assert!(body.contains("not_a_member"), "attempt {attempt}: {body}");
+    }
+    assert_eq!(b.hits(), 0, "b never served a destination it is not in");
+}

@@ -14,6 +14,7 @@
 //! | `LeaseEnds` | the pod's own clock: `0.8 × ttl` after its last heartbeat start (any time: heartbeats may fail) |
 //! | `RecordExpires` | Valkey's TTL on the record; only once the pod's lease ended (clock rates within 20 %) |
 //! | `Crash` / `Restart` | the process dies (its memory with it) and starts again **under the same id** |
+//! | `CrashReused` / `Misdeliver` | the process dies and another pod answers at its old address (a process restarted under a new id at the same port); a route cached for the dead pod reaches that pod |
 //! | `Deregister` | `Member::deregister` (the process stays and may register again) |
 //! | `Forget` | the pod's bounded fence map drops the destination (LRU) |
 //! | `LeaveStart` / `LeaveApply` | `Member::remove_from_destination` (also what a routed `DELETE` answered 2xx runs): the fence raised, then the set change in Valkey, then its reply |
@@ -59,15 +60,21 @@ pub enum Bug {
     /// Members outside a coordinator's address policy are removed by its
     /// claims, as dead ones are.
     PolicyRemovesLive,
+    /// A first sight that found the pod outside the set remembers the
+    /// epoch it read as admissible: the same route again is admitted
+    /// without a read (found by coordinator chaos: a pod restarted under a
+    /// new id at its old port served routes meant for its predecessor).
+    RefusalAdmitsLater,
 }
 
 impl Bug {
     /// Every seeded bug.
-    pub const ALL: [Bug; 4] = [
+    pub const ALL: [Bug; 5] = [
         Bug::ClaimWithoutRecordCheck,
         Bug::RestartAdmitsAnyEpoch,
         Bug::LeaveKeepsFence,
         Bug::PolicyRemovesLive,
+        Bug::RefusalAdmitsLater,
     ];
 
     /// Its name on the command line.
@@ -77,6 +84,7 @@ impl Bug {
             Bug::RestartAdmitsAnyEpoch => "restart-admits-any-epoch",
             Bug::LeaveKeepsFence => "leave-keeps-fence",
             Bug::PolicyRemovesLive => "policy-removes-live",
+            Bug::RefusalAdmitsLater => "refusal-admits-later",
         }
     }
 
@@ -170,6 +178,18 @@ impl Ownership {
             // first sight: one read of Valkey
             Fence::Unknown if self.has(Bug::RestartAdmitsAnyEpoch) => true,
             Fence::Unknown => epoch >= s.epoch && s.set & bit(p) != 0,
+            // remembered outside the set: older refused, else read again
+            Fence::Read(newest) => epoch >= newest && epoch >= s.epoch && s.set & bit(p) != 0,
+        }
+    }
+
+    /// The pod that answers a route naming `p`: `p`, or (`misrouted`) the
+    /// pod now at `p`'s old address.
+    fn answerer(s: &State, p: u8, misrouted: bool) -> Option<u8> {
+        match s.reused {
+            _ if !misrouted => Some(p),
+            Some(r) if r.from == p => Some(r.by),
+            _ => None,
         }
     }
 
@@ -178,9 +198,15 @@ impl Ownership {
         let mut out = 0;
         for c in &s.coordinators {
             if let Some((set, epoch)) = c.cache {
-                for p in 0..self.config.pods {
-                    if set & bit(p) != 0 && self.admits(s, p, epoch) {
-                        out |= bit(p);
+                for p in (0..self.config.pods).filter(|&p| set & bit(p) != 0) {
+                    for q in [false, true]
+                        .map(|m| Self::answerer(s, p, m))
+                        .into_iter()
+                        .flatten()
+                    {
+                        if self.admits(s, q, epoch) {
+                            out |= bit(q);
+                        }
                     }
                 }
             }
@@ -242,11 +268,16 @@ impl Model for Ownership {
                 }
                 if s.budget.allows(Fault::Crash) {
                     actions.push(Action::Crash(p));
+                    for by in (0..n).filter(|&q| q != p && s.pods[usize::from(q)].up) {
+                        actions.push(Action::CrashReused { from: p, by });
+                    }
                 }
                 if registered && s.budget.allows(Fault::Deregister) {
                     actions.push(Action::Deregister(p));
                 }
-                if matches!(pod.fence, Fence::Known(_)) && s.budget.allows(Fault::Forget) {
+                if matches!(pod.fence, Fence::Known(_) | Fence::Read(_))
+                    && s.budget.allows(Fault::Forget)
+                {
                     actions.push(Action::Forget(p));
                 }
                 if pod.leaving {
@@ -273,6 +304,9 @@ impl Model for Ownership {
                     actions.push(Action::CacheExpires(c));
                     for p in (0..n).filter(|&p| set & bit(p) != 0) {
                         actions.push(Action::Deliver { c, p });
+                        if s.reused.is_some_and(|r| r.from == p) {
+                            actions.push(Action::Misdeliver { c, p });
+                        }
                     }
                 }
                 (None, None) => {
@@ -308,12 +342,20 @@ impl Model for Ownership {
                 // heartbeat started, so its lease is not renewed
                 if s.records & bit(p) != 0 {
                     let pod = s.pods[usize::from(p)];
-                    if let (false, Fence::Known(newest)) = (pod.lease, pod.fence) {
+                    if let (false, Fence::Known(newest) | Fence::Read(newest)) =
+                        (pod.lease, pod.fence)
+                    {
                         // back from a lapse: REAFFIRM
-                        if s.set & bit(p) != 0 {
+                        let member = s.set & bit(p) != 0;
+                        if member {
                             s.bump(max)?;
                         }
-                        s.pod_mut(p).fence = Fence::Known(newest.max(s.epoch));
+                        let newest = newest.max(s.epoch);
+                        s.pod_mut(p).fence = if member {
+                            Fence::Known(newest)
+                        } else {
+                            Fence::Read(newest)
+                        };
                     }
                     s.pod_mut(p).lease = true;
                 }
@@ -326,6 +368,11 @@ impl Model for Ownership {
             Action::Crash(p) => {
                 s.budget.spend(Fault::Crash);
                 *s.pod_mut(p) = PodState::down();
+            }
+            Action::CrashReused { from, by } => {
+                s.budget.spend(Fault::Crash);
+                *s.pod_mut(from) = PodState::down();
+                s.reused = Some(state::Reused { from, by });
             }
             Action::Restart(p) => s.pod_mut(p).up = true,
             Action::Deregister(p) => {
@@ -351,7 +398,7 @@ impl Model for Ownership {
                     s.bump(max)?;
                 }
                 if !self.has(Bug::LeaveKeepsFence) {
-                    s.pod_mut(p).fence = Fence::Known(s.epoch);
+                    s.pod_mut(p).fence = Fence::Read(s.epoch);
                 }
             }
             Action::FanOut { to, .. } => {
@@ -364,6 +411,10 @@ impl Model for Ownership {
             Action::Claim(c) => self.claim(&mut s, c)?,
             Action::CacheExpires(c) => s.coordinator_mut(c).cache = None,
             Action::Deliver { c, p } => self.deliver(&mut s, c, p),
+            Action::Misdeliver { c, p } => {
+                let by = Self::answerer(&s, p, true)?;
+                self.deliver(&mut s, c, by);
+            }
             Action::CoordinatorRestart(c) => {
                 s.budget.spend(Fault::CoordinatorRestart);
                 *s.coordinator_mut(c) = CoordinatorState::default();
@@ -393,6 +444,13 @@ impl Model for Ownership {
                         && s.pods.iter().enumerate().any(|(p, pod)| {
                             pod.fence == Fence::Known(s.epoch) && m.admitting(s) == bit(p as u8)
                         })
+                },
+            ),
+            Property::sometimes(
+                "a route meant for a crashed pod is refused at its old address",
+                |_: &Ownership, s: &State| {
+                    s.reused
+                        .is_some_and(|r| matches!(s.pods[usize::from(r.by)].fence, Fence::Read(_)))
                 },
             ),
             Property::sometimes(
@@ -504,9 +562,11 @@ impl Ownership {
         if pod.up && pod.lease {
             pod.fence = match pod.fence {
                 Fence::Known(newest) => Fence::Known(newest.max(epoch)),
-                Fence::Unknown if admitted => Fence::Known(epoch),
+                Fence::Unknown | Fence::Read(_) if admitted => Fence::Known(epoch),
                 // a first sight that refused remembers what it read
-                Fence::Unknown => Fence::Known(current),
+                Fence::Unknown if self.has(Bug::RefusalAdmitsLater) => Fence::Known(current),
+                Fence::Unknown => Fence::Read(current),
+                Fence::Read(newest) => Fence::Read(newest.max(current)),
                 Fence::Leaving => Fence::Leaving,
             };
         }

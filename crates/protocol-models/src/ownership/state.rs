@@ -9,8 +9,13 @@ use super::{Config, bit};
 pub enum Fence {
     /// Nothing (a fresh process, or forgotten): first sight reads Valkey.
     Unknown,
-    /// The newest epoch seen.
+    /// The newest epoch seen, the pod a member at it (its join, a read
+    /// that found it, an admitted call): newer routes admitted by memory.
     Known(u8),
+    /// The newest epoch seen, read with the pod outside the set (a leave,
+    /// a refused first sight, a lapse's re-read): older routes refused,
+    /// the others read Valkey again.
+    Read(u8),
     /// Leaving: every call refused until the leave is in Valkey.
     Leaving,
 }
@@ -84,6 +89,17 @@ pub(super) enum Fault {
     CoordinatorRestart = 32,
 }
 
+/// Another live pod answers at a crashed pod's old address (a process
+/// restarted under a new id at the same port): routes cached for the
+/// crashed pod reach it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reused {
+    /// The crashed pod whose address was taken.
+    pub from: u8,
+    /// The pod now answering there.
+    pub by: u8,
+}
+
 impl Budget {
     /// Whether `fault` may happen: not yet spent, and the limit not reached.
     pub(super) fn allows(&self, fault: Fault) -> bool {
@@ -109,6 +125,8 @@ pub struct State {
     pub fanned: u8,
     /// The pods.
     pub pods: Vec<PodState>,
+    /// A crashed pod's address answered by another pod (at most one).
+    pub reused: Option<Reused>,
     /// The coordinators.
     pub coordinators: [CoordinatorState; 2],
     pub(super) budget: Budget,
@@ -128,6 +146,7 @@ impl State {
             records: (1u8 << config.pods) - 1,
             fanned: 0,
             pods: vec![up; usize::from(config.pods)],
+            reused: None,
             coordinators: [CoordinatorState::default(); 2],
             budget: Budget {
                 used: 0,
@@ -168,6 +187,13 @@ pub enum Action {
     RecordExpires(u8),
     /// The process dies.
     Crash(u8),
+    /// The process dies and pod `by` takes its address.
+    CrashReused {
+        /// The pod that dies.
+        from: u8,
+        /// The pod that then answers at its address too.
+        by: u8,
+    },
     /// The process starts again under the same id.
     Restart(u8),
     /// `Member::deregister`.
@@ -203,6 +229,14 @@ pub enum Action {
         /// The pod.
         p: u8,
     },
+    /// A call coordinator `c` routes to the crashed pod `p` reaches the
+    /// pod now at `p`'s old address.
+    Misdeliver {
+        /// The coordinator.
+        c: u8,
+        /// The pod the route names.
+        p: u8,
+    },
     /// Coordinator `c` is killed and restarted.
     CoordinatorRestart(u8),
 }
@@ -218,6 +252,9 @@ impl fmt::Debug for Action {
             Action::LeaseEnds(p) => write!(f, "p{p} lease ends (its own clock)"),
             Action::RecordExpires(p) => write!(f, "p{p} record expires in Valkey"),
             Action::Crash(p) => write!(f, "p{p} crashes"),
+            Action::CrashReused { from, by } => {
+                write!(f, "p{from} crashes; p{by} now answers at its address")
+            }
             Action::Restart(p) => write!(f, "p{p} restarts under the same id"),
             Action::Deregister(p) => write!(f, "p{p} deregisters"),
             Action::Forget(p) => write!(f, "p{p} fence forgets the destination"),
@@ -234,6 +271,10 @@ impl fmt::Debug for Action {
             Action::Claim(c) => write!(f, "c{c} CLAIM applied"),
             Action::CacheExpires(c) => write!(f, "c{c} cache entry expires"),
             Action::Deliver { c, p } => write!(f, "c{c} routes a call to p{p} from its cache"),
+            Action::Misdeliver { c, p } => write!(
+                f,
+                "c{c} routes a call to p{p} from its cache; it reaches the pod at p{p}'s old address"
+            ),
             Action::CoordinatorRestart(c) => write!(f, "c{c} killed and restarted"),
         }
     }
@@ -261,6 +302,7 @@ impl fmt::Display for State {
             let fence = match p.fence {
                 Fence::Unknown => "?".to_owned(),
                 Fence::Known(e) => e.to_string(),
+                Fence::Read(e) => format!("{e} (not a member)"),
                 Fence::Leaving => "leaving".to_owned(),
             };
             let lease = match (p.up, p.lease) {
