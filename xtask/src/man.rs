@@ -27,7 +27,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
         let mut command = Command::new(env!("CARGO"));
         command
             .current_dir(root)
-            .args(["run", "-q", "-p", "vvm-host", "--", "man"])
+            .args(["run", "-q", "-p", "vvm-host", "--", "__vvm-host-man"])
             .args(sub);
         let output = command.output().context("cannot run vvm-host")?;
         if !output.status.success() {

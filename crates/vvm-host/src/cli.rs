@@ -44,13 +44,6 @@ pub(crate) enum Command {
         /// The shell to complete for.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) of vvm-host or of one subcommand, as
-    /// `cargo xtask man` writes them.
-    #[command(hide = true)]
-    Man {
-        /// The subcommand (`run`, `status`, `handover`, `completions`); none: vvm-host.
-        subcommand: Option<String>,
-    },
 }
 
 /// `vvm-host run`'s options.
@@ -70,10 +63,16 @@ pub(crate) struct Args {
     pub(crate) leadership_duration: Duration,
 
     /// Give up (exit 124, see --exit-code-no-leadership) if no key could be
-    /// acquired within this time. Default: wait as long as it takes, as a
-    /// standby should.
+    /// acquired within this time; `0s` tries once, as --no-wait. Default:
+    /// wait as long as it takes, as a standby should.
     #[arg(long, env = "VVM_HOST_ACQUISITION_DURATION", default_value = "forever", value_parser = parse_acquisition, allow_hyphen_values = true)]
     pub(crate) acquisition_duration: Duration,
+
+    /// Try once: if every key is held, exit at once with the no-leadership
+    /// status (124), as `flock -n` does. The same as
+    /// `--acquisition-duration 0s`.
+    #[arg(long, conflicts_with = "acquisition_duration")]
+    pub(crate) no_wait: bool,
 
     /// Pause between two acquisition rounds (a standby is woken sooner when
     /// the store reports a release).
@@ -105,6 +104,12 @@ pub(crate) struct Args {
     /// `vvm_orch=debug`. Default: $RUST_LOG, else `info`.
     #[arg(long, env = "VVM_HOST_LOG")]
     pub(crate) log: Option<String>,
+
+    /// Log line format on standard error: `text`, or `json` (one JSON
+    /// object per line with the span fields, for journald, Loki or
+    /// Datadog). Colour only on a terminal, never with NO_COLOR set.
+    #[arg(long, env = "VVM_HOST_LOG_FORMAT", value_enum, default_value_t = crate::log::Format::Text)]
+    pub(crate) log_format: crate::log::Format,
 
     /// Exit status when leadership is lost (also after the killer ended the command).
     #[arg(long, env = "VVM_HOST_EXIT_CODE_LOST", default_value_t = exit::DEFAULT_LOST)]
@@ -213,6 +218,12 @@ impl Args {
     }
 
     /// The VVM configuration these options describe, validated.
+    /// Whether one acquisition round is all (`--no-wait`,
+    /// `--acquisition-duration 0s`).
+    pub(crate) fn tries_once(&self) -> bool {
+        self.no_wait || self.acquisition_duration.is_zero()
+    }
+
     pub(crate) fn vvm_config(&self) -> Result<VvmConfig, ArgsError> {
         let address = match &self.address {
             Some(address) => address.clone(),
@@ -222,6 +233,11 @@ impl Args {
         config.leadership_duration = self.leadership_duration;
         config.acquisition_duration = self.acquisition_duration;
         config.acquisition_retry_pause = self.retry_pause;
+        if self.tries_once() {
+            // one round: the deadline has passed when it ends
+            config.acquisition_duration = Duration::from_nanos(1);
+            config.acquisition_retry_pause = Duration::from_nanos(1);
+        }
         config.validate()?;
         Ok(config)
     }

@@ -90,10 +90,14 @@ impl ServicePipeline for CommandPipeline {
                 return Err(err.into());
             }
         };
+        let cgroup = job
+            .cgroup()
+            .map_or_else(|| "-".to_owned(), |c| c.display().to_string());
         tracing::info!(
             pid = job.pid().map_or(0, nix::unistd::Pid::as_raw),
-            program = ?self.program,
-            cgroup = ?job.cgroup(),
+            program = %self.program.to_string_lossy(),
+            containment = self.containment.name(),
+            %cgroup,
             "command started"
         );
 

@@ -31,6 +31,7 @@ mod log;
 mod observe;
 mod observed_storage;
 mod program;
+mod shell_docs;
 mod signals;
 mod status;
 mod store;
@@ -42,7 +43,7 @@ use std::{
 };
 
 use anyhow::Context;
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 use elections::Killer;
 use tracing_subscriber::EnvFilter;
 use ttl_storage::DynTtlStorage;
@@ -75,6 +76,9 @@ fn main() -> ExitCode {
         Some(first) if first == guard::GUARD_ARG => return guard::main(raw.collect()),
         Some(first) if first == guard::exec::EXEC_ARG => return guard::exec::main(raw.collect()),
         Some(first) if first == guard::init::INIT_ARG => return guard::init::main(raw.collect()),
+        Some(first) if first == shell_docs::MAN_ARG => {
+            return shell_docs::man_main(&raw.collect::<Vec<_>>());
+        }
         Some(first) if first == containment::pidns::PROBE_ARG => {
             return containment::pidns::probe_main();
         }
@@ -86,40 +90,10 @@ fn main() -> ExitCode {
         Command::Handover(args) => return handover::main(&args),
         Command::Completions { shell } => {
             // Into a buffer: a closed stdout (`| head`) is not a panic.
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "vvm-host", &mut script);
+            let script = shell_docs::completions(shell);
             return match std::io::Write::write_all(&mut std::io::stdout(), &script) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(_) => ExitCode::from(exit::DEFAULT_ERROR),
-            };
-        }
-        Command::Man { subcommand } => {
-            let mut page = Vec::new();
-            let mut command = Cli::command();
-            command.build();
-            let command = match &subcommand {
-                None => command,
-                Some(name) => match command.find_subcommand(name) {
-                    Some(sub) if name == "run" => sub
-                        .clone()
-                        .display_name("vvm-host-run")
-                        .after_help(cli::man_after_help()),
-                    Some(sub) => sub.clone().display_name(format!("vvm-host-{name}")),
-                    None => {
-                        eprintln!("vvm-host: no subcommand {name:?}");
-                        return ExitCode::from(exit::USAGE);
-                    }
-                },
-            };
-            let rendered = clap_mangen::Man::new(command).render(&mut page);
-            return match rendered
-                .and_then(|()| std::io::Write::write_all(&mut std::io::stdout(), &page))
-            {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(err) => {
-                    eprintln!("vvm-host: {err}");
-                    ExitCode::from(exit::DEFAULT_ERROR)
-                }
             };
         }
     };
@@ -131,7 +105,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    log::init(filter);
+    log::init(filter, args.log_format);
     let code = run_host(args);
     log::flush();
     code
@@ -194,7 +168,7 @@ async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<
         Ok(plan) => Arc::new(plan),
         Err(err) => anyhow::bail!(err),
     };
-    tracing::info!(
+    tracing::debug!(
         storage = %url,
         address = %config.address,
         cluster_size = config.cluster_size,
@@ -209,6 +183,7 @@ async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<
             "the containment cannot hold every job here"
         );
     }
+    let tries_once = args.tries_once();
     let running = RunningJob::default();
     let killer = Arc::new(HostKiller {
         running: running.clone(),
@@ -224,6 +199,7 @@ async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<
     };
     let parts = Host {
         killer,
+        tries_once,
         codes,
         health,
         child: outcome,
@@ -235,6 +211,8 @@ async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<
 /// What [`host`] needs besides the VVM's own parts.
 struct Host {
     killer: Arc<dyn Killer>,
+    /// `--no-wait`: a held lock is the expected answer, not an error.
+    tries_once: bool,
     codes: ExitCodes,
     health: Arc<Health>,
     /// How the command ended, once it has.
@@ -252,6 +230,7 @@ async fn host<P: ServicePipeline>(
 ) -> anyhow::Result<u8> {
     let Host {
         killer,
+        tries_once,
         codes,
         health,
         child,
@@ -259,7 +238,7 @@ async fn host<P: ServicePipeline>(
     } = parts;
     let mut signals = ShutdownSignals::new().context("cannot watch the shutdown signals")?;
     let vvm = Vvm::provide(config, storage, pipeline)?.with_killer(killer);
-    tracing::info!(value = vvm.value(), "acquiring leadership");
+    tracing::debug!(value = vvm.value(), "acquiring leadership");
     let (vvm, problem) = vvm.launch();
     health.follow(vvm.status_watch());
 
@@ -295,15 +274,15 @@ async fn host<P: ServicePipeline>(
     watcher.abort();
     let child_outcome = *child.lock().unwrap_or_else(PoisonError::into_inner);
     if held || child_outcome.is_some() {
-        tracing::info!(elapsed = ?started.elapsed(), "shut down; leadership released");
+        tracing::debug!(elapsed = ?started.elapsed(), "shut down; leadership released");
     } else {
-        tracing::info!(elapsed = ?started.elapsed(), "shut down (leadership was not held)");
+        tracing::debug!(elapsed = ?started.elapsed(), "shut down (leadership was not held)");
     }
 
     Ok(match result {
         Ok(()) => 0,
         Err(VvmProblem::ServicesFinished) if child_outcome.is_some_and(Outcome::success) => {
-            tracing::info!("the command exited with status 0; leadership released");
+            tracing::debug!("the command exited with status 0; leadership released");
             0
         }
         Err(VvmProblem::ServicesFinished | VvmProblem::Service(_)) if child_outcome.is_some() => {
@@ -315,6 +294,12 @@ async fn host<P: ServicePipeline>(
                 );
             }
             code
+        }
+        Err(VvmProblem::LeadershipAcquisition {
+            last_error: None, ..
+        }) if tries_once => {
+            tracing::info!("the lock is held; not waiting (--no-wait)");
+            codes.no_leadership
         }
         Err(problem @ VvmProblem::LeadershipAcquisition { .. }) => {
             tracing::error!(%problem, "giving up");

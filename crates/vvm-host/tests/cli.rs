@@ -130,27 +130,160 @@ fn storage_errors_say_their_cause_once() {
     }
 }
 
+/// Success is quiet: with defaults, one line each for the acquisition,
+/// the command's start (with the containment chosen), its exit and the
+/// release; with `RUST_LOG=warn`, nothing. A command's own non-zero exit is
+/// said once, at INFO, and passed on: it is the command's failure, not
+/// vvm-host's.
 #[test]
-fn a_command_that_succeeds_logs_no_error() {
+fn success_is_quiet_and_each_step_is_said_once() {
     let output = run(&["--storage", "mem", "job", "--", "true"])
+        .env_remove("RUST_LOG")
         .output()
         .unwrap();
     let log = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{log}");
-    assert!(!log.contains("ERROR"), "{log}");
-    assert!(log.contains("leadership released"), "{log}");
+    let lines: Vec<&str> = log.lines().collect();
+    for (line, said) in lines.iter().zip([
+        "leadership acquired",
+        "command started",
+        "command exited",
+        "leadership released",
+    ]) {
+        assert!(
+            line.contains(" INFO ") && line.contains(said),
+            "{said}: {log}"
+        );
+    }
+    assert_eq!(lines.len(), 4, "{log}");
+    assert!(lines[1].contains("containment="), "{log}");
+    assert!(!log.contains("Some("), "values, not Options: {log}");
+
+    let quiet = run(&["--storage", "mem", "job", "--", "true"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(quiet.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "", "silent at warn");
+
+    let failed = run(&["--storage", "mem", "job", "--", "sh", "-c", "exit 3"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(3), "{log}");
+    assert!(!log.contains("ERROR") && !log.contains("WARN"), "{log}");
+    assert_eq!(log.matches("exit code 3").count(), 1, "said once: {log}");
 }
 
+/// `--log-format json`: one JSON object per line, with the level, the
+/// message, the fields and the spans (the fencing token included).
 #[test]
-fn completions_are_printed() {
+fn json_logs_are_one_object_per_line() {
+    let output = run(&[
+        "--storage",
+        "mem",
+        "--log-format",
+        "json",
+        "job",
+        "--",
+        "true",
+    ])
+    .env_remove("RUST_LOG")
+    .output()
+    .unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{log}");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 4, "{log}");
+    let started = &lines[1];
+    assert_eq!(started["level"], "INFO", "{log}");
+    assert_eq!(started["fields"]["message"], "command started", "{log}");
+    assert!(started["span"]["fencing_token"].is_u64(), "{log}");
+    assert!(!log.contains('\u{1b}'), "no colour codes: {log}");
+}
+
+/// What `bash -i` offers for `words` (the last one being completed), with
+/// the script `vvm-host completions bash` prints loaded.
+fn bash_completes(script: &std::path::Path, words: &[&str]) -> Vec<String> {
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let program = format!(
+        r#"source '{}'
+fn=$(complete -p vvm-host | sed -E 's/.*-F ([^ ]+).*/\1/')
+COMP_WORDS=({})
+COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+COMP_LINE="${{COMP_WORDS[*]}}"
+COMP_POINT=${{#COMP_LINE}}
+COMPREPLY=()
+"$fn" vvm-host "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+printf '%s\n' "${{COMPREPLY[@]}}""#,
+        script.display(),
+        quoted.join(" ")
+    );
+    let output = Command::new("bash")
+        .args(["--norc", "--noprofile", "-i", "-c", &program])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The bash script completes past the subcommand (clap_complete's names
+/// for a hyphenated binary are mended), values included, and never offers
+/// an internal entry point; zsh and fish scripts are printed too.
+#[test]
+fn completions_work_past_the_subcommand_in_bash() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("vvm-host.bash");
     let output = Command::new(bin())
         .args(["completions", "bash"])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(0));
-    let script = String::from_utf8_lossy(&output.stdout);
-    assert!(script.contains("complete -F"), "{script}");
-    assert!(script.contains("status"), "{script}");
+    std::fs::write(&script, &output.stdout).unwrap();
+
+    let top = bash_completes(&script, &["vvm-host", ""]);
+    for sub in ["run", "status", "handover", "completions"] {
+        assert!(top.contains(&sub.to_owned()), "{sub}: {top:?}");
+    }
+    assert!(!top.iter().any(|w| w.contains("man")), "{top:?}");
+    let storage = bash_completes(&script, &["vvm-host", "run", "--st"]);
+    assert_eq!(storage, ["--storage"], "{storage:?}");
+    let modes = bash_completes(&script, &["vvm-host", "run", "--containment", ""]);
+    for mode in ["auto", "cgroup", "pidns"] {
+        assert!(modes.contains(&mode.to_owned()), "{mode}: {modes:?}");
+    }
+    let shells = bash_completes(&script, &["vvm-host", "completions", ""]);
+    for shell in ["bash", "zsh", "fish"] {
+        assert!(shells.contains(&shell.to_owned()), "{shell}: {shells:?}");
+    }
+    let handover = bash_completes(&script, &["vvm-host", "handover", "--t"]);
+    assert!(handover.contains(&"--to".to_owned()), "{handover:?}");
+
+    for shell in ["zsh", "fish"] {
+        let output = Command::new(bin())
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0));
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            text.contains("storage") && !text.contains("__vvm-host-man"),
+            "{text}"
+        );
+    }
 }
 
 #[test]
@@ -177,8 +310,18 @@ fn the_guard_is_named_vvm_host_guard() {
 /// `cargo xtask man` after changing the options.
 #[test]
 fn the_man_pages_are_current() {
-    for sub in [None, Some("run"), Some("status"), Some("completions")] {
-        let output = Command::new(bin()).arg("man").args(sub).output().unwrap();
+    for sub in [
+        None,
+        Some("run"),
+        Some("status"),
+        Some("handover"),
+        Some("completions"),
+    ] {
+        let output = Command::new(bin())
+            .arg("__vvm-host-man")
+            .args(sub)
+            .output()
+            .unwrap();
         assert_eq!(output.status.code(), Some(0));
         let name = sub.map_or_else(|| "vvm-host.1".to_owned(), |s| format!("vvm-host-{s}.1"));
         let path = format!("{}/doc/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -291,4 +434,53 @@ fn status_watch_reports_each_change_once() {
     assert_eq!(wait_with_limit(&mut watcher).code(), Some(0));
     signal(&b, Signal::SIGTERM);
     assert_eq!(wait_with_limit(&mut b).code(), Some(0));
+}
+
+/// `--no-wait` (and `--acquisition-duration 0s`) tries once, as `flock -n`
+/// does: 124 at once while the lock is held (said at INFO: the expected
+/// answer), the command run when it is free.
+#[test]
+fn no_wait_tries_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redb://{}", dir.path().join("leases.redb").display());
+    let mut holder = run_as(
+        "holder",
+        &[
+            "--storage",
+            &url,
+            "lk",
+            "sh",
+            "-c",
+            "echo leading; exec sleep 1000",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let (out, _) = lines(holder.stdout.take().unwrap());
+    wait_for_line(&out, "leading");
+    for once in [["--no-wait", ""], ["--acquisition-duration", "0s"]] {
+        let args: Vec<&str> = once.into_iter().filter(|a| !a.is_empty()).collect();
+        let mut command = run_as("other", &args);
+        let output = command
+            .args(["--storage", &url, "lk", "echo", "ran"])
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(124), "{once:?}: {log}");
+        assert!(log.contains("not waiting"), "{log}");
+        assert!(!log.contains("ERROR"), "{log}");
+        assert!(output.stdout.is_empty(), "the command did not run");
+    }
+    signal(&holder, Signal::SIGTERM);
+    assert_eq!(wait_with_limit(&mut holder).code(), Some(0));
+    let output = run_as(
+        "other",
+        &["--no-wait", "--storage", &url, "lk", "echo", "ran"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "ran\n");
 }

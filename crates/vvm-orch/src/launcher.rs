@@ -252,7 +252,7 @@ fn start<P: ServicePipeline>(
         tracing::info!(key = %info.key, "leadership acquired as shutdown began; not starting services");
         return;
     }
-    tracing::info!(key = %info.key, fencing_token = info.fencing_token, "leading; starting the monitor and the services");
+    tracing::debug!(key = %info.key, fencing_token = info.fencing_token, "leading; starting the monitor and the services");
     let span = tracing::info_span!("leader", key = %info.key, fencing_token = info.fencing_token);
     let ctx = ServiceContext {
         shutdown: shared.services_shut.clone(),

@@ -83,22 +83,11 @@ impl ProblemSlot {
             tracing::warn!(problem = %problem, "VVM problem reported after the first one; ignored");
             return;
         }
-        // Services that finished by themselves are the normal end of a
-        // cron-style job, not something to page anyone about.
-        if matches!(problem, VvmProblem::ServicesFinished) {
-            tracing::info!(problem = %problem, "VVM services finished");
-        } else if matches!(
-            problem,
-            VvmProblem::LeadershipLost {
-                reason: EndReason::Superseded,
-                ..
-            }
-        ) {
-            // An operator's hand-over: the planned end of this leadership.
-            tracing::info!(problem = %problem, "VVM handed over");
-        } else {
-            tracing::error!(problem = %problem, "VVM problem");
-        }
+        // The first problem is returned to the caller (`problem().raised()`,
+        // `shutdown`), which decides what it means and says it once: the
+        // library does not log it at ERROR as well (a command's own exit,
+        // a hand-over and a cron-style job that finished are not errors).
+        tracing::debug!(problem = %problem, "VVM problem reported");
         *first = Some(problem);
         // Cancelling only wakes waiters; it is cheap and never blocks.
         self.signal.cancel();

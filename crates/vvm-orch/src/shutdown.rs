@@ -113,7 +113,7 @@ impl Shared {
         // 6. Mark shut down.
         self.completed.store(true, Ordering::Release);
         self.status.send_replace(VvmStatus::ShutDown);
-        tracing::info!("VVM shut down");
+        tracing::debug!("VVM shut down");
         self.problems.take()
     }
 }

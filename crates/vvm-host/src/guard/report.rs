@@ -107,12 +107,13 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-/// Logs a guard's `note TEXT` (WARN) or `info TEXT` (INFO) line; false for
-/// any other line.
+/// Logs a guard's `note TEXT` (WARN) or `info TEXT` (DEBUG: the chosen
+/// containment is said once, on the `command started` line) line; false
+/// for any other line.
 pub(crate) fn log_note(line: &str) -> bool {
     match line.split_once(' ') {
         Some(("note", note)) => tracing::warn!(guard = note, "guard"),
-        Some(("info", info)) => tracing::info!(guard = info, "guard"),
+        Some(("info", info)) => tracing::debug!(guard = info, "guard"),
         _ => return false,
     }
     true
