@@ -286,4 +286,16 @@ pub enum ConfigError {
     /// `mode` with another value than `shared` or `exclusive`.
     #[error("bad mode {0:?} (mode=shared or mode=exclusive)")]
     BadMode(String),
+    /// `redb://rel/path` (two slashes): a path relative to each process's
+    /// current directory, so processes started from different directories
+    /// would use different files.
+    #[error(
+        "{path:?} is relative to the current directory (two slashes after redb:); processes started elsewhere would use another file: write the absolute path, {absolute}"
+    )]
+    Relative {
+        /// The relative path the URL named.
+        path: String,
+        /// The absolute URL from this process's current directory.
+        absolute: String,
+    },
 }

@@ -22,10 +22,13 @@ pub enum RedbMode {
 ///
 /// ```text
 /// redb:///absolute/path/file.redb[?mode=shared|exclusive]
-/// redb://relative/path/file.redb[?mode=...]
 /// ```
 ///
-/// The path is percent-decoded (`%20` is a space).
+/// The path is percent-decoded (`%20` is a space). It must be absolute:
+/// `redb://data/x.redb` (two slashes) would name a file relative to each
+/// process's current directory, so two nodes started from different
+/// directories would each get a file of their own and both lead; it is
+/// refused, the message giving the absolute form.
 ///
 /// ```
 /// use std::path::Path;
@@ -34,9 +37,10 @@ pub enum RedbMode {
 /// let url = RedbConfig::from_url("redb:///var/lib/app/leases%20a.redb")?;
 /// assert_eq!(url.path(), Path::new("/var/lib/app/leases a.redb"));
 /// assert_eq!(url.mode(), RedbMode::Shared);
-/// let url = RedbConfig::from_url("redb://data/leases.redb?mode=exclusive")?;
-/// assert_eq!(url.path(), Path::new("data/leases.redb"));
+/// let url = RedbConfig::from_url("redb:///data/leases.redb?mode=exclusive")?;
+/// assert_eq!(url.path(), Path::new("/data/leases.redb"));
 /// assert_eq!(url.mode(), RedbMode::Exclusive);
+/// assert!(RedbConfig::from_url("redb://data/leases.redb").is_err());
 /// assert!(RedbConfig::from_url("redb:///x.redb?mode=fast").is_err());
 /// # Ok::<(), storage_redb::ConfigError>(())
 /// ```
@@ -77,11 +81,20 @@ impl RedbConfig {
             return Err(ConfigError::Unexpected);
         }
         // `redb:///abs` has an empty host; `redb://rel/path` puts the first
-        // segment of a relative path in the host.
+        // segment of a relative path in the host: refused.
         let host = url.host_str().unwrap_or_default();
         let decoded = kit::url::decode(&format!("{host}{}", url.path()), "path")?;
         if decoded.is_empty() || decoded == "/" {
             return Err(ConfigError::NoPath);
+        }
+        if !host.is_empty() {
+            let absolute = std::env::current_dir()
+                .map(|dir| dir.join(&decoded).display().to_string())
+                .unwrap_or_else(|_| format!("/path/to/{decoded}"));
+            return Err(ConfigError::Relative {
+                path: decoded,
+                absolute: format!("redb://{absolute}"),
+            });
         }
         let mut mode = RedbMode::Shared;
         for (name, value) in kit::url::params(&url, &[])? {
@@ -125,8 +138,11 @@ mod tests {
             ok("redb:///tmp/a%20b.redb").path(),
             Path::new("/tmp/a b.redb")
         );
-        assert_eq!(ok("redb://rel/a.redb").path(), Path::new("rel/a.redb"));
-        assert_eq!(ok("redb://a.redb").path(), Path::new("a.redb"));
+        for relative in ["redb://rel/a.redb", "redb://a.redb", "redb://tmp/x.redb"] {
+            let err = RedbConfig::from_url(relative).unwrap_err();
+            assert!(matches!(err, ConfigError::Relative { .. }), "{relative}");
+            assert!(err.to_string().contains("redb:///"), "{err}");
+        }
         assert_eq!(ok("redb:///x?mode=shared").mode(), RedbMode::Shared);
         assert_eq!(ok("redb:///x?mode=exclusive").mode(), RedbMode::Exclusive);
         let url = |err: UrlError| ConfigError::Url(err);

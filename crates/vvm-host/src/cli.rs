@@ -2,7 +2,7 @@
 
 use std::{ffi::OsString, net::SocketAddr, time::Duration};
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use vvm_orch::VvmConfig;
 
 use crate::exit::{self, ExitCodes};
@@ -44,6 +44,40 @@ pub(crate) enum Command {
         /// The shell to complete for.
         shell: clap_complete::Shell,
     },
+}
+
+/// Parses the command line. An environment variable that is set but empty
+/// counts as unset (as most programs read them: `VVM_HOST_STORAGE=` in a
+/// unit file falls back to the default instead of failing).
+pub(crate) fn parse() -> Cli {
+    let matches = without_empty_env(Cli::command()).get_matches();
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    }
+}
+
+/// `command` with the environment variable of every argument (in every
+/// subcommand) that is set but empty dropped.
+fn without_empty_env(command: clap::Command) -> clap::Command {
+    let empty: Vec<clap::Id> = command
+        .get_arguments()
+        .filter(|a| {
+            a.get_env()
+                .and_then(std::env::var_os)
+                .is_some_and(|v| v.is_empty())
+        })
+        .map(|a| a.get_id().clone())
+        .collect();
+    let command = empty.into_iter().fold(command, |c, id| {
+        c.mut_arg(id, |a| a.env(clap::builder::Resettable::Reset))
+    });
+    let subs: Vec<String> = command
+        .get_subcommands()
+        .map(|s| s.get_name().to_owned())
+        .collect();
+    subs.into_iter()
+        .fold(command, |c, name| c.mut_subcommand(name, without_empty_env))
 }
 
 /// `vvm-host run`'s options.
@@ -279,7 +313,7 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
 }
 
 /// A positive duration.
-fn parse_positive(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_positive(text: &str) -> Result<Duration, String> {
     let duration = parse_duration(text)?;
     if duration.is_zero() {
         return Err(format!("{text:?}: must be positive"));

@@ -94,7 +94,7 @@ pub(crate) struct HandoverArgs {
     index: u32,
 
     /// Give up when the successor does not lead within this time.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = crate::cli::parse_positive)]
     timeout: Duration,
 }
 

@@ -43,14 +43,13 @@ use std::{
 };
 
 use anyhow::Context;
-use clap::Parser;
 use elections::Killer;
 use tracing_subscriber::EnvFilter;
 use ttl_storage::DynTtlStorage;
 use vvm_orch::{ServicePipeline, Vvm, VvmConfig, VvmProblem};
 
 use crate::{
-    cli::{Args, Cli, Command},
+    cli::{Args, Command},
     command::CommandPipeline,
     exit::ExitCodes,
     fault::FaultyStorage,
@@ -84,7 +83,7 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
-    let args = match Cli::parse().command {
+    let args = match cli::parse().command {
         Command::Run(args) => *args,
         Command::Status(args) => return status::main(&args),
         Command::Handover(args) => return handover::main(&args),

@@ -484,3 +484,64 @@ fn no_wait_tries_once() {
     assert_eq!(output.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&output.stdout), "ran\n");
 }
+
+/// An environment variable set but empty (`VVM_HOST_GRACE_PERIOD=` in a
+/// unit file) counts as unset; every duration flag reads one syntax (a
+/// bare number is seconds).
+#[test]
+fn empty_environment_variables_are_unset_and_durations_read_alike() {
+    let output = run(&["--storage", "mem", "job", "true"])
+        .env("VVM_HOST_GRACE_PERIOD", "")
+        .env("VVM_HOST_LOG", "")
+        .env("VVM_HOST_LOG_FORMAT", "")
+        .env("VVM_HOST_EXIT_CODE_LOST", "")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{log}");
+    assert!(
+        log.contains("leadership released"),
+        "the default filter: {log}"
+    );
+    for (sub, flag) in [("run", "--grace-period"), ("handover", "--timeout")] {
+        let mut command = Command::new(bin());
+        command.args([sub, flag, "10", "--storage", "mem", "x"]);
+        if sub == "run" {
+            command.arg("true");
+        }
+        let output = command.output().unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(!err.contains("invalid value"), "{sub} {flag} 10: {err}");
+        assert_ne!(output.status.code(), Some(2), "{sub} {flag} 10: {err}");
+    }
+}
+
+/// `redb://tmp/x.redb` (two slashes) would be a path relative to each
+/// node's current directory: refused, with the absolute form, before
+/// anything is created.
+#[test]
+fn a_relative_redb_url_is_refused_with_the_absolute_form() {
+    let dir = tempfile::tempdir().unwrap();
+    for sub in [&["status"][..], &["run"][..]] {
+        let mut command = Command::new(bin());
+        command
+            .current_dir(dir.path())
+            .args(sub)
+            .args(["--storage", "redb://tmp/x.redb", "demo"]);
+        if sub == ["run"] {
+            command.arg("true");
+        }
+        let output = command.output().unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_ne!(output.status.code(), Some(0), "{sub:?}: {err}");
+        assert!(err.contains("relative"), "{err}");
+        let absolute = format!("redb://{}/tmp/x.redb", dir.path().display());
+        assert!(err.contains(&absolute), "{absolute}: {err}");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "nothing created"
+        );
+    }
+}
