@@ -42,6 +42,48 @@ pub mod names {
     pub const KILLER_FIRED_TOTAL: &str = "elections_killer_fired_total";
 }
 
+/// Describes every metric above to the installed recorder (units and the
+/// `# HELP` lines a Prometheus exporter prints). Call once after installing
+/// a recorder; harmless without one.
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!(
+        names::LEADER,
+        "1 while this process holds the leadership of the key"
+    );
+    describe_counter!(names::ACQUISITIONS_TOTAL, "Leaderships acquired");
+    describe_counter!(
+        names::ACQUISITION_ATTEMPTS_TOTAL,
+        "Acquisition attempts, by outcome (acquired, held_by_other, error)"
+    );
+    describe_counter!(
+        names::LOSSES_TOTAL,
+        "Leaderships lost, by cause (stolen, expired, store_unavailable, elections_dropped)"
+    );
+    describe_counter!(
+        names::RELEASES_TOTAL,
+        "Leaderships ended by their owner, by cause (released, superseded)"
+    );
+    describe_counter!(
+        names::RENEWAL_FAILURES_TOTAL,
+        "Failed renewal attempts, by error kind (transient, permanent, outcome_unknown)"
+    );
+    describe_histogram!(
+        names::RENEWAL_SECONDS,
+        Unit::Seconds,
+        "Duration of each renewal attempt (the compare-and-swap)"
+    );
+    describe_histogram!(
+        names::RENEWAL_SLACK_SECONDS,
+        Unit::Seconds,
+        "Time left before the killer deadline at each successful renewal (negative: passed)"
+    );
+    describe_counter!(
+        names::KILLER_FIRED_TOTAL,
+        "Killer deadlines that passed while armed"
+    );
+}
+
 fn key_label(key: &Key) -> String {
     key.as_str().to_owned()
 }

@@ -41,6 +41,30 @@ pub mod names {
     pub const WATCHES_TOTAL: &str = "ttl_storage_watches_total";
 }
 
+/// Describes the metrics above to the installed recorder (units and the
+/// `# HELP` lines a Prometheus exporter prints). Call once after installing
+/// a recorder; harmless without one.
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_histogram};
+    describe_histogram!(
+        names::OPERATION_SECONDS,
+        Unit::Seconds,
+        "Duration of each storage operation, by store, operation and outcome"
+    );
+    describe_counter!(
+        names::OPERATIONS_TOTAL,
+        "Storage operations completed, by store, operation and outcome"
+    );
+    describe_counter!(
+        names::ERRORS_TOTAL,
+        "Storage operations that failed, by store, operation and error kind"
+    );
+    describe_counter!(
+        names::WATCHES_TOTAL,
+        "Watch calls, by store and outcome (armed, unsupported)"
+    );
+}
+
 /// Wraps any [`TtlStorage`] and records metrics and a tracing span for
 /// every operation (see the [module documentation](self)). Every method of
 /// the trait is forwarded, the optional [`TtlStorage::watch`] included, so

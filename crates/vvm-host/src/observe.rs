@@ -61,6 +61,8 @@ pub(crate) async fn start(addr: SocketAddr, health: Arc<Health>) -> anyhow::Resu
         .context("cannot configure the Prometheus recorder")?
         .install_recorder()
         .context("cannot install the Prometheus recorder")?;
+    elections::telemetry::describe();
+    ttl_storage::instrumented::describe();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on --metrics-listen {addr}"))?;

@@ -163,6 +163,16 @@ fn leader_gauge_moves_across_a_handover_and_healthz_follows() {
             .any(|l| l.starts_with("ttl_storage_operations_total{") && l.contains("store=\"redb\"")),
         "{metrics}"
     );
+    // Every metric family has its `# HELP` line.
+    for family in metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let name = family.split_whitespace().next().unwrap_or_default();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with(&format!("# HELP {name} "))),
+            "no # HELP for {name}: {metrics}"
+        );
+    }
 
     // B waits as a standby, its gauge at 0.
     let mut b = start(&storage, &fault_b, "3s");
