@@ -50,7 +50,18 @@ pub(crate) fn resolve(program: &OsStr) -> Result<PathBuf, ProgramError> {
         }
         return Ok(path);
     }
-    which::which(program).map_err(|_| ProgramError::NotFound(shown))
+    which::which(program).map_err(|_| {
+        // bash: a name found on PATH only as a file that cannot be run is
+        // "Permission denied" (126), not "command not found" (127)
+        let on_path = std::env::var_os("PATH").is_some_and(|path| {
+            std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+        });
+        if on_path {
+            ProgramError::NotExecutable(shown)
+        } else {
+            ProgramError::NotFound(shown)
+        }
+    })
 }
 
 #[cfg(test)]

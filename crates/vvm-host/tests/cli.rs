@@ -82,6 +82,15 @@ fn a_missing_program_is_caught_before_the_store_is_touched() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(126));
+    // Found on PATH only as a file that cannot be run: 126 as well, as
+    // bash says it (not "command not found")
+    let output = run(&["--storage", &url, "job", "plain-file"])
+        .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(126), "{stderr}");
+    assert!(stderr.contains("plain-file: Permission denied"), "{stderr}");
 
     // Another node leads the same name: the typo still fails at once, and
     // the store is left as it was.
