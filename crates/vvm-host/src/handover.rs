@@ -113,7 +113,7 @@ pub(crate) fn main(args: &HandoverArgs) -> ExitCode {
     match runtime.block_on(run(args)) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("vvm-host handover: {err:#}");
+            eprintln!("vvm-host handover: {}", crate::error_text::chain(&err));
             if err.is::<NoStore>() {
                 ExitCode::from(NO_STORE)
             } else {

@@ -20,6 +20,7 @@ mod cli;
 mod command;
 mod containment;
 mod default_storage;
+mod error_text;
 mod exit;
 mod fault;
 mod guard;

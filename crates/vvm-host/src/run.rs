@@ -73,7 +73,7 @@ fn run_host(args: Args) -> ExitCode {
     match runtime.block_on(run(args, config, codes)) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("vvm-host: error: {err:#}");
+            eprintln!("vvm-host: error: {}", crate::error_text::chain(&err));
             ExitCode::from(codes.error)
         }
     }

@@ -97,7 +97,7 @@ pub(crate) fn main(args: &StatusArgs) -> ExitCode {
 
 /// Says why status failed, once, and picks its exit status.
 fn failed(err: &anyhow::Error) -> ExitCode {
-    eprintln!("vvm-host status: {err:#}");
+    eprintln!("vvm-host status: {}", crate::error_text::chain(err));
     if err.is::<NoStore>() {
         ExitCode::from(NO_STORE)
     } else {

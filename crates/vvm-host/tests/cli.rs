@@ -111,34 +111,6 @@ fn a_missing_program_is_caught_before_the_store_is_touched() {
     assert_eq!(wait_with_limit(&mut leader).code(), Some(0));
 }
 
-/// Each "cannot open storage" error names its cause once.
-#[test]
-fn storage_errors_say_their_cause_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let junk = dir.path().join("junk.redb");
-    std::fs::write(&junk, b"not a database").unwrap();
-    let directory = dir.path().join("a-directory.redb");
-    std::fs::create_dir(&directory).unwrap();
-    for (path, cause) in [
-        (
-            "/proc/vvm-host-no-such/x.redb".to_owned(),
-            "No such file or directory",
-        ),
-        (directory.display().to_string(), "it is a directory"),
-        (junk.display().to_string(), "is not a redb database file"),
-    ] {
-        let url = format!("redb://{path}");
-        let output = run(&["--storage", &url, "job", "true"]).output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(125), "{stderr}");
-        let line = stderr
-            .lines()
-            .find(|l| l.contains("cannot open storage"))
-            .expect(&stderr);
-        assert_eq!(line.matches(cause).count(), 1, "{line}");
-    }
-}
-
 /// Success is quiet: with defaults, one line each for the acquisition,
 /// the command's start (with the containment chosen), its exit and the
 /// release; with `RUST_LOG=warn`, nothing. A command's own non-zero exit is

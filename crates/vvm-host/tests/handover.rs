@@ -131,6 +131,13 @@ fn handover_to_a_named_candidate_then_to_the_longest_waiting_then_refused() {
     assert_silent(&bravo, "bravo");
     let token = |line: &str| line.rsplit(' ').next().unwrap().parse::<u64>().unwrap();
     assert!(token(&started) > token(&first), "{first} then {started}");
+    // handover prints the successor's real token, read back, not guessed
+    let said = |out: &str| {
+        out.rsplit("fencing token ")
+            .next()
+            .and_then(|t| t.trim().trim_end_matches(')').parse::<u64>().ok())
+    };
+    assert_eq!(said(&out), Some(token(&started)), "{out} / {started}");
 
     // The watcher polls (a hand-over is a swap, not a removal): let it see
     // charlie before the lock moves on.
@@ -152,6 +159,7 @@ fn handover_to_a_named_candidate_then_to_the_longest_waiting_then_refused() {
         "charlie's exit"
     );
     assert!(token(&third) > token(&started));
+    assert_eq!(said(&out), Some(token(&third)), "{out} / {third}");
 
     // Nobody waits: refused (5), and bravo keeps leading.
     let (code, out, err) = handover(&storage, None);
