@@ -269,11 +269,22 @@ fn completions_work_past_the_subcommand_in_bash() {
 
 #[test]
 fn the_guard_is_named_vvm_host_guard() {
-    let mut child = run(&["--storage", "mem", "job", "sleep", "1000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = run(&[
+        "--storage",
+        "mem",
+        "job",
+        "sh",
+        "-c",
+        "echo up; exec sleep 1000",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    // the job runs only once the guard has re-executed itself (before, the
+    // forked child still has vvm-host's thread name)
+    let (out, _) = lines(child.stdout.take().unwrap());
+    wait_for_line(&out, "up");
     let guard = guard_of(child.id());
     let comm = std::fs::read_to_string(format!("/proc/{guard}/comm")).unwrap();
     assert_eq!(comm.trim(), "vvm-host-guard");
