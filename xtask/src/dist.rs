@@ -81,8 +81,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 
 /// `cargo build --release -p vvm-host` with every driver, for `target`.
 fn release_binary(root: &Path, target: Option<&str>) -> anyhow::Result<PathBuf> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = Command::new(cargo);
+    let mut command = crate::cargo::command();
     command.current_dir(root).args([
         "build",
         "--release",

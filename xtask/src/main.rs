@@ -13,6 +13,7 @@
 //! - `cargo xtask dist`: vvm-host's release tarball and `.deb`.
 //! - `cargo xtask man`: writes vvm-host's man page (`crates/vvm-host/doc/vvm-host.1`).
 
+mod cargo;
 mod chaos;
 mod dist;
 mod docker;

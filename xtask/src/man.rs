@@ -3,7 +3,7 @@
 //! clap_mangen). `crates/vvm-host/tests/cli.rs` fails when the checked-in
 //! page is not current.
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
 use anyhow::{Context, bail};
 
@@ -24,7 +24,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
         .context("xtask has no parent directory")?;
     std::fs::create_dir_all(root.join(DIR))?;
     for sub in PAGES {
-        let mut command = Command::new(env!("CARGO"));
+        let mut command = crate::cargo::command();
         command
             .current_dir(root)
             .args(["run", "-q", "-p", "vvm-host", "--", "__vvm-host-man"])

@@ -2,8 +2,6 @@
 //! checked exhaustively in a release build: every model must hold, and every
 //! seeded bug must be refuted with a trace.
 
-use std::process::Command;
-
 use anyhow::Context;
 
 /// Options of `model`.
@@ -18,8 +16,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = Command::new(cargo);
+    let mut command = crate::cargo::command();
     command
         .args(["run", "--release", "-q", "-p", "protocol-models", "--"])
         .arg(&args.model);

@@ -1,7 +1,5 @@
 //! `cargo xtask sim`: the deterministic simulation, built in release mode.
 
-use std::process::Command;
-
 use anyhow::Context;
 
 /// Options of `sim`.
@@ -16,8 +14,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let status = crate::cargo::command()
         .args(["run", "--release", "-q", "-p", "elections-sim", "--"])
         .args(["--seeds", &args.seeds.to_string()])
         .args(["--first", &args.first.to_string()])

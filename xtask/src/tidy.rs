@@ -24,7 +24,6 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
-    process::Command,
 };
 
 use anyhow::Context;
@@ -156,8 +155,7 @@ fn source_files(root: &Path) -> anyhow::Result<Vec<(String, usize)>> {
 }
 
 fn load_packages(root: &Path) -> anyhow::Result<Vec<Package>> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(cargo)
+    let output = crate::cargo::command()
         .args([
             "metadata",
             "--format-version",

@@ -13,7 +13,7 @@ use std::{
     collections::HashMap,
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Stdio,
 };
 
 use anyhow::Context;
@@ -48,8 +48,7 @@ impl Artifacts {
 /// them.
 pub(crate) fn build() -> anyhow::Result<Artifacts> {
     println!("== building test binaries (cargo test --workspace --no-run) ==");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut child = Command::new(cargo)
+    let mut child = crate::cargo::command()
         .args(["test", "--workspace", "--no-run"])
         .args(["--message-format", "json-render-diagnostics"])
         .stdout(Stdio::piped())
