@@ -14,7 +14,9 @@ use ttl_storage::{ErrorKind, Key, TtlStorage};
 use crate::{
     CandidateId, Elections, ElectionsError, Leadership, SharedClaim,
     candidates::{self, Candidacy},
-    fencing::timed, handover, telemetry, timing::Timing,
+    fencing::timed,
+    handover, telemetry,
+    timing::Timing,
 };
 
 /// The longest pause between two acquisition attempts of a campaign (and
@@ -75,9 +77,7 @@ impl Elections {
         duration: Duration,
         priority: i32,
     ) -> Result<Leadership, ElectionsError> {
-        let mut standby = self
-            .stand_by(key, value, duration)?
-            .with_priority(priority);
+        let mut standby = self.stand_by(key, value, duration)?.with_priority(priority);
         let pause = standby.pause;
         loop {
             match standby.try_acquire().await {

@@ -152,7 +152,11 @@ mod tests {
         assert_eq!(p.observe_at(t0 + 6 * S, &listed), Some(high));
         let mut only_equal = Preemption::new(1, S, S);
         for s in 0..20 {
-            assert!(only_equal.observe_at(t0 + s * S, &[equal.clone()]).is_none());
+            assert!(
+                only_equal
+                    .observe_at(t0 + s * S, &[equal.clone()])
+                    .is_none()
+            );
         }
     }
 
@@ -178,7 +182,10 @@ mod tests {
         let again = candidate(1, 5, 200);
         // A failed listing forgets.
         for s in 0..3u32 {
-            assert!(p.observe_at(base + (10 + s) * S, &[again.clone()]).is_none());
+            assert!(
+                p.observe_at(base + (10 + s) * S, &[again.clone()])
+                    .is_none()
+            );
         }
         p.forget();
         assert!(p.observe_at(base + 14 * S, &[again.clone()]).is_none());

@@ -35,7 +35,10 @@ async fn a_free_key_goes_to_the_highest_priority_waiting() {
     assert!(high.try_acquire().await.unwrap().is_none());
     // Highest first, whoever waited longer.
     let listed = held.candidates().await.unwrap();
-    let order: Vec<_> = listed.iter().map(|c| (c.value.clone(), c.priority)).collect();
+    let order: Vec<_> = listed
+        .iter()
+        .map(|c| (c.value.clone(), c.priority))
+        .collect();
     assert_eq!(order, [(b"high".to_vec(), 5), (b"low".to_vec(), 0)]);
 
     held.release().await;
@@ -49,7 +52,10 @@ async fn a_free_key_goes_to_the_highest_priority_waiting() {
 async fn a_crashed_higher_priority_candidate_holds_a_free_key_only_until_its_record_expires() {
     let storage = MemStorage::new();
     let key = Key::new("crash").unwrap();
-    let mut high = node(&storage).stand_by(&key, "high", D).unwrap().with_priority(5);
+    let mut high = node(&storage)
+        .stand_by(&key, "high", D)
+        .unwrap()
+        .with_priority(5);
     let held = node(&storage)
         .acquire_leadership(&key, "holder", D)
         .await
@@ -77,7 +83,10 @@ async fn hand_over_to_anyone_prefers_the_priority_and_preemption_waits_the_hold_
         .unwrap();
     let mut preemption = Preemption::new(0, 2 * D, 2 * D);
     let mut equal = node(&storage).stand_by(&key, "equal", D).unwrap();
-    let mut low = node(&storage).stand_by(&key, "low", D).unwrap().with_priority(-1);
+    let mut low = node(&storage)
+        .stand_by(&key, "low", D)
+        .unwrap()
+        .with_priority(-1);
     assert!(equal.try_acquire().await.unwrap().is_none());
     assert!(low.try_acquire().await.unwrap().is_none());
     for _ in 0..10 {
@@ -86,7 +95,10 @@ async fn hand_over_to_anyone_prefers_the_priority_and_preemption_waits_the_hold_
         assert!(low.try_acquire().await.unwrap().is_none());
         assert_eq!(held.preemption_due(&mut preemption).await.unwrap(), None);
     }
-    let mut high = node(&storage).stand_by(&key, "high", D).unwrap().with_priority(1);
+    let mut high = node(&storage)
+        .stand_by(&key, "high", D)
+        .unwrap()
+        .with_priority(1);
     let stood = tokio::time::Instant::now();
     let mut due = None;
     for _ in 0..10 {

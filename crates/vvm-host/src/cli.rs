@@ -117,7 +117,13 @@ pub(crate) struct Args {
     /// lock goes to the highest priority waiting, and a leader hands over
     /// (its command stopped first) to a higher-priority candidate that has
     /// waited for --preempt-after; equal priorities never preempt.
-    #[arg(long, env = "VVM_HOST_PRIORITY", default_value_t = 0, value_name = "N", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        env = "VVM_HOST_PRIORITY",
+        default_value_t = 0,
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
     pub(crate) priority: i32,
 
     /// The hold-down: how long a higher-priority candidate must have waited,

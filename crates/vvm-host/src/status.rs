@@ -5,7 +5,8 @@
 //! ```
 //!
 //! For each key, the leader's address, the latest fencing token issued and,
-//! where the driver can tell, the time left on the lease. Never takes or
+//! where the driver can tell, the time left on the lease, then each waiting
+//! candidate with its priority and how long it has stood. Never takes or
 //! extends a lease, and never creates a store (the driver's read-only
 //! open): a store that does not exist is its own exit status.
 

@@ -44,7 +44,10 @@ impl Drop for Node {
 impl Node {
     /// Its log, once it has exited.
     fn log(&mut self) -> String {
-        self.log.take().map(|h| h.join().unwrap()).unwrap_or_default()
+        self.log
+            .take()
+            .map(|h| h.join().unwrap())
+            .unwrap_or_default()
     }
 
     fn assert_silent(&self, what: &str, for_: Duration) {
@@ -118,19 +121,19 @@ impl Cluster {
         let deadline = Instant::now() + LIMIT;
         loop {
             let status = self.status();
-            if let Some(found) = status["waiting"]
-                .as_array()
-                .and_then(|w| {
-                    w.iter().find(|c| {
-                        c["address"]
-                            .as_str()
-                            .is_some_and(|a| a.starts_with(&format!("{address}#")))
-                    })
+            if let Some(found) = status["waiting"].as_array().and_then(|w| {
+                w.iter().find(|c| {
+                    c["address"]
+                        .as_str()
+                        .is_some_and(|a| a.starts_with(&format!("{address}#")))
                 })
-            {
+            }) {
                 return found.clone();
             }
-            assert!(Instant::now() < deadline, "{address} never listed: {status}");
+            assert!(
+                Instant::now() < deadline,
+                "{address} never listed: {status}"
+            );
             thread::sleep(Duration::from_millis(100));
         }
     }

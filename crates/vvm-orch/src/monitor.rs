@@ -33,7 +33,8 @@ pub(crate) async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: L
     let mut preemption = Preemption::new(config.priority, config.hold_down(), config.tenure());
     // Nobody can outrank the highest priority: no listing needed.
     let mut scans = (config.priority < i32::MAX).then(|| {
-        let mut scans = tokio::time::interval((config.leadership_duration / 4).max(Duration::from_millis(100)));
+        let mut scans =
+            tokio::time::interval((config.leadership_duration / 4).max(Duration::from_millis(100)));
         scans.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         scans
     });
