@@ -1,22 +1,5 @@
 //! Priorities with hold-down: [`Preemption`], a leader's judgement of when
 //! a higher-priority candidate should take over.
-//!
-//! The leader lists the candidates ([`Leadership::candidates`]) every so
-//! often and feeds each listing to [`Preemption::observe`]. A candidate is
-//! **due** when its priority is strictly higher than the leader's, the
-//! leader has seen its record, unchanged, in every listing for the
-//! **hold-down** (by the leader's own monotonic clock; the `since` a
-//! record claims is never trusted), and the leader has led for its
-//! **minimum tenure**. The leader then hands over to it by the ordinary
-//! graceful path ([`Leadership::hand_over`]): no other safety path exists.
-//!
-//! No flapping, by construction: a record missing from one listing (gone,
-//! expired, or unreadable), or changed (a candidacy with a priority that
-//! lost its slot announces itself anew with a new `since`, and a restarted
-//! process has a new id), starts its hold-down again. Equal priorities
-//! never preempt. A preemption ends the tenure, and the next leader is not
-//! preempted before its own minimum tenure: at most one preemption per
-//! tenure. See `docs/guarantees.md`.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -25,7 +8,24 @@ use ttl_storage::StorageError;
 
 use crate::{Candidate, Leadership};
 
-/// A leader's hold-down bookkeeping: see the [module](self) docs.
+/// A leader's hold-down bookkeeping.
+///
+/// The leader lists the candidates ([`Leadership::candidates`]) every so
+/// often and feeds each listing to [`Preemption::observe`]. A candidate is
+/// **due** when its priority is strictly higher than the leader's, the
+/// leader has seen its record, unchanged, in every listing for the
+/// **hold-down** (by the leader's own monotonic clock; the `since` a
+/// record claims is never trusted), and the leader has led for its
+/// **minimum tenure**. The leader then hands over to it by the ordinary
+/// graceful path ([`Leadership::hand_over`]): no other safety path exists.
+///
+/// No flapping, by construction: a record missing from one listing (gone,
+/// expired, or unreadable), or changed (a candidacy with a priority that
+/// lost its slot announces itself anew with a new `since`, and a restarted
+/// process has a new id), starts its hold-down again. Equal priorities
+/// never preempt. A preemption ends the tenure, and the next leader is not
+/// preempted before its own minimum tenure: at most one preemption per
+/// tenure. See `docs/guarantees.md`.
 #[derive(Debug, Clone)]
 pub struct Preemption {
     own: i32,
@@ -154,7 +154,7 @@ mod tests {
         for s in 0..20 {
             assert!(
                 only_equal
-                    .observe_at(t0 + s * S, &[equal.clone()])
+                    .observe_at(t0 + s * S, std::slice::from_ref(&equal))
                     .is_none()
             );
         }
@@ -169,7 +169,10 @@ mod tests {
         for round in 0..5u32 {
             let base = t0 + round * 4 * S;
             for s in 0..3 {
-                assert!(p.observe_at(base + s * S, &[high.clone()]).is_none());
+                assert!(
+                    p.observe_at(base + s * S, std::slice::from_ref(&high))
+                        .is_none()
+                );
             }
             assert!(p.observe_at(base + 3 * S, &[]).is_none());
         }
@@ -183,13 +186,19 @@ mod tests {
         // A failed listing forgets.
         for s in 0..3u32 {
             assert!(
-                p.observe_at(base + (10 + s) * S, &[again.clone()])
+                p.observe_at(base + (10 + s) * S, std::slice::from_ref(&again))
                     .is_none()
             );
         }
         p.forget();
-        assert!(p.observe_at(base + 14 * S, &[again.clone()]).is_none());
-        assert_eq!(p.observe_at(base + 18 * S, &[again.clone()]), Some(again));
+        assert!(
+            p.observe_at(base + 14 * S, std::slice::from_ref(&again))
+                .is_none()
+        );
+        assert_eq!(
+            p.observe_at(base + 18 * S, std::slice::from_ref(&again)),
+            Some(again.clone())
+        );
     }
 
     #[tokio::test(start_paused = true)]
