@@ -197,6 +197,16 @@ fn equal_priorities_never_preempt() {
     assert_eq!(waiting["priority"], 3, "{waiting}");
     let standing = waiting["standing_ms"].as_u64().unwrap();
     assert!(standing >= 7_000, "bravo standing for {standing} ms");
+    let text = Command::new(bin())
+        .args(["status", "--storage", &cluster.storage, NAME])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("waiting: bravo#") && l.contains("(priority 3, for ")),
+        "{text}"
+    );
     assert_eq!(cluster.events(), [first]);
 }
 

@@ -255,6 +255,23 @@ mod tests {
         assert_eq!(config.cluster_size, 1);
         assert_eq!(config.validate(), Ok(()));
         assert_eq!(config.key(2).unwrap().as_str(), "vvm/leader/2");
+        assert_eq!(config.priority, 0);
+        assert_eq!(config.hold_down(), Duration::from_secs(40));
+        assert_eq!(config.tenure(), Duration::from_secs(40));
+    }
+
+    #[test]
+    fn the_hold_down_and_the_tenure() {
+        let mut config = VvmConfig::new("10.0.0.1");
+        config.leadership_duration = Duration::from_secs(3);
+        assert_eq!(config.hold_down(), Duration::from_secs(6));
+        config.preempt_after = Some(Duration::from_secs(5));
+        assert_eq!(config.tenure(), Duration::from_secs(5));
+        config.min_tenure = Some(Duration::ZERO);
+        assert_eq!(config.tenure(), Duration::ZERO);
+        assert_eq!(config.validate(), Ok(()));
+        config.preempt_after = Some(Duration::ZERO);
+        assert_eq!(config.validate(), Err(ConfigError::PreemptAfter));
     }
 
     #[test]
