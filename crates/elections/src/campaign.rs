@@ -12,8 +12,11 @@ use std::{
 use ttl_storage::{ErrorKind, Key, TtlStorage};
 
 use crate::{
-    CandidateId, Elections, ElectionsError, Leadership, SharedClaim, candidates::Candidacy,
-    fencing::timed, handover, telemetry, timing::Timing,
+    CandidateId, Elections, ElectionsError, Leadership, SharedClaim,
+    candidates::{self, Candidacy},
+    fencing::timed,
+    handover, telemetry,
+    timing::Timing,
 };
 
 /// The longest pause between two acquisition attempts of a campaign (and
@@ -56,7 +59,25 @@ impl Elections {
         value: impl AsRef<[u8]>,
         duration: Duration,
     ) -> Result<Leadership, ElectionsError> {
-        let mut standby = self.stand_by(key, value, duration)?;
+        self.campaign_with_priority(key, value, duration, 0).await
+    }
+
+    /// [`campaign`](Self::campaign) as a candidate of `priority`
+    /// ([`Standby::with_priority`]): a free key goes to the highest
+    /// priority waiting, and a leader may hand over to a higher one
+    /// ([`crate::Preemption`]). Priority 0 is [`campaign`](Self::campaign).
+    ///
+    /// # Errors
+    ///
+    /// As [`campaign`](Self::campaign).
+    pub async fn campaign_with_priority(
+        &self,
+        key: &Key,
+        value: impl AsRef<[u8]>,
+        duration: Duration,
+        priority: i32,
+    ) -> Result<Leadership, ElectionsError> {
+        let mut standby = self.stand_by(key, value, duration)?.with_priority(priority);
         let pause = standby.pause;
         loop {
             match standby.try_acquire().await {
@@ -182,6 +203,26 @@ impl Standby {
         self
     }
 
+    /// Stands with `priority` (0 by default; any `i32`), carried in the
+    /// candidate record ([`crate::Candidate::priority`]). A free key goes
+    /// to the highest priority waiting: [`try_acquire`](Self::try_acquire)
+    /// leaves a free key alone while a candidate of a higher priority is
+    /// listed (at most until that record expires, half a lease, at least
+    /// 2 s, after its campaign stops). Among equal priorities nothing
+    /// changes: the race for a free key, and the longest-waiting first for
+    /// a hand-over. A leader may hand over to a higher priority after a
+    /// hold-down ([`crate::Preemption`]). Set it before the first attempt.
+    #[must_use]
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.candidacy.candidacy.set_priority(priority);
+        self
+    }
+
+    /// This standby's priority ([`with_priority`](Self::with_priority)).
+    pub fn priority(&self) -> i32 {
+        self.candidacy.candidacy.priority
+    }
+
     /// One attempt: acquires the key when it is free, takes it when a
     /// hand-over marker names this candidacy, and otherwise announces (or
     /// renews) the candidacy and returns `Ok(None)`.
@@ -197,6 +238,10 @@ impl Standby {
         }
         let look = timed(self.limit, storage.get(&self.key)).await;
         let attempt = match look {
+            Ok(None) if self.defers().await => {
+                telemetry::attempt(&self.key, "deferred");
+                Ok(None)
+            }
             Ok(None) => {
                 self.elections
                     .acquire_from(
@@ -244,6 +289,20 @@ impl Standby {
             .keep_up(&*storage, &self.key, self.limit)
             .await;
         attempt
+    }
+
+    /// True when a candidate of a higher priority than ours is listed: a
+    /// free key is left to it. A listing that fails never defers (the
+    /// acquisition itself then decides, as without priorities).
+    async fn defers(&self) -> bool {
+        let storage = &self.candidacy.storage;
+        let own = self.priority();
+        match candidates::list(&**storage, &self.key, self.limit, None).await {
+            Ok(listed) => listed
+                .iter()
+                .any(|c| c.priority > own && c.id != *self.id()),
+            Err(_) => false,
+        }
     }
 
     /// Waits until the key (or this candidacy's record, which a hand-over

@@ -9,6 +9,11 @@
 //! it while it waits and deletes it when it stops waiting. A slot holds
 //! `cand1 <since, ms since the Unix epoch> <candidate id> <value>`; the id
 //! (24 hex digits, unique per campaign) is what a hand-over marker names.
+//! A candidate with a priority other than 0 ([`crate::Standby::with_priority`])
+//! writes `cand2 <since> <id> <priority> <value>` instead (priority 0 keeps
+//! the `cand1` form, byte for byte what older versions write and read).
+//! Records are untrusted: one that does not parse is skipped, and a
+//! malformed priority counts as 0 (with a warning).
 
 use std::{
     fmt,
@@ -27,6 +32,7 @@ pub const CANDIDATE_PREFIX: &str = "__candidates__/";
 pub const MAX_CANDIDATES: usize = 16;
 
 const FORMAT: &[u8] = b"cand1 ";
+const FORMAT_PRIORITY: &[u8] = b"cand2 ";
 
 /// The id of one campaign's candidacy: what a hand-over marker names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -56,6 +62,10 @@ pub struct Candidate {
     pub since: SystemTime,
     /// Its candidacy id.
     pub id: CandidateId,
+    /// Its priority ([`crate::Standby::with_priority`]; 0 by default): a
+    /// free key goes to the highest, and a leader hands over to a higher
+    /// one that has stood for the hold-down ([`crate::Preemption`]).
+    pub priority: i32,
     pub(crate) slot: usize,
     pub(crate) record: Vec<u8>,
 }
@@ -72,35 +82,62 @@ pub(crate) fn ttl(d: Duration) -> Ttl {
     Ttl::from_secs(secs).unwrap_or(Ttl::NEVER)
 }
 
-fn encode(id: &CandidateId, since: SystemTime, value: &[u8]) -> Vec<u8> {
+fn encode(id: &CandidateId, since: SystemTime, priority: i32, value: &[u8]) -> Vec<u8> {
     let ms = since
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    let mut out = FORMAT.to_vec();
-    out.extend_from_slice(format!("{ms} {id} ").as_bytes());
+    let mut out;
+    if priority == 0 {
+        out = FORMAT.to_vec();
+        out.extend_from_slice(format!("{ms} {id} ").as_bytes());
+    } else {
+        out = FORMAT_PRIORITY.to_vec();
+        out.extend_from_slice(format!("{ms} {id} {priority} ").as_bytes());
+    }
     out.extend_from_slice(value);
     out
 }
 
 fn decode(slot: usize, record: &[u8]) -> Option<Candidate> {
-    let rest = record.strip_prefix(FORMAT)?;
-    let mut parts = rest.splitn(3, |b| *b == b' ');
+    let (rest, fields) = match record.strip_prefix(FORMAT) {
+        Some(rest) => (rest, 3),
+        None => (record.strip_prefix(FORMAT_PRIORITY)?, 4),
+    };
+    let mut parts = rest.splitn(fields, |b| *b == b' ');
     let ms: u64 = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
     let id = std::str::from_utf8(parts.next()?).ok()?;
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
+    let priority = if fields == 4 {
+        let raw = parts.next()?;
+        match std::str::from_utf8(raw).ok().and_then(|p| p.parse().ok()) {
+            Some(priority) => priority,
+            None => {
+                tracing::warn!(
+                    candidate = id,
+                    priority = %String::from_utf8_lossy(raw),
+                    "a candidate record carries a malformed priority; counted as 0"
+                );
+                0
+            }
+        }
+    } else {
+        0
+    };
     let value = parts.next()?.to_vec();
     Some(Candidate {
         value,
         since: UNIX_EPOCH + Duration::from_millis(ms),
         id: CandidateId(id.to_owned()),
+        priority,
         slot,
         record: record.to_vec(),
     })
 }
 
-/// Every announced candidate of `key`, longest-waiting first, except those
+/// Every announced candidate of `key`, highest priority first and
+/// longest-waiting first among equals, except those
 /// of the elections instance `leader` (the leader's own candidacies, left
 /// behind when a withdrawal failed: a leader is never its own candidate).
 /// Slots that cannot be read are skipped; the first error is returned only
@@ -140,13 +177,15 @@ pub(crate) async fn list(
     if let (false, Some(err)) = (answered, first_error) {
         return Err(err);
     }
-    candidates.sort_by_key(|c| c.since);
+    candidates.sort_by_key(|c| (std::cmp::Reverse(c.priority), c.since));
     Ok(candidates)
 }
 
 /// This campaign's candidacy: announced in a slot, renewed, withdrawn.
 pub(crate) struct Candidacy {
     pub(crate) id: CandidateId,
+    pub(crate) priority: i32,
+    value: Vec<u8>,
     record: Vec<u8>,
     slot: Option<(usize, Key)>,
     ttl: Ttl,
@@ -159,15 +198,30 @@ pub(crate) struct Candidacy {
 impl Candidacy {
     pub(crate) fn new(instance: u64, counter: u32, value: &[u8], d: Duration) -> Self {
         let id = CandidateId(format!("{instance:016x}{counter:08x}"));
-        let record = encode(&id, SystemTime::now(), value);
+        let record = encode(&id, SystemTime::now(), 0, value);
         Candidacy {
             id,
+            priority: 0,
+            value: value.to_vec(),
             record,
             slot: None,
             ttl: ttl(d),
             refreshed: None,
             written: None,
         }
+    }
+
+    /// Sets the priority (before the record is first announced).
+    pub(crate) fn set_priority(&mut self, priority: i32) {
+        self.priority = priority;
+        self.restamp();
+    }
+
+    /// A fresh record (`since` now): a candidacy with a priority whose
+    /// record vanished announces itself anew, so a leader's hold-down
+    /// ([`crate::Preemption`]) restarts even if it missed the gap.
+    fn restamp(&mut self) {
+        self.record = encode(&self.id, SystemTime::now(), self.priority, &self.value);
     }
 
     /// The slot key held, if any (to watch it: a hand-over to this
@@ -197,8 +251,14 @@ impl Candidacy {
                     self.written = Some(start);
                     return;
                 }
-                // Gone (expired, or deleted by a hand-over): announce again.
-                Ok(false) => self.slot = None,
+                // Gone (expired, or deleted by a hand-over): announce again
+                // (with a priority, as a new candidacy: its hold-down restarts).
+                Ok(false) => {
+                    self.slot = None;
+                    if self.priority != 0 {
+                        self.restamp();
+                    }
+                }
                 Err(err) => {
                     tracing::debug!(%key, error = %err, "could not renew the candidate record");
                     return;
@@ -311,13 +371,37 @@ mod tests {
     fn record_round_trip() {
         let id = CandidateId("0123456789abcdef00000001".into());
         let since = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-        let record = encode(&id, since, b"10.0.0.7 with spaces");
+        let record = encode(&id, since, 0, b"10.0.0.7 with spaces");
+        assert!(record.starts_with(b"cand1 1700000000123 0123"));
         let c = decode(3, &record).unwrap();
         assert_eq!(c.value, b"10.0.0.7 with spaces");
         assert_eq!(c.since, since);
         assert_eq!(c.id, id);
+        assert_eq!(c.priority, 0);
         assert_eq!(c.slot, 3);
         assert!(decode(0, b"garbage").is_none());
         assert!(decode(0, b"cand1 12 zz value").is_none());
+    }
+
+    #[test]
+    fn priority_round_trip_and_untrusted_priorities() {
+        let id = CandidateId("0123456789abcdef00000001".into());
+        let since = UNIX_EPOCH + Duration::from_millis(5);
+        for priority in [1, -3, i32::MAX, i32::MIN] {
+            let c = decode(0, &encode(&id, since, priority, b"a b")).unwrap();
+            assert_eq!((c.priority, c.value.as_slice()), (priority, &b"a b"[..]));
+        }
+        // Malformed priorities count as 0; the candidate is still listed.
+        for bad in [
+            &b"cand2 5 0123 x9 v"[..],
+            b"cand2 5 0123 99999999999 v",
+            b"cand2 5 0123  v",
+            b"cand2 5 0123 \xff v",
+        ] {
+            let c = decode(0, bad).unwrap();
+            assert_eq!(c.priority, 0, "{}", String::from_utf8_lossy(bad));
+        }
+        assert!(decode(0, b"cand2 5 0123 7").is_none(), "no value field");
+        assert!(decode(0, b"cand2 5").is_none());
     }
 }

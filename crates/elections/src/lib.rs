@@ -118,6 +118,7 @@ pub mod killer;
 mod lead;
 mod leadership;
 mod observe;
+mod preemption;
 pub mod record;
 mod renewal;
 pub mod telemetry;
@@ -135,4 +136,5 @@ pub use killer::{ArmEvent, ArmReason, Kill, Killer, ProcessKiller, RecordingKill
 pub use lead::{LeadError, LeaderContext};
 pub use leadership::Leadership;
 pub use observe::{Observation, Observer, observe};
+pub use preemption::Preemption;
 pub use timing::{RENEWAL_ATTEMPTS, Timing};

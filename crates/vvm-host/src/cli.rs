@@ -113,6 +113,31 @@ pub(crate) struct Args {
     #[arg(long, env = "VVM_HOST_RETRY_PAUSE", default_value = "1s", value_parser = parse_positive, allow_hyphen_values = true)]
     pub(crate) retry_pause: Duration,
 
+    /// This node's priority as a candidate (any integer; default 0). A free
+    /// lock goes to the highest priority waiting, and a leader hands over
+    /// (its command stopped first) to a higher-priority candidate that has
+    /// waited for --preempt-after; equal priorities never preempt.
+    #[arg(
+        long,
+        env = "VVM_HOST_PRIORITY",
+        default_value_t = 0,
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
+    pub(crate) priority: i32,
+
+    /// The hold-down: how long a higher-priority candidate must have waited,
+    /// without a break, before this node, leading, hands over to it. A node
+    /// that comes and goes starts again each time. Default: twice
+    /// --leadership-duration.
+    #[arg(long, env = "VVM_HOST_PREEMPT_AFTER", value_name = "DURATION", value_parser = parse_positive, allow_hyphen_values = true)]
+    pub(crate) preempt_after: Option<Duration>,
+
+    /// How long this node leads before any higher-priority candidate may
+    /// take over. Default: the hold-down (--preempt-after).
+    #[arg(long, env = "VVM_HOST_MIN_TENURE", value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub(crate) min_tenure: Option<Duration>,
+
     /// Time the command gets between SIGTERM and SIGKILL. A second SIGINT or
     /// SIGTERM during it kills the command at once.
     #[arg(long, env = "VVM_HOST_GRACE_PERIOD", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
@@ -267,6 +292,9 @@ impl Args {
         config.leadership_duration = self.leadership_duration;
         config.acquisition_duration = self.acquisition_duration;
         config.acquisition_retry_pause = self.retry_pause;
+        config.priority = self.priority;
+        config.preempt_after = self.preempt_after;
+        config.min_tenure = self.min_tenure;
         if self.tries_once() {
             // one round: the deadline has passed when it ends
             config.acquisition_duration = Duration::from_nanos(1);

@@ -5,7 +5,8 @@
 //! ```
 //!
 //! For each key, the leader's address, the latest fencing token issued and,
-//! where the driver can tell, the time left on the lease. Never takes or
+//! where the driver can tell, the time left on the lease, then each waiting
+//! candidate with its priority and how long it has stood. Never takes or
 //! extends a lease, and never creates a store (the driver's read-only
 //! open): a store that does not exist is its own exit status.
 
@@ -59,8 +60,22 @@ struct Row {
     /// `"expires"`, `"never"`, `"unknown"` or `null` (no leader).
     expiry: Option<&'static str>,
     /// The candidates waiting for the key (announced by
-    /// `elections::Elections::campaign`), longest-waiting first.
+    /// `elections::Elections::campaign`), highest priority first, then
+    /// longest-waiting first.
     candidates: Vec<String>,
+    /// The same candidates, with their priority and how long they have
+    /// stood.
+    waiting: Vec<Waiting>,
+}
+
+/// One waiting candidate, as shown.
+#[derive(Debug, serde::Serialize)]
+struct Waiting {
+    address: String,
+    priority: i32,
+    /// Milliseconds since it started waiting, by its own clock against
+    /// ours (informative only); `None` when its clock is ahead of ours.
+    standing_ms: Option<u64>,
 }
 
 /// Runs `vvm-host status`.
@@ -213,6 +228,18 @@ async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
                 .iter()
                 .map(|candidate| String::from_utf8_lossy(&candidate.value).into_owned())
                 .collect(),
+            waiting: status
+                .candidates
+                .iter()
+                .map(|candidate| Waiting {
+                    address: String::from_utf8_lossy(&candidate.value).into_owned(),
+                    priority: candidate.priority,
+                    standing_ms: std::time::SystemTime::now()
+                        .duration_since(candidate.since)
+                        .ok()
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                })
+                .collect(),
         });
     }
     Ok(rows)
@@ -245,8 +272,15 @@ fn print(rows: &[Row], json: bool, leaders: usize) {
             row.key,
             row.leader.as_deref().unwrap_or("(none)")
         );
-        for candidate in &row.candidates {
-            println!("  waiting: {candidate}");
+        for candidate in &row.waiting {
+            let standing = candidate.standing_ms.map_or_else(
+                || "?".to_owned(),
+                |ms| format!("{:.1}s", Duration::from_millis(ms).as_secs_f64()),
+            );
+            println!(
+                "  waiting: {}  (priority {}, for {standing})",
+                candidate.address, candidate.priority
+            );
         }
     }
 }

@@ -68,6 +68,18 @@ pub struct VvmConfig {
     /// ([`ttl_storage::TtlStorage::watch`]), so a graceful handover does not
     /// wait for it; storages without that capability wait the whole pause.
     pub acquisition_retry_pause: Duration,
+    /// This VVM's priority as a candidate (0 by default): a free key goes
+    /// to the highest priority waiting, and a leader hands over to a
+    /// higher-priority candidate that has stood for
+    /// [`preempt_after`](Self::preempt_after). Equal priorities never
+    /// preempt. See [`elections::Preemption`].
+    pub priority: i32,
+    /// The hold-down: how long a higher-priority candidate must have stood,
+    /// continuously, before the leader hands over to it. `None`: two
+    /// leadership durations.
+    pub preempt_after: Option<Duration>,
+    /// How long a leader leads before any preemption. `None`: the hold-down.
+    pub min_tenure: Option<Duration>,
 }
 
 /// Why a [`VvmConfig`] is invalid.
@@ -139,6 +151,9 @@ pub enum ConfigError {
         /// The acquisition duration.
         acquisition: Duration,
     },
+    /// The hold-down ([`VvmConfig::preempt_after`]) is zero.
+    #[error("the hold-down (preempt after) must be longer than zero")]
+    PreemptAfter,
 }
 
 impl VvmConfig {
@@ -151,7 +166,23 @@ impl VvmConfig {
             leadership_duration: DEFAULT_LEADERSHIP_DURATION,
             acquisition_duration: DEFAULT_ACQUISITION_DURATION,
             acquisition_retry_pause: DEFAULT_ACQUISITION_RETRY_PAUSE,
+            priority: 0,
+            preempt_after: None,
+            min_tenure: None,
         }
+    }
+
+    /// The hold-down in effect: [`preempt_after`](Self::preempt_after), or
+    /// two leadership durations.
+    pub fn hold_down(&self) -> Duration {
+        self.preempt_after
+            .unwrap_or_else(|| elections::Preemption::default_hold_down(self.leadership_duration))
+    }
+
+    /// The minimum tenure in effect: [`min_tenure`](Self::min_tenure), or
+    /// the hold-down.
+    pub fn tenure(&self) -> Duration {
+        self.min_tenure.unwrap_or_else(|| self.hold_down())
     }
 
     /// Checks every setting.
@@ -196,6 +227,9 @@ impl VvmConfig {
                 acquisition: self.acquisition_duration,
             });
         }
+        if self.preempt_after.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::PreemptAfter);
+        }
         Ok(())
     }
 
@@ -221,6 +255,23 @@ mod tests {
         assert_eq!(config.cluster_size, 1);
         assert_eq!(config.validate(), Ok(()));
         assert_eq!(config.key(2).unwrap().as_str(), "vvm/leader/2");
+        assert_eq!(config.priority, 0);
+        assert_eq!(config.hold_down(), Duration::from_secs(40));
+        assert_eq!(config.tenure(), Duration::from_secs(40));
+    }
+
+    #[test]
+    fn the_hold_down_and_the_tenure() {
+        let mut config = VvmConfig::new("10.0.0.1");
+        config.leadership_duration = Duration::from_secs(3);
+        assert_eq!(config.hold_down(), Duration::from_secs(6));
+        config.preempt_after = Some(Duration::from_secs(5));
+        assert_eq!(config.tenure(), Duration::from_secs(5));
+        config.min_tenure = Some(Duration::ZERO);
+        assert_eq!(config.tenure(), Duration::ZERO);
+        assert_eq!(config.validate(), Ok(()));
+        config.preempt_after = Some(Duration::ZERO);
+        assert_eq!(config.validate(), Err(ConfigError::PreemptAfter));
     }
 
     #[test]

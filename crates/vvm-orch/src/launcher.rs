@@ -44,7 +44,7 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
                 shared
                     .elections
                     .stand_by(&key, shared.value.as_bytes(), config.leadership_duration)
-                    .map(|standby| standby.with_claim(claim))
+                    .map(|standby| standby.with_claim(claim).with_priority(config.priority))
             });
         match standby {
             Ok(standby) => standbys.push((index, standby)),

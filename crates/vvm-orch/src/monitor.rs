@@ -1,10 +1,11 @@
 //! The LeadershipMonitor: watches the leadership while the services run,
-//! and serves the hand-over requests addressed to it
-//! ([`crate::handover`]).
+//! serves the hand-over requests addressed to it ([`crate::handover`]),
+//! and hands over to a higher-priority candidate once it has stood for the
+//! hold-down ([`elections::Preemption`]), by the same graceful path.
 
 use std::{sync::Arc, time::Duration};
 
-use elections::{Candidate, EndReason, HandOverError, Leadership};
+use elections::{Candidate, EndReason, HandOverError, Leadership, Preemption};
 
 use crate::{
     LeaderInfo, VvmProblem, VvmStatus, cluster_size,
@@ -28,6 +29,15 @@ pub(crate) async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: L
         }
     };
     let mut requests = Box::pin(next_request(listener.as_ref(), Duration::ZERO));
+    let config = &shared.config;
+    let mut preemption = Preemption::new(config.priority, config.hold_down(), config.tenure());
+    // Nobody can outrank the highest priority: no listing needed.
+    let mut scans = (config.priority < i32::MAX).then(|| {
+        let mut scans =
+            tokio::time::interval((config.leadership_duration / 4).max(Duration::from_millis(100)));
+        scans.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        scans
+    });
     loop {
         tokio::select! {
             biased;
@@ -49,6 +59,19 @@ pub(crate) async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: L
                 // request whose refusal could not be written is read again).
                 requests = Box::pin(next_request(Some(listener), listener.poll()));
             }
+            () = next_scan(scans.as_mut()) => {
+                let due = match leadership.preemption_due(&mut preemption).await {
+                    Ok(due) => due,
+                    Err(err) => {
+                        tracing::debug!(error = %err, "cannot list the candidates; hold-downs start again");
+                        None
+                    }
+                };
+                if let Some(candidate) = due {
+                    preempt(&shared, &leadership, &info, listener.as_ref(), &candidate).await;
+                    return;
+                }
+            }
         }
     }
     // Only loss ends a leadership while the monitor runs: release happens
@@ -57,6 +80,55 @@ pub(crate) async fn monitor(shared: Arc<Shared>, leadership: Leadership, info: L
         .end_reason()
         .unwrap_or(EndReason::Stolen { by: None });
     lost(&shared, info, reason);
+}
+
+/// The next tick of the preemption scans, or never without them.
+async fn next_scan(scans: Option<&mut tokio::time::Interval>) {
+    match scans {
+        Some(scans) => {
+            scans.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Hands over to `candidate`, a higher-priority candidate that has stood
+/// for the hold-down: the services stop first, exactly as for a request.
+async fn preempt(
+    shared: &Shared,
+    leadership: &Leadership,
+    info: &LeaderInfo,
+    listener: Option<&Listener>,
+    candidate: &Candidate,
+) {
+    let to = String::from_utf8_lossy(&candidate.value).into_owned();
+    tracing::info!(
+        to,
+        priority = candidate.priority,
+        own = shared.config.priority,
+        hold_down = ?shared.config.hold_down(),
+        "a higher-priority candidate has stood for the hold-down: handing over"
+    );
+    let answer = act(shared, leadership, candidate, &to).await;
+    if let Some(listener) = listener {
+        listener.close().await;
+    }
+    ended(shared, leadership, info, &answer);
+}
+
+/// Reports the end of a leadership that handed over (or tried to).
+fn ended(shared: &Shared, leadership: &Leadership, info: &LeaderInfo, answer: &Answer) {
+    let reason = match answer {
+        Answer::HandedOver(to) => {
+            tracing::info!(to, "leadership handed over");
+            EndReason::Superseded
+        }
+        other => {
+            tracing::warn!(answer = ?other, "hand-over did not happen; the leadership ends");
+            leadership.end_reason().unwrap_or(EndReason::Released)
+        }
+    };
+    lost(shared, info.clone(), reason);
 }
 
 /// The next hand-over request after `pause`, or never without a listener.
@@ -155,17 +227,7 @@ async fn serve(
         .answer(&request, &request.accepted(&to), &answer)
         .await;
     listener.close().await;
-    let reason = match &answer {
-        Answer::HandedOver(to) => {
-            tracing::info!(to, "leadership handed over");
-            EndReason::Superseded
-        }
-        other => {
-            tracing::warn!(answer = ?other, "hand-over did not happen; the leadership ends");
-            leadership.end_reason().unwrap_or(EndReason::Released)
-        }
-    };
-    lost(shared, info.clone(), reason);
+    ended(shared, leadership, info, &answer);
     true
 }
 
