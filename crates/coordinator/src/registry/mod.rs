@@ -201,9 +201,13 @@ impl Registry {
     }
 
     /// Deregisters `dest` without taking it from a live member: removes
-    /// `leaver` (the pod that tore the destination down, which has raised
-    /// its own fence: [`crate::http::pod::fenced`]) and every member whose
-    /// record is gone, and deletes the pod set when no live member is left.
+    /// `leaver` (the pod that tore the destination down, with the epoch its
+    /// `DELETE` was routed at) if the destination's epoch is still that one
+    /// — a pod behind [`crate::http::pod::fenced`] has left by itself
+    /// before answering, and once the set changed the leaver may have been
+    /// bound again by a newer claim, which a late deregistration must not
+    /// undo — and every member whose record is gone, and deletes the pod
+    /// set when no live member is left.
     /// The epoch (`P:epoch:<id>`) is bumped on any change and kept, so a
     /// later binding is newer than any call routed before. Live members
     /// stay: another pod of a fanned-out destination, or a pod this
@@ -213,7 +217,7 @@ impl Registry {
     pub async fn deregister_destination(
         &self,
         dest: &DestinationId,
-        leaver: Option<&MemberId>,
+        leaver: Option<(&MemberId, u64)>,
     ) -> Result<Deregistration> {
         let i = &self.inner;
         let (epoch, live, rt) = i.scripts.unbind(&i.client, &i.keys, dest, leaver).await?;

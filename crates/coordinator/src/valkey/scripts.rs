@@ -196,19 +196,27 @@ return { 1, redis.call('INCR', KEYS[2]), #dead }
 "#;
 
 /// Deregisters a destination without taking it from a live member: removes
-/// the member that tore it down (`ARGV[2]`, '' for none) and the members
-/// whose record is gone; deletes the set, bumping the epoch (kept, so a
-/// later binding is newer than any route before), when no member is left.
-/// Live members stay (a fanned-out destination's other pods, or pods a
-/// coordinator's address policy rejects).
-/// KEYS: destination set, epoch key. ARGV: member key prefix, leaver id.
+/// the member that tore it down (`ARGV[2]`, '' for none) **only while the
+/// epoch is still the one its `DELETE` was routed at** (`ARGV[3]`), and
+/// the members whose record is gone; deletes the set, bumping the epoch
+/// (kept, so a later binding is newer than any route before), when no
+/// member is left. Live members stay (a fanned-out destination's other
+/// pods, pods a coordinator's address policy rejects, and the leaver
+/// itself once the set changed after the `DELETE` was routed: a pod behind
+/// the fence left by itself before answering, and a claim may have bound
+/// it again since, at a newer epoch it now serves).
+/// KEYS: destination set, epoch key. ARGV: member key prefix, leaver id,
+/// the epoch the leaver's `DELETE` was routed at.
 /// Reply: `[epoch after the call, live member ids left...]`.
 const UNBIND: &str = r#"
 local ids = redis.call('SMEMBERS', KEYS[1])
+local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+local routed = tonumber(ARGV[3])
 local gone = {}
 local live = {}
 for _, id in ipairs(ids) do
-  if id == ARGV[2] or redis.call('HEXISTS', ARGV[1] .. id, 'address') == 0 then
+  local leaver = id == ARGV[2] and routed ~= nil and routed == current
+  if leaver or redis.call('HEXISTS', ARGV[1] .. id, 'address') == 0 then
     gone[#gone + 1] = id
   else
     live[#live + 1] = id
@@ -343,23 +351,28 @@ impl Scripts {
         })
     }
 
-    /// Runs [`UNBIND`] on the pod set of `dest`: removes `leaver` and the
-    /// dead members, deletes the set when no live member is left. Returns
-    /// the epoch after the call, the live members left and the round trips.
+    /// Runs [`UNBIND`] on the pod set of `dest`: removes `leaver` (a member
+    /// and the epoch its `DELETE` was routed at) if the epoch has not moved
+    /// since, and the dead members; deletes the set when no live member is
+    /// left. Returns the epoch after the call, the live members left and the
+    /// round trips.
     pub(crate) async fn unbind(
         &self,
         client: &Client,
         keys: &KeySpace,
         dest: &DestinationId,
-        leaver: Option<&MemberId>,
+        leaver: Option<(&MemberId, u64)>,
     ) -> Result<(u64, Vec<String>, u64)> {
-        let leaver = leaver.map_or_else(String::new, |m| m.as_str().to_owned());
+        let (leaver, routed) = leaver.map_or_else(
+            || (String::new(), String::new()),
+            |(m, e)| (m.as_str().to_owned(), e.to_string()),
+        );
         let (reply, round_trips): (Vec<String>, u64) = self
             .unbind
             .run(
                 client,
                 vec![keys.destination(dest), keys.epoch(dest)],
-                vec![keys.member_prefix(), leaver],
+                vec![keys.member_prefix(), leaver, routed],
             )
             .await?;
         let epoch = reply

@@ -50,11 +50,18 @@ impl Coordinator {
         };
         let by = Reroute::Destination(dest, opts);
         let epoch = Some(route.epoch);
+        let first = route.member.id.clone();
         let (resp, member) = self
             .forward_with_retry(&call, route.member, epoch, by)
             .await?;
         if resp.status().is_success() {
-            match self.unbind(dest, Some(&member.id)).await? {
+            // the epoch the answering pod was routed at, when it is the
+            // first route's pod (a retry's epoch is not known here: then
+            // only the dead are removed; a fenced pod has left by itself)
+            let leaver = epoch
+                .filter(|_| member.id == first)
+                .map(|e| (&member.id, e));
+            match self.unbind(dest, leaver).await? {
                 Deregistration::LiveMembersLeft { live, .. } => {
                     tracing::info!(destination = %dest, left = %member.id, ?live, "a pod left the destination; its other live pods keep it");
                 }
@@ -69,7 +76,7 @@ impl Coordinator {
     async fn unbind(
         &self,
         dest: &DestinationId,
-        leaver: Option<&MemberId>,
+        leaver: Option<(&MemberId, u64)>,
     ) -> Result<Deregistration, Response> {
         self.registry
             .deregister_destination(dest, leaver)
