@@ -65,6 +65,7 @@ fn bounds(name: &str) -> ownership::Config {
     match name {
         "small" => ownership::Config::SMALL,
         "pairs" => ownership::Config::PAIRS,
+        "deep" => ownership::Config::DEEP,
         _ => ownership::Config::FULL,
     }
 }
@@ -72,7 +73,10 @@ fn bounds(name: &str) -> ownership::Config {
 /// The ownership model under the bounds called `name`, fixed (`bug`
 /// `None`) or with a seeded bug.
 fn check_ownership(name: &str, bug: Option<ownership::Bug>, threads: usize) -> bool {
-    let config = bounds(name);
+    let (name, config) = match bug.and_then(ownership::Bug::bounds) {
+        Some(deeper) => ("deep", deeper),
+        None => (name, bounds(name)),
+    };
     let label = match bug {
         Some(bug) => format!("ownership --bounds {name} --bug {}", bug.name()),
         None => format!("ownership --bounds {name}"),
@@ -133,6 +137,7 @@ fn main() -> ExitCode {
         ("all", None) => {
             let mut ok = check_ownership("full", None, args.threads);
             ok &= check_ownership("pairs", None, args.threads);
+            ok &= check_ownership("deep", None, args.threads);
             for bug in ownership::Bug::ALL {
                 ok &= check_ownership("full", Some(bug), args.threads);
             }

@@ -35,13 +35,14 @@
 //! case; each must be refuted.
 
 mod state;
+mod steps;
 #[cfg(test)]
 mod tests;
 
 use stateright::{Model, Property};
 
 pub use state::{Action, Fence, State};
-use state::{CoordinatorState, Fault, Pending, PodState};
+use state::{CoordinatorState, Fault, PodState};
 
 /// The property every state must satisfy.
 pub const ONE_OWNER: &str = "outside fan-out, one pod admits the destination's calls";
@@ -60,6 +61,11 @@ pub enum Bug {
     /// Members outside a coordinator's address policy are removed by its
     /// claims, as dead ones are.
     PolicyRemovesLive,
+    /// `UNBIND` removes the pod a `DELETE` was routed to whatever happened
+    /// since (found by coordinator chaos: the pod left at the `DELETE`, a
+    /// claim bound it again at a newer epoch, the late `UNBIND` removed it
+    /// and another pod was claimed while it still served).
+    UnbindRemovesRebound,
     /// A first sight that found the pod outside the set remembers the
     /// epoch it read as admissible: the same route again is admitted
     /// without a read (found by coordinator chaos: a pod restarted under a
@@ -69,12 +75,13 @@ pub enum Bug {
 
 impl Bug {
     /// Every seeded bug.
-    pub const ALL: [Bug; 5] = [
+    pub const ALL: [Bug; 6] = [
         Bug::ClaimWithoutRecordCheck,
         Bug::RestartAdmitsAnyEpoch,
         Bug::LeaveKeepsFence,
         Bug::PolicyRemovesLive,
         Bug::RefusalAdmitsLater,
+        Bug::UnbindRemovesRebound,
     ];
 
     /// Its name on the command line.
@@ -85,12 +92,23 @@ impl Bug {
             Bug::LeaveKeepsFence => "leave-keeps-fence",
             Bug::PolicyRemovesLive => "policy-removes-live",
             Bug::RefusalAdmitsLater => "refusal-admits-later",
+            Bug::UnbindRemovesRebound => "unbind-removes-rebound",
         }
     }
 
     /// The bug called `name`.
     pub fn named(name: &str) -> Option<Bug> {
         Bug::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// The bounds its shortest counterexample needs, when `FULL`'s and
+    /// `SMALL`'s epochs are too few: [`Config::DEEP`] for a deregistration
+    /// undone late (bind, leave, bind again, `UNBIND`, claim: five epochs).
+    pub fn bounds(self) -> Option<Config> {
+        match self {
+            Bug::UnbindRemovesRebound => Some(Config::DEEP),
+            _ => None,
+        }
     }
 }
 
@@ -127,8 +145,18 @@ impl Config {
         lapses: 2,
     };
 
+    /// 2 pods, one fault, epochs up to 5, no lease lapses: deep enough for
+    /// a deregistration whose `UNBIND` runs after the set changed twice.
+    pub const DEEP: Config = Config {
+        pods: 2,
+        max_epoch: 5,
+        faults: 1,
+        lapses: 0,
+    };
+
     /// A smaller check for debug-build tests: 2 pods, one fault, epochs up
-    /// to 3 (enough for every seeded bug).
+    /// to 3 (enough for every seeded bug but those with their own
+    /// [`Bug::bounds`]).
     pub const SMALL: Config = Config {
         pods: 2,
         max_epoch: 3,
@@ -320,6 +348,16 @@ impl Model for Ownership {
                 }
                 (None, Some(_)) => actions.push(Action::Claim(c)),
             }
+            if let (Some((set, _)), None) = (co.cache, co.unbinding)
+                && s.budget.allows(Fault::Delete)
+            {
+                for p in (0..n).filter(|&p| set & bit(p) != 0) {
+                    actions.push(Action::DeleteRouted { c, p });
+                }
+            }
+            if co.unbinding.is_some() {
+                actions.push(Action::Unbind(c));
+            }
             if (co.cache.is_some() || co.pending.is_some())
                 && s.budget.allows(Fault::CoordinatorRestart)
             {
@@ -419,6 +457,36 @@ impl Model for Ownership {
                 s.budget.spend(Fault::CoordinatorRestart);
                 *s.coordinator_mut(c) = CoordinatorState::default();
             }
+            Action::DeleteRouted { c, p } => {
+                let (_, epoch) = s.coordinators[usize::from(c)].cache?;
+                if !self.admits(&s, p, epoch) {
+                    // refused: `deliver` covers it
+                    return None;
+                }
+                s.budget.spend(Fault::Delete);
+                // `pod::fenced`: the pod leaves before it answers
+                if s.set & bit(p) != 0 {
+                    s.set &= !bit(p);
+                    s.bump(max)?;
+                }
+                s.pod_mut(p).fence = Fence::Read(s.epoch);
+                let co = s.coordinator_mut(c);
+                co.cache = None;
+                co.unbinding = Some((p, epoch));
+            }
+            Action::Unbind(c) => {
+                let (p, routed) = s.coordinators[usize::from(c)].unbinding?;
+                s.coordinator_mut(c).unbinding = None;
+                let mut gone = s.set & !s.records;
+                if self.has(Bug::UnbindRemovesRebound) || s.epoch == routed {
+                    gone |= s.set & bit(p);
+                }
+                let live = s.set & !gone;
+                s.set = live;
+                if live == 0 || gone != 0 {
+                    s.bump(max)?;
+                }
+            }
         }
         Some(s)
     }
@@ -461,118 +529,5 @@ impl Model for Ownership {
                 },
             ),
         ]
-    }
-}
-
-impl Ownership {
-    /// `RESOLVE` for coordinator `c` (its cache is empty); `pick`: the
-    /// member a following claim adds (`None`: no claim).
-    fn resolve(&self, s: &mut State, c: u8, pick: Option<u8>) -> Option<()> {
-        let live = s.set & s.records;
-        let dead = s.set & !s.records;
-        let total = s.set;
-        if live != 0 && dead != 0 {
-            s.set &= !dead;
-            s.bump(self.config.max_epoch)?;
-        }
-        let usable = live & self.accepted(c);
-        let rejected = live & !self.accepted(c);
-        let claim = |dead: u8, rejected: u8| {
-            pick.map(|pick| Pending {
-                dead,
-                rejected,
-                pick,
-            })
-        };
-        let epoch = s.epoch;
-        let co = s.coordinator_mut(c);
-        let claims = if usable != 0 {
-            // a route read from the set: no claim follows it
-            co.cache = Some((usable, epoch));
-            false
-        } else if total == 0 {
-            true
-        } else if rejected != 0 {
-            // the fix: the policy narrows picks, no claim over a live member
-            self.has(Bug::PolicyRemovesLive)
-        } else {
-            true
-        };
-        // what the claim carries: only what the seeded bug acts on
-        let dead = if self.has(Bug::ClaimWithoutRecordCheck) {
-            dead
-        } else {
-            0
-        };
-        let rejected = if self.has(Bug::PolicyRemovesLive) {
-            rejected
-        } else {
-            0
-        };
-        match (claims, pick) {
-            (true, Some(_)) => co.pending = claim(dead, rejected),
-            // no claim: one action, not one per pick
-            (false, None) if live != 0 => {}
-            // a claim needs a pick; reading alone changes nothing
-            _ => return None,
-        }
-        Some(())
-    }
-
-    /// `CLAIM` of coordinator `c`, sent after its read.
-    fn claim(&self, s: &mut State, c: u8) -> Option<()> {
-        let pending = s.coordinators[usize::from(c)].pending?;
-        s.coordinator_mut(c).pending = None;
-        let checked = !self.has(Bug::ClaimWithoutRecordCheck);
-        let mut gone = if checked {
-            s.set & !s.records
-        } else {
-            s.set & pending.dead
-        };
-        if self.has(Bug::PolicyRemovesLive) {
-            gone |= s.set & pending.rejected;
-        }
-        s.set &= !gone;
-        let max = self.config.max_epoch;
-        if checked && s.set & bit(pending.pick) != 0 {
-            // the pick is in the set already (another claim added it): won,
-            // nothing added
-            if gone != 0 {
-                s.bump(max)?;
-            }
-            s.coordinator_mut(c).cache = Some((bit(pending.pick), s.epoch));
-        } else if s.set == 0 && (!checked || s.records & bit(pending.pick) != 0) {
-            s.set = bit(pending.pick);
-            s.bump(max)?;
-            s.coordinator_mut(c).cache = Some((s.set, s.epoch));
-        } else if gone != 0 {
-            s.bump(max)?;
-        }
-        Some(())
-    }
-
-    /// A call of coordinator `c` reaches pod `p` at the cached epoch.
-    fn deliver(&self, s: &mut State, c: u8, p: u8) {
-        let Some((_, epoch)) = s.coordinators[usize::from(c)].cache else {
-            return;
-        };
-        let admitted = self.admits(s, p, epoch);
-        let current = s.epoch;
-        let pod = s.pod_mut(p);
-        if pod.up && pod.lease {
-            pod.fence = match pod.fence {
-                Fence::Known(newest) => Fence::Known(newest.max(epoch)),
-                Fence::Unknown | Fence::Read(_) if admitted => Fence::Known(epoch),
-                // a first sight that refused remembers what it read
-                Fence::Unknown if self.has(Bug::RefusalAdmitsLater) => Fence::Known(current),
-                Fence::Unknown => Fence::Read(current),
-                Fence::Read(newest) => Fence::Read(newest.max(current)),
-                Fence::Leaving => Fence::Leaving,
-            };
-        }
-        if !admitted {
-            // refused, or the pod is down: the coordinator drops the route
-            s.coordinator_mut(c).cache = None;
-        }
     }
 }

@@ -65,6 +65,9 @@ pub struct CoordinatorState {
     /// Its cached route: a pod set and the epoch it was read at.
     pub cache: Option<(u8, u8)>,
     pub(super) pending: Option<Pending>,
+    /// A `DELETE` it routed that the pod answered (the pod has left): the
+    /// pod and the epoch it was routed at, for the `UNBIND` still to run.
+    pub unbinding: Option<(u8, u8)>,
 }
 
 /// How many of each bounded fault are left.
@@ -87,6 +90,7 @@ pub(super) enum Fault {
     Leave = 8,
     FanOut = 16,
     CoordinatorRestart = 32,
+    Delete = 64,
 }
 
 /// Another live pod answers at a crashed pod's old address (a process
@@ -239,6 +243,16 @@ pub enum Action {
     },
     /// Coordinator `c` is killed and restarted.
     CoordinatorRestart(u8),
+    /// Coordinator `c` routes a `DELETE` (lookup and deregister) to pod
+    /// `p` from its cache; the pod admits it and leaves before answering.
+    DeleteRouted {
+        /// The coordinator.
+        c: u8,
+        /// The pod.
+        p: u8,
+    },
+    /// Coordinator `c`'s `UNBIND` after the pod's answer is applied.
+    Unbind(u8),
 }
 
 impl fmt::Debug for Action {
@@ -276,6 +290,11 @@ impl fmt::Debug for Action {
                 "c{c} routes a call to p{p} from its cache; it reaches the pod at p{p}'s old address"
             ),
             Action::CoordinatorRestart(c) => write!(f, "c{c} killed and restarted"),
+            Action::DeleteRouted { c, p } => write!(
+                f,
+                "c{c} routes a DELETE to p{p} from its cache; p{p} leaves (SREM, epoch bumped) and answers"
+            ),
+            Action::Unbind(c) => write!(f, "c{c} UNBIND applied"),
         }
     }
 }

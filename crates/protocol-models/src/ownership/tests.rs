@@ -27,7 +27,8 @@ fn the_fixed_protocol_keeps_one_owner_and_reaches_every_interleaving_it_names() 
 #[test]
 fn every_seeded_bug_is_refuted_with_a_trace() {
     for bug in Bug::ALL {
-        let outcome = run::check(bug.name(), Ownership::new(Config::SMALL, Some(bug)), 2);
+        let config = bug.bounds().unwrap_or(Config::SMALL);
+        let outcome = run::check(bug.name(), Ownership::new(config, Some(bug)), 2);
         let violation = outcome
             .violations
             .iter()
