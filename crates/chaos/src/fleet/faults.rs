@@ -37,6 +37,9 @@ enum Fault {
     Deregister,
 }
 
+/// `DELETE`s in one deregistration round.
+const DEREGISTRATIONS_PER_ROUND: usize = 4;
+
 impl Fleet<'_> {
     pub(super) async fn faults_loop(&mut self) -> anyhow::Result<()> {
         let ttl = self.config.ttl;
@@ -120,7 +123,16 @@ impl Fleet<'_> {
                     }
                     self.start_coordinator(index).await?;
                 }
-                Fault::Deregister => self.deregister(round).await,
+                Fault::Deregister => {
+                    // a burst on distinct destinations, through the first
+                    // coordinator (whose Valkey replies are delayed in
+                    // windows): each `UNBIND` may land after the load's
+                    // next call has claimed the destination again
+                    for n in 0..DEREGISTRATIONS_PER_ROUND {
+                        self.deregister(round * DEREGISTRATIONS_PER_ROUND + n).await;
+                        tokio::time::sleep(ttl / 4).await;
+                    }
+                }
             }
             self.pass(ttl).await?;
         }
