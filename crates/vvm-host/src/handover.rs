@@ -312,6 +312,11 @@ impl Asking<'_> {
                 Ok(Some(0))
             }
             StoreOutcome::Ended { leader } => {
+                // the leader's own answer says why (the candidate left, …):
+                // said instead of the store's view when it comes in time
+                if let Some(answer) = self.await_answer(request).await {
+                    return self.answered(answer, Instant::now()).await.map(Some);
+                }
                 let now = leader.map_or_else(
                     || "nobody leads now".to_owned(),
                     |l| format!("{} leads now", String::from_utf8_lossy(&l)),
@@ -339,18 +344,27 @@ impl Asking<'_> {
     /// so the next request is not refused as pending until the record
     /// expires (a leader that died before answering leaves it to expire).
     async fn collect_answer(&self, request: &Request) {
+        let _ = self.await_answer(request).await;
+    }
+
+    /// The leader's answer to `request`, waited for up to [`ANSWER_GRACE`]
+    /// while the request is accepted; the record is cleared once read.
+    /// `None` when no answer came in time (a leader that died before
+    /// answering leaves the record to expire) or the record is gone.
+    async fn await_answer(&self, request: &Request) -> Option<Answer> {
         let started = Instant::now();
         while started.elapsed() < ANSWER_GRACE {
             match self.requester.state(request).await {
-                Ok(State::Answered(_)) => {
+                Ok(State::Answered(answer)) => {
                     self.requester.done(request).await;
-                    return;
+                    return Some(answer);
                 }
                 Ok(State::Accepted { .. }) | Err(_) => tokio::time::sleep(POLL).await,
-                Ok(_) => return,
+                Ok(_) => return None,
             }
         }
         tracing::debug!("no answer within {ANSWER_GRACE:?}; the request record expires by itself");
+        None
     }
 
     /// Reports the leader's answer.
