@@ -217,7 +217,9 @@ impl Asking<'_> {
                         );
                     }
                     if let Some(code) = self.store_says(&request, &to, timed_out).await? {
-                        self.collect_answer(&request).await;
+                        // clears the record so the next request is not
+                        // refused as pending until it expires
+                        let _ = self.await_answer(&request).await;
                         return Ok(code);
                     }
                     accepted = Some(to);
@@ -337,14 +339,6 @@ impl Asking<'_> {
             }
             _ => Ok(None),
         }
-    }
-
-    /// The store showed the outcome before the leader wrote its answer:
-    /// waits up to [`ANSWER_GRACE`] for the answer and clears the record,
-    /// so the next request is not refused as pending until the record
-    /// expires (a leader that died before answering leaves it to expire).
-    async fn collect_answer(&self, request: &Request) {
-        let _ = self.await_answer(request).await;
     }
 
     /// The leader's answer to `request`, waited for up to [`ANSWER_GRACE`]
