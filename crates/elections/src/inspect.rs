@@ -20,7 +20,10 @@ pub struct KeyStatus {
     pub leader: Option<Vec<u8>>,
     /// The highest fencing token issued for the key so far (the current
     /// leader's token, or higher if a later acquisition attempt failed after
-    /// taking one); `None` if none was ever issued.
+    /// taking one); `None` if none was ever issued. Between a new leader's
+    /// first write and its taking a token (one store round trip) the record
+    /// already names the new leader while this is still the previous
+    /// leader's token: wait for it to grow to see the new leader's.
     pub latest_fencing_token: Option<u64>,
     /// How long the leader's record has left, as the store tells it
     /// ([`TimeLeft::Unknown`] where the driver cannot say); `None` without a

@@ -140,17 +140,18 @@ async fn run(args: &HandoverArgs) -> anyhow::Result<u8> {
         eprintln!("vvm-host handover: {key} has no leader");
         return Ok(NO_LEADER);
     };
+    // Refused here when nobody waits, without bothering the leader (it
+    // checks again: a candidate may leave meanwhile).
+    let status = elections::inspect(&*storage, &key).await?;
     let asking = Asking {
         args,
         storage: &storage,
         key: &key,
         requester: &requester,
         leader: String::from_utf8_lossy(&leader.value).into_owned(),
+        token_before: status.latest_fencing_token,
     };
-    // Refused here when nobody waits, without bothering the leader (it
-    // checks again: a candidate may leave meanwhile).
-    let listed = elections::inspect(&*storage, &key).await?.candidates;
-    if !listed.iter().any(|c| {
+    if !status.candidates.iter().any(|c| {
         args.to
             .as_deref()
             .is_none_or(|to| handover::matches(&c.value, to))
@@ -169,6 +170,10 @@ struct Asking<'a> {
     requester: &'a Requester,
     /// The leader addressed (its value).
     leader: String,
+    /// The latest fencing token before the request: the successor leads
+    /// once the record names it *and* it took a larger token (between its
+    /// write and its token the record already names it).
+    token_before: Option<u64>,
 }
 
 impl Asking<'_> {
@@ -427,9 +432,12 @@ impl Asking<'_> {
         if now.leader.as_deref() != Some(successor.as_bytes()) {
             return Ok(false);
         }
-        let token = now
+        let Some(token) = now
             .latest_fencing_token
-            .map_or_else(|| "-".to_owned(), |t| t.to_string());
+            .filter(|t| Some(*t) > self.token_before)
+        else {
+            return Ok(false);
+        };
         println!(
             "{}: handed over from {} to {successor} (fencing token {token})",
             self.key, self.leader
