@@ -32,8 +32,12 @@ pub enum Observation {
         value: Vec<u8>,
         /// The highest fencing token issued for the key when the leadership
         /// was first seen: the leader's own, or higher when a later
-        /// acquisition attempt failed after taking one; `None` if the
-        /// counter could not be read.
+        /// acquisition attempt failed after taking one. Always above the
+        /// token of the leadership reported before it (the counter is read
+        /// again while the new leader is between its write and its token,
+        /// for up to 8 times the read that found it, at least 100 ms);
+        /// `None` if the counter could not be read, or did not grow in that
+        /// time (a record written without taking a token).
         fencing_token: Option<u64>,
         /// How long the leader's record had left when first seen, as the
         /// store tells it. Not updated by renewals (they are not changes).
@@ -102,7 +106,10 @@ impl Elections {
 /// removal at once, and re-reads every `poll` whatever happens (a new
 /// leader, a hand-over or a stolen lease change the record without
 /// removing it, and are seen at the next read). Without a watch (or with no
-/// leader) it reads every `poll`. [`Elections::observe`] uses
+/// leader) it reads every `poll`. After each change it reads again within
+/// 10 ms, backing off to `poll` (a release is usually followed by a
+/// standby's acquisition within milliseconds: that is reported when it
+/// happened, not a polling interval later). [`Elections::observe`] uses
 /// [`MAX_POLL_INTERVAL`] (1 s). A change that comes and goes between two
 /// reads may be missed; the stream reports states, not every write. A read
 /// that takes longer than `poll` (at least 2 s) counts as store trouble.
@@ -137,29 +144,52 @@ pub fn observe(storage: Arc<dyn TtlStorage>, key: &Key, poll: Duration) -> Obser
         key: Key,
         poll: Duration,
         last: Option<Seen>,
+        /// The pause before the next read: [`SETTLE`] after a change,
+        /// doubling up to `poll` while nothing changes.
+        pause: Duration,
+        /// The largest fencing token reported so far, and the record of
+        /// the last leadership reported: another leadership's token must
+        /// exceed it.
+        reported: Option<(u64, Vec<u8>)>,
     }
     let state = State {
         storage,
         key: key.clone(),
         poll,
         last: None,
+        pause: poll,
+        reported: None,
     };
     let inner = stream::unfold(state, |mut state| async move {
         loop {
             if let Some(last) = &state.last {
-                let leading = matches!(last, Seen::Record(_));
-                if leading {
-                    crate::campaign::wait_for_removal(&*state.storage, &state.key, state.poll)
-                        .await;
+                let pause = state.pause.min(state.poll);
+                if matches!(last, Seen::Record(_)) {
+                    crate::campaign::wait_for_removal(&*state.storage, &state.key, pause).await;
                 } else {
-                    tokio::time::sleep(state.poll).await;
+                    tokio::time::sleep(pause).await;
                 }
             }
-            let (seen, observation) = read(&*state.storage, &state.key, state.poll).await;
-            if state.last.as_ref() != Some(&seen) {
-                state.last = Some(seen);
-                return Some((observation, state));
+            let (seen, observation) =
+                read(&*state.storage, &state.key, state.poll, state.reported.as_ref()).await;
+            if state.last.as_ref() == Some(&seen) {
+                state.pause = state.pause.saturating_mul(2).min(state.poll);
+                continue;
             }
+            if let (
+                Observation::Leader {
+                    fencing_token: Some(token),
+                    ..
+                },
+                Seen::Record(record),
+            ) = (&observation, &seen)
+            {
+                let highest = state.reported.as_ref().map_or(*token, |(t, _)| (*t).max(*token));
+                state.reported = Some((highest, record.clone()));
+            }
+            state.last = Some(seen);
+            state.pause = SETTLE;
+            return Some((observation, state));
         }
     });
     Observer {
@@ -170,8 +200,34 @@ pub fn observe(storage: Arc<dyn TtlStorage>, key: &Key, poll: Duration) -> Obser
 /// Each read is bounded by this, or by the polling interval if longer.
 const MIN_READ_TIMEOUT: Duration = Duration::from_secs(2);
 
-async fn read(storage: &dyn TtlStorage, key: &Key, poll: Duration) -> (Seen, Observation) {
+/// The first pause after a change. A change is often followed by another
+/// within milliseconds (a release by a standby's acquisition, a hand-over
+/// marker by the successor's record): reading again soon, then backing off
+/// to the polling interval, reports the second change when it happened
+/// instead of up to a polling interval later (a gap that never was).
+const SETTLE: Duration = Duration::from_millis(10);
+
+/// The pause between reads of the fencing counter while a new leader has
+/// not yet taken its token.
+const TOKEN_RETRY: Duration = Duration::from_millis(5);
+
+/// How long a new leader's token is waited for: this many times the read
+/// that found its record (the token follows the record by two round trips),
+/// at least [`TOKEN_WAIT_MIN`]. A record written without a token (a stolen
+/// one) is then reported without a token.
+const TOKEN_WAIT_READS: u32 = 8;
+
+/// The least time a new leader's token is waited for.
+const TOKEN_WAIT_MIN: Duration = Duration::from_millis(100);
+
+async fn read(
+    storage: &dyn TtlStorage,
+    key: &Key,
+    poll: Duration,
+    reported: Option<&(u64, Vec<u8>)>,
+) -> (Seen, Observation) {
     let limit = poll.max(MIN_READ_TIMEOUT);
+    let started = tokio::time::Instant::now();
     let entry = match timed(limit, storage.get_entry(key)).await {
         Ok(entry) => entry,
         Err(err) => return trouble(key, &err),
@@ -182,19 +238,52 @@ async fn read(storage: &dyn TtlStorage, key: &Key, poll: Duration) -> (Seen, Obs
     if handover::is_marker(&entry.value) {
         return (Seen::None, Observation::NoLeader);
     }
-    let fencing_token = match latest_token(storage, key, limit).await {
-        Ok(token) => token,
-        Err(err) => {
-            tracing::debug!(%key, error = %err, "observe: could not read the fencing counter");
-            None
-        }
-    };
+    // The leadership reported last (seen again after store trouble) needs
+    // no newer token; any other does.
+    let above = reported
+        .filter(|(_, record)| *record != *entry.value)
+        .map(|(token, _)| *token);
+    let wait = started
+        .elapsed()
+        .saturating_mul(TOKEN_WAIT_READS)
+        .clamp(TOKEN_WAIT_MIN, limit);
+    let fencing_token = new_token(storage, key, limit, above, wait).await;
     let observation = Observation::Leader {
         value: record::leader_value(&entry.value).to_vec(),
         fencing_token,
         time_left: entry.time_left,
     };
     (Seen::Record(entry.value), observation)
+}
+
+/// The token of a leadership just seen. A new leader's record is written
+/// before it takes its token, so a counter not `above` the token of the
+/// leadership reported before is still the previous leader's: it is read
+/// again until it grows, for at most `wait` (then `None`: a token that
+/// could not be seen is not guessed).
+async fn new_token(
+    storage: &dyn TtlStorage,
+    key: &Key,
+    limit: Duration,
+    above: Option<u64>,
+    wait: Duration,
+) -> Option<u64> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match latest_token(storage, key, limit).await {
+            Ok(token) if above.is_none() || token > above => return token,
+            Ok(_) => {}
+            Err(err) => {
+                tracing::debug!(%key, error = %err, "observe: could not read the fencing counter");
+                return None;
+            }
+        }
+        if tokio::time::Instant::now() + TOKEN_RETRY > deadline {
+            tracing::debug!(%key, "observe: the new leader's fencing token did not appear");
+            return None;
+        }
+        tokio::time::sleep(TOKEN_RETRY).await;
+    }
 }
 
 fn trouble(key: &Key, err: &StorageError) -> (Seen, Observation) {

@@ -37,12 +37,14 @@ pub(crate) struct StatusArgs {
     #[command(flatten)]
     store: StoreArgs,
 
-    /// One JSON object instead of a table (with --watch: one per line).
+    /// One JSON object instead of a table (with --watch: one per line, the
+    /// same fields plus `time`, `change` and, on store trouble, `error`).
     #[arg(long)]
     json: bool,
 
-    /// Keep watching: print one line per change (a new leader, no leader,
-    /// the store failing or recovering) until interrupted. It only reads.
+    /// Keep watching: print one line per change (a new leader with its
+    /// fencing token, no leader, the store failing or recovering) until
+    /// interrupted. It only reads.
     #[arg(long)]
     watch: bool,
 }
@@ -120,7 +122,13 @@ fn failed(err: &anyhow::Error) -> ExitCode {
     }
 }
 
-/// `--watch`: one line per observation of each key, until SIGINT/SIGTERM.
+/// How often `--watch` re-reads a key whose record the store's watch cannot
+/// report (a hand-over or a stolen lease changes the record without
+/// removing it; without a driver watch, every change). A leadership shorter
+/// than this may be missed; after each change it reads again within 10 ms.
+const WATCH_POLL: Duration = Duration::from_millis(250);
+
+/// `--watch`: one line per change of each key, until SIGINT/SIGTERM.
 async fn watch(args: &StatusArgs) -> anyhow::Result<()> {
     use futures::StreamExt;
     let storage = open_existing(&args.store).await?;
@@ -129,9 +137,8 @@ async fn watch(args: &StatusArgs) -> anyhow::Result<()> {
     let mut streams = Vec::new();
     for index in 1..=config.cluster_size {
         let key = config.key(index)?;
-        let label = key.to_string();
-        let observer = elections::observe(storage.clone(), &key, Duration::from_secs(1));
-        streams.push(observer.map(move |seen| (label.clone(), seen)).boxed());
+        let observer = elections::observe(storage.clone(), &key, WATCH_POLL);
+        streams.push(observer.map(move |seen| (key.clone(), seen)).boxed());
     }
     let mut all = futures::stream::select_all(streams);
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -145,57 +152,135 @@ async fn watch(args: &StatusArgs) -> anyhow::Result<()> {
             _ = interrupt.recv() => return Ok(()),
             _ = terminate.recv() => return Ok(()),
         };
-        print_observation(&key, &seen, args.json);
+        let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+        let change = Change::of(&seen);
+        let mut row = match &seen {
+            elections::Observation::Leader {
+                value,
+                fencing_token,
+                time_left,
+            } => Row::new(&key, Some(value), *fencing_token, Some(*time_left)),
+            _ => Row::new(&key, None, None, None),
+        };
+        // The candidates are not part of the observation: one more read
+        // (a failure leaves them empty; the change is still reported).
+        if change != Change::StoreError
+            && let Ok(status) = elections::inspect(&*storage, &key).await
+        {
+            row.add_candidates(&status.candidates);
+        }
+        let error = match &seen {
+            elections::Observation::Unknown { error } => Some(error.as_str()),
+            _ => None,
+        };
+        print_change(&at, change, &row, error, args.json);
     }
 }
 
-fn print_observation(key: &str, seen: &elections::Observation, json: bool) {
-    use elections::Observation;
-    let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-    let (state, leader, token, left, error) = match seen {
-        Observation::Leader {
-            value,
-            fencing_token,
-            time_left,
-        } => (
-            "leader",
-            Some(String::from_utf8_lossy(value).into_owned()),
-            *fencing_token,
-            match time_left {
-                TimeLeft::About(left) => Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
-                _ => None,
-            },
-            None,
-        ),
-        Observation::NoLeader => ("no_leader", None, None, None, None),
-        Observation::Unknown { error } => ("unknown", None, None, None, Some(error.clone())),
-        _ => (
-            "unknown",
-            None,
-            None,
-            None,
-            Some("unrecognised observation".to_owned()),
-        ),
-    };
+/// What a `--watch` line reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Change {
+    /// A leadership (a new one, or the first seen).
+    Leader,
+    /// Nobody leads (no record, or a hand-over marker).
+    NoLeader,
+    /// The store could not be read (once per outage).
+    StoreError,
+}
+
+impl Change {
+    fn of(seen: &elections::Observation) -> Self {
+        match seen {
+            elections::Observation::Leader { .. } => Self::Leader,
+            elections::Observation::NoLeader => Self::NoLeader,
+            _ => Self::StoreError,
+        }
+    }
+}
+
+/// One `--watch` line: the one-shot row of the key, with the time and the
+/// change (JSON), or a line of text.
+fn print_change(at: &str, change: Change, row: &Row, error: Option<&str>, json: bool) {
     if json {
-        let line = serde_json::json!({
-            "time": at, "key": key, "state": state, "leader": leader,
-            "fencing_token": token, "time_left_ms": left, "error": error,
-        });
-        println!("{line}");
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            time: &'a str,
+            change: Change,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<&'a str>,
+            #[serde(flatten)]
+            row: &'a Row,
+        }
+        match serde_json::to_string(&Line {
+            time: at,
+            change,
+            error,
+            row,
+        }) {
+            Ok(line) => println!("{line}"),
+            Err(err) => eprintln!("vvm-host status: cannot encode a line: {err}"),
+        }
         return;
     }
-    let what = match (state, &leader, &error) {
-        ("leader", Some(leader), _) => leader.clone(),
+    let what = match (change, &row.leader, error) {
+        (Change::Leader, Some(leader), _) => leader.clone(),
         (_, _, Some(error)) => format!("store error: {error}"),
         _ => "no leader".to_owned(),
     };
-    let token = token.map_or_else(|| "-".to_owned(), |t| t.to_string());
-    let left = left.map_or_else(
+    let token = row
+        .fencing_token
+        .map_or_else(|| "-".to_owned(), |t| t.to_string());
+    let left = row.time_left_ms.map_or_else(
         || "-".to_owned(),
         |ms| format!("{:.1}s", Duration::from_millis(ms).as_secs_f64()),
     );
-    println!("{at} {key} {what} token={token} time_left={left}");
+    println!("{at} {} {what} token={token} time_left={left}", row.key);
+}
+
+impl Row {
+    /// A row with no candidates yet.
+    fn new(
+        key: &ttl_storage::Key,
+        leader: Option<&[u8]>,
+        fencing_token: Option<u64>,
+        time_left: Option<TimeLeft>,
+    ) -> Self {
+        Self {
+            key: key.to_string(),
+            leader: leader.map(|value| String::from_utf8_lossy(value).into_owned()),
+            fencing_token,
+            time_left_ms: match time_left {
+                Some(TimeLeft::About(left)) => {
+                    Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+                }
+                _ => None,
+            },
+            expiry: time_left.map(|left| match left {
+                TimeLeft::About(_) => "expires",
+                TimeLeft::Never => "never",
+                TimeLeft::Unknown => "unknown",
+            }),
+            candidates: Vec::new(),
+            waiting: Vec::new(),
+        }
+    }
+
+    fn add_candidates(&mut self, listed: &[elections::Candidate]) {
+        let now = std::time::SystemTime::now();
+        for candidate in listed {
+            let address = String::from_utf8_lossy(&candidate.value).into_owned();
+            self.candidates.push(address.clone());
+            self.waiting.push(Waiting {
+                address,
+                priority: candidate.priority,
+                standing_ms: now
+                    .duration_since(candidate.since)
+                    .ok()
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            });
+        }
+    }
 }
 
 async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
@@ -206,41 +291,14 @@ async fn run(args: &StatusArgs) -> anyhow::Result<Vec<Row>> {
     for index in 1..=config.cluster_size {
         let key = config.key(index)?;
         let status = elections::inspect(&*storage, &key).await?;
-        rows.push(Row {
-            key: key.to_string(),
-            leader: status
-                .leader
-                .map(|value| String::from_utf8_lossy(&value).into_owned()),
-            fencing_token: status.latest_fencing_token,
-            time_left_ms: match status.time_left {
-                Some(TimeLeft::About(left)) => {
-                    Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
-                }
-                _ => None,
-            },
-            expiry: status.time_left.map(|left| match left {
-                TimeLeft::About(_) => "expires",
-                TimeLeft::Never => "never",
-                TimeLeft::Unknown => "unknown",
-            }),
-            candidates: status
-                .candidates
-                .iter()
-                .map(|candidate| String::from_utf8_lossy(&candidate.value).into_owned())
-                .collect(),
-            waiting: status
-                .candidates
-                .iter()
-                .map(|candidate| Waiting {
-                    address: String::from_utf8_lossy(&candidate.value).into_owned(),
-                    priority: candidate.priority,
-                    standing_ms: std::time::SystemTime::now()
-                        .duration_since(candidate.since)
-                        .ok()
-                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-                })
-                .collect(),
-        });
+        let mut row = Row::new(
+            &key,
+            status.leader.as_deref(),
+            status.latest_fencing_token,
+            status.time_left,
+        );
+        row.add_candidates(&status.candidates);
+        rows.push(row);
     }
     Ok(rows)
 }

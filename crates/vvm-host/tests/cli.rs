@@ -374,7 +374,9 @@ fn the_command_keeps_the_descriptor_limit_vvm_host_started_with() {
 }
 
 /// `status NAME --watch --json`: one line per change, started before the
-/// leaders: no leader, then a, then (after a's orderly stop) b.
+/// leaders: no leader, then a, then (after a's orderly stop) b; each line
+/// has the one-shot `--json` row's fields plus `time` and `change`, and b's
+/// line carries b's own token (what one-shot status reads once b leads).
 #[test]
 fn status_watch_reports_each_change_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -395,8 +397,8 @@ fn status_watch_reports_each_change_once() {
         .unwrap();
     let (seen, _) = lines(watcher.stdout.take().unwrap());
     let first: serde_json::Value =
-        serde_json::from_str(&wait_for_line(&seen, "\"state\"")).unwrap();
-    assert_eq!(first["state"], "leader", "{first}");
+        serde_json::from_str(&wait_for_line(&seen, "\"change\"")).unwrap();
+    assert_eq!(first["change"], "leader", "{first}");
     assert!(
         first["leader"].as_str().unwrap().starts_with("a#"),
         "{first}"
@@ -414,14 +416,31 @@ fn status_watch_reports_each_change_once() {
     // Then b, perhaps after a "no leader" between the two.
     let next: serde_json::Value = loop {
         let line: serde_json::Value =
-            serde_json::from_str(&wait_for_line(&seen, "\"state\"")).unwrap();
-        if line["state"] == "leader" {
+            serde_json::from_str(&wait_for_line(&seen, "\"change\"")).unwrap();
+        if line["change"] == "leader" {
             break line;
         }
-        assert_eq!(line["state"], "no_leader", "{line}");
+        assert_eq!(line["change"], "no_leader", "{line}");
     };
     assert!(next["leader"].as_str().unwrap().starts_with("b#"), "{next}");
     assert!(next["fencing_token"].as_u64().unwrap() > first["fencing_token"].as_u64().unwrap());
+    let once = Command::new(bin())
+        .args(["status", "--storage", &url, "--json", "job"])
+        .output()
+        .unwrap();
+    let once: serde_json::Value = serde_json::from_slice(&once.stdout).unwrap();
+    let row = &once["keys"][0];
+    assert_eq!(
+        next["fencing_token"], row["fencing_token"],
+        "{next} / {row}"
+    );
+    let fields = |v: &serde_json::Value| {
+        let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        keys.retain(|k| k != "time" && k != "change");
+        keys.sort();
+        keys
+    };
+    assert_eq!(fields(&next), fields(row), "{next} / {row}");
     signal(&watcher, Signal::SIGINT);
     assert_eq!(wait_with_limit(&mut watcher).code(), Some(0));
     signal(&b, Signal::SIGTERM);
