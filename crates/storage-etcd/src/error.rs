@@ -1,7 +1,7 @@
 //! Configuration errors, and how etcd-client's errors map to the
 //! contract's [`ErrorKind`]s.
 
-use etcd_client::Error as EtcdError;
+pub(crate) use etcd_client::Error as EtcdError;
 use tonic::Code;
 use ttl_storage::{ErrorKind, StorageError};
 
@@ -114,7 +114,49 @@ fn is_tls_failure(err: &EtcdError) -> bool {
 
 /// A [`StorageError`] of `kind`, keeping the client's error as the source.
 pub(crate) fn storage_error(kind: ErrorKind, what: &str, err: EtcdError) -> StorageError {
+    let err = Described(err);
     StorageError::with_source(kind, format!("{what} failed: {err}"), err)
+}
+
+/// The client's error as [`describe`] says it, its causes those of the
+/// gRPC status (not the status again).
+#[derive(Debug)]
+pub(crate) struct Described(pub(crate) EtcdError);
+
+impl std::fmt::Display for Described {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&describe(&self.0))
+    }
+}
+
+impl std::error::Error for Described {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.0 {
+            EtcdError::GRpcStatus(status) => std::error::Error::source(status),
+            other => std::error::Error::source(other),
+        }
+    }
+}
+
+/// The client's error in words: a gRPC status as its code and message,
+/// then the transport's causes each once (tonic's `Display` of a status
+/// ends in a `Debug` dump of its source, which an operator should not
+/// have to read).
+pub(crate) fn describe(err: &EtcdError) -> String {
+    let EtcdError::GRpcStatus(status) = err else {
+        return err.to_string();
+    };
+    let mut text = format!("{}: {}", status.code().description(), status.message());
+    let mut source = std::error::Error::source(status);
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !said.is_empty() && !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]
@@ -123,6 +165,15 @@ mod tests {
 
     fn status(code: Code, message: &str) -> EtcdError {
         EtcdError::GRpcStatus(tonic::Status::new(code, message))
+    }
+
+    #[test]
+    fn a_status_is_said_without_debug_dumps() {
+        let said = describe(&status(Code::Unavailable, "tls handshake eof"));
+        assert_eq!(
+            said,
+            "The service is currently unavailable: tls handshake eof"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use ttl_storage::{
 
 use crate::{
     config::EtcdConfig,
-    error::{ConfigError, Op, classify, classify_connect, storage_error},
+    error::{ConfigError, EtcdError, Op, classify, classify_connect, storage_error},
     unsent,
 };
 
@@ -72,23 +72,21 @@ impl EtcdStorage {
             };
             options = options.with_tls(tls);
         }
-        let connecting = |err| {
-            let kind = classify_connect(&err);
-            tracing::debug!(%url, %err, ?kind, "connecting to etcd failed");
-            storage_error(kind, &format!("connecting to {url}"), err)
+        let client = match Client::connect(config.endpoint_urls(), Some(options)).await {
+            Ok(client) => client,
+            Err(err) => return Err(connect_failed(&config, &url, err).await),
         };
-        let client = Client::connect(config.endpoint_urls(), Some(options))
-            .await
-            .map_err(connecting)?;
         // The channel connects lazily: one read proves the cluster answers.
         let probe = format!("{}__probe__", config.prefix);
-        unsent::retry(|| {
+        let answered = unsent::retry(|| {
             let mut client = client.clone();
             let probe = probe.clone();
             async move { client.get(probe, None).await }
         })
-        .await
-        .map_err(connecting)?;
+        .await;
+        if let Err(err) = answered {
+            return Err(connect_failed(&config, &url, err).await);
+        }
         tracing::debug!(%url, prefix = %config.prefix, "etcd storage connected");
         Ok(EtcdStorage { client, config })
     }
@@ -449,6 +447,39 @@ async fn watch_until_deleted(client: Client, key: String) -> bool {
             }
         }
     }
+}
+
+/// HTTP/2's connection preface and an empty SETTINGS frame: what a gRPC
+/// client sends first in plaintext; an etcd without TLS answers with its
+/// own SETTINGS frame.
+const H2_GREETING: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// The error of a failed first connection. A TLS connection to a
+/// plaintext etcd ends in "tls handshake eof"; the HTTP/2 preface sent in
+/// plaintext to the same endpoint tells it, and then that is what is said.
+async fn connect_failed(config: &EtcdConfig, url: &str, err: EtcdError) -> StorageError {
+    let what = format!("connecting to {url}");
+    if config.tls {
+        for endpoint in &config.endpoints {
+            let Some((host, port)) = endpoint
+                .rsplit_once(':')
+                .and_then(|(host, port)| Some((host.trim_matches(['[', ']']), port.parse().ok()?)))
+            else {
+                continue;
+            };
+            let limit = std::time::Duration::from_secs(2);
+            if ttl_storage::kit::tls::answers_in_plaintext(host, port, H2_GREETING, limit).await {
+                tracing::debug!(%url, %err, endpoint, "etcd answered in plaintext: no TLS");
+                return StorageError::permanent(format!(
+                    "{what} failed: the server at {endpoint} does not speak TLS (it answers in \
+                     plaintext); use etcd:// for it, or enable TLS on the server"
+                ));
+            }
+        }
+    }
+    let kind = classify_connect(&err);
+    tracing::debug!(%url, %err, ?kind, "connecting to etcd failed");
+    storage_error(kind, &what, err)
 }
 
 #[cfg(test)]

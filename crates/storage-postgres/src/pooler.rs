@@ -134,20 +134,23 @@ impl PostgresStorage {
     pub(crate) async fn refuse_shared_sessions(&self, second: Connecting) -> Result<()> {
         let url = self.config().redacted_url();
         let what = format!("checking {url} for a transaction-mode pooler");
+        // The first connections of this storage: their failures (refused,
+        // a bad password, a server without TLS) are said as connecting,
+        // with the client's own words (not the pool's wrapper).
+        let connecting = format!("connecting to {url}");
         let check = async {
-            let a = self.pool().get().await.map_err(|err| {
-                if let deadpool_postgres::PoolError::Backend(e) = &err
-                    && let Some(why) = classify_pooler_refusal(e)
-                {
-                    return StorageError::with_source(ErrorKind::Permanent, why, err);
-                }
-                storage_error(classify_pool(&err), &what, err)
+            let a = self.pool().get().await.map_err(|err| match err {
+                deadpool_postgres::PoolError::Backend(e) => match classify_pooler_refusal(&e) {
+                    Some(why) => StorageError::with_source(ErrorKind::Permanent, why, e),
+                    None => storage_error(classify_connect(&e), &connecting, e),
+                },
+                other => storage_error(classify_pool(&other), &connecting, other),
             })?;
             let b = second
                 .await
                 .map_err(|err| match classify_pooler_refusal(&err) {
                     Some(why) => StorageError::with_source(ErrorKind::Permanent, why, err),
-                    None => storage_error(classify_connect(&err), &what, err),
+                    None => storage_error(classify_connect(&err), &connecting, err),
                 })?;
             let read =
                 |err: tokio_postgres::Error| storage_error(classify(&err, Op::Read), &what, err);

@@ -149,11 +149,10 @@ impl ValkeyStorage {
             );
         }
         let client = build_client(&config, fred_config.clone())?;
-        let task = client.init().await.map_err(|err| {
-            let kind = classify_connect(&err);
-            tracing::debug!(%url, %err, ?kind, "connecting to valkey failed");
-            storage_error(kind, &format!("connecting to {url}"), err)
-        })?;
+        let task = match client.init().await {
+            Ok(task) => task,
+            Err(err) => return Err(connect_failed(&config, &url, err).await),
+        };
         tracing::debug!(%url, prefix = %config.prefix, "valkey storage connected");
         let channel = watch_channel(&config.prefix);
         let subscriber = match build_client(&config, fred_config) {
@@ -381,6 +380,34 @@ impl TtlStorage for ValkeyStorage {
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
         watch_key(&self.client, &self.waiters, self.server_key(key))
     }
+}
+
+/// The error of a failed first connection. A TLS connection to a server
+/// that speaks plaintext fails late and vaguely (the server waits for a
+/// command's end of line: fred says "Request timed out"); a plaintext
+/// `PING` to the same address tells it, and then that is what is said.
+async fn connect_failed(config: &ValkeyConfig, url: &str, err: fred::error::Error) -> StorageError {
+    let what = format!("connecting to {url}");
+    let plaintext_server = config.tls.is_some()
+        && config.sentinel.is_none()
+        && !matches!(err.kind(), fred::error::ErrorKind::Auth)
+        && ttl_storage::kit::tls::answers_in_plaintext(
+            &config.host,
+            config.port,
+            b"PING\r\n",
+            std::time::Duration::from_secs(2),
+        )
+        .await;
+    if plaintext_server {
+        tracing::debug!(%url, %err, "the server answered a plaintext PING: it does not speak TLS");
+        return StorageError::permanent(format!(
+            "{what} failed: the server does not speak TLS (it answers in plaintext); \
+             use redis:// or valkey:// for it, or enable TLS on the server"
+        ));
+    }
+    let kind = classify_connect(&err);
+    tracing::debug!(%url, %err, ?kind, "connecting to valkey failed");
+    storage_error(kind, &what, err)
 }
 
 #[cfg(test)]

@@ -10,10 +10,20 @@ async fn wrong_password_is_permanent() {
     let err = PostgresStorage::from_url(&url).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
     assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+    // Said as connecting (not as the pooler check that happens to connect
+    // first), the server's words once, no pool wrapper.
+    let said = err.to_string();
+    assert!(said.contains("connecting to"), "{said}");
+    assert_eq!(
+        said.matches("password authentication failed").count(),
+        1,
+        "{said}"
+    );
+    assert!(!said.contains("creating a new object"), "{said}");
 }
 
-/// `sslmode=require` against a server without TLS fails; it never falls
-/// back to plaintext.
+/// `sslmode=require` against a server without TLS fails, saying so; it
+/// never falls back to plaintext.
 #[tokio::test]
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
 async fn require_tls_against_plaintext_server_fails() {
@@ -21,6 +31,20 @@ async fn require_tls_against_plaintext_server_fails() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    // Said as connecting, once. A server without TLS (PgBouncer's client
+    // side in the pgbouncer row) says so; the `postgres` row's server has
+    // TLS with a CA the system does not trust, and that is what is said.
+    let said = err.to_string();
+    assert!(!said.contains("pooler"), "{said}");
+    assert!(said.contains("connecting to"), "{said}");
+    if said.contains("does not support TLS") {
+        assert_eq!(said.matches("does not support TLS").count(), 1, "{said}");
+    } else {
+        assert!(
+            said.contains("certificate") || said.contains("Certificate"),
+            "{said}"
+        );
+    }
 }
 
 fn tls_url() -> String {

@@ -41,6 +41,8 @@ async fn acl_user_and_wrong_password() {
     let err = ValkeyStorage::from_url(&bad).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
     assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+    let said = err.to_string();
+    assert_eq!(said.matches("WRONGPASS").count(), 1, "{said}");
 }
 
 /// `rediss://` to a plaintext port fails; it never falls back to plaintext.
@@ -59,9 +61,13 @@ async fn rediss_to_plaintext_port_fails() {
         .expect("a TLS handshake with a plaintext server must fail, not hang");
     let err = result.expect_err("rediss:// must not connect to a plaintext port");
     // The plaintext server waits for the rest of a "command" that never
-    // comes, so the handshake times out: transient (indistinguishable from
-    // a slow network), never a plaintext session.
-    assert_ne!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    // comes, so the handshake times out; a plaintext PING to the same port
+    // then tells why, and that is what is said (once): a configuration
+    // mistake, permanent, never a plaintext session.
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    let said = err.to_string();
+    assert_eq!(said.matches("does not speak TLS").count(), 1, "{said}");
+    assert!(!said.contains("timed out"), "{said}");
 }
 
 fn tls_url() -> String {

@@ -150,3 +150,68 @@ mod tests {
         assert!(err.to_string().contains("no certificate"), "{err}");
     }
 }
+
+/// Whether the server at `host:port` answered `greeting`, sent in
+/// plaintext, with something that is not TLS: after a TLS handshake to it
+/// failed, this tells "the server does not speak TLS" (a `rediss://` or
+/// `etcds://` URL at a plaintext port) from other failures, so the driver
+/// can say so instead of "timed out" or "handshake eof".
+///
+/// Only the protocol's own greeting is sent (for example `PING\r\n`, or
+/// HTTP/2's connection preface), never credentials or data, and nothing
+/// of the answer is used beyond its first byte; the connection is then
+/// closed: a diagnosis, never a fallback to plaintext. `false` when it
+/// cannot tell (no connection, no answer within `limit`, or a TLS record
+/// in reply: content types 20 to 23, alerts and handshakes included).
+pub async fn answers_in_plaintext(
+    host: &str,
+    port: u16,
+    greeting: &[u8],
+    limit: std::time::Duration,
+) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        stream.write_all(greeting).await.ok()?;
+        let mut first = [0_u8; 1];
+        let read = stream.read(&mut first).await.ok()?;
+        (read == 1).then_some(first[0])
+    };
+    match tokio::time::timeout(limit, probe).await {
+        Ok(Some(byte)) => !(20..=23).contains(&byte),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::answers_in_plaintext;
+
+    async fn server(reply: &'static [u8]) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0_u8; 64];
+            let _ = socket.read(&mut buf).await;
+            let _ = socket.write_all(reply).await;
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_plaintext_answer_is_told_from_a_tls_alert_and_silence() {
+        let limit = Duration::from_secs(2);
+        let plain = server(b"+PONG\r\n").await;
+        assert!(answers_in_plaintext("127.0.0.1", plain, b"PING\r\n", limit).await);
+        // A TLS server answers garbage with an alert record (content type 21).
+        let tls = server(&[21, 3, 3, 0, 2, 2, 50]).await;
+        assert!(!answers_in_plaintext("127.0.0.1", tls, b"PING\r\n", limit).await);
+        let silent = server(b"").await;
+        assert!(!answers_in_plaintext("127.0.0.1", silent, b"PING\r\n", limit).await);
+    }
+}
