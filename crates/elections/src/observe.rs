@@ -170,8 +170,13 @@ pub fn observe(storage: Arc<dyn TtlStorage>, key: &Key, poll: Duration) -> Obser
                     tokio::time::sleep(pause).await;
                 }
             }
-            let (seen, observation) =
-                read(&*state.storage, &state.key, state.poll, state.reported.as_ref()).await;
+            let (seen, observation) = read(
+                &*state.storage,
+                &state.key,
+                state.poll,
+                state.reported.as_ref(),
+            )
+            .await;
             if state.last.as_ref() == Some(&seen) {
                 state.pause = state.pause.saturating_mul(2).min(state.poll);
                 continue;
@@ -184,7 +189,10 @@ pub fn observe(storage: Arc<dyn TtlStorage>, key: &Key, poll: Duration) -> Obser
                 Seen::Record(record),
             ) = (&observation, &seen)
             {
-                let highest = state.reported.as_ref().map_or(*token, |(t, _)| (*t).max(*token));
+                let highest = state
+                    .reported
+                    .as_ref()
+                    .map_or(*token, |(t, _)| (*t).max(*token));
                 state.reported = Some((highest, record.clone()));
             }
             state.last = Some(seen);

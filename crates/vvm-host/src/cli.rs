@@ -108,6 +108,14 @@ pub(crate) struct Args {
     #[arg(long, conflicts_with = "acquisition_duration")]
     pub(crate) no_wait: bool,
 
+    /// Give the command vvm-host's standard input (as `consul lock
+    /// -pass-stdin` does). Off by default: the command's standard input is
+    /// /dev/null, so a job never waits on a terminal or eats a pipe meant
+    /// for something else. If the command runs again after a new
+    /// acquisition, it reads on from where the last one stopped.
+    #[arg(long)]
+    pub(crate) pass_stdin: bool,
+
     /// Pause between two acquisition rounds (a standby is woken sooner when
     /// the store reports a release).
     #[arg(long, env = "VVM_HOST_RETRY_PAUSE", default_value = "1s", value_parser = parse_positive, allow_hyphen_values = true)]

@@ -28,6 +28,8 @@ pub(crate) struct CommandPipeline {
     program: OsString,
     args: Vec<OsString>,
     grace: Duration,
+    /// `--pass-stdin`: the command reads vvm-host's standard input.
+    pass_stdin: bool,
     outcome: Arc<Mutex<Option<Outcome>>>,
     running: RunningJob,
     containment: Arc<Plan>,
@@ -39,6 +41,7 @@ impl CommandPipeline {
     pub(crate) fn new(
         command: Vec<OsString>,
         grace: Duration,
+        pass_stdin: bool,
         running: RunningJob,
         containment: Arc<Plan>,
     ) -> Option<(Self, Arc<Mutex<Option<Outcome>>>)> {
@@ -49,6 +52,7 @@ impl CommandPipeline {
             program,
             args: command.collect(),
             grace,
+            pass_stdin,
             outcome: outcome.clone(),
             running,
             containment,
@@ -74,6 +78,7 @@ impl ServicePipeline for CommandPipeline {
             &self.program,
             &self.args,
             &env,
+            self.pass_stdin,
             &self.containment,
             &self.running,
         )

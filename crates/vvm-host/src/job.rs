@@ -282,6 +282,7 @@ impl Job {
         program: &OsString,
         args: &[OsString],
         env: &[(&str, String)],
+        pass_stdin: bool,
         containment: &Plan,
         running: &RunningJob,
     ) -> Result<Job, JobError> {
@@ -301,6 +302,7 @@ impl Job {
                     .unwrap_or(1024)
                     .to_string(),
             )
+            .args(pass_stdin.then_some(crate::guard::PASS_STDIN_ARG))
             .arg("--")
             .arg(program)
             .args(args)
@@ -323,6 +325,10 @@ impl Job {
         };
         // Our copy of the guard's end must close, or its death goes unseen.
         drop(command);
+        if pass_stdin {
+            // First, before the killer deadline: the guard waits for it.
+            crate::guard::send_stdin(&host_end).map_err(JobError::Guard)?;
+        }
         let guard_pid = guard
             .id()
             .and_then(|id| i32::try_from(id).ok())

@@ -125,6 +125,7 @@ async fn run(args: Args, config: VvmConfig, codes: ExitCodes) -> anyhow::Result<
     let Some((pipeline, outcome)) = CommandPipeline::new(
         args.command,
         args.grace_period,
+        args.pass_stdin,
         running.clone(),
         containment,
     ) else {

@@ -324,3 +324,49 @@ fn status_names_the_leader_and_reads_only() {
     // Read only: the record is the crashed leader's, unchanged.
     assert!(stored_key1(&file).unwrap().starts_with(b"e2e#"));
 }
+
+/// `--pass-stdin` gives the command vvm-host's standard input, in every
+/// containment mode that works here (through the guard, and the
+/// namespace's init); without it the command reads /dev/null even while
+/// vvm-host's own standard input is an open pipe nobody writes to.
+#[test]
+fn pass_stdin_gives_the_command_vvm_hosts_input_and_otherwise_dev_null() {
+    use std::io::Write;
+    let mut modes = vec!["subreaper", "pidns"];
+    if fixtures::is_root() {
+        modes.push("cgroup");
+    }
+    for mode in modes {
+        let mut host = vvm_host(&["--containment", mode, "--pass-stdin", "--", "cat"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut input = host.stdin.take().unwrap();
+        input.write_all(b"line one\nline two\n").unwrap();
+        drop(input);
+        let output = host.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{mode}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            "line one\nline two\n",
+            "{mode}"
+        );
+
+        // Without the flag: EOF at once, though our end stays open.
+        let mut host = vvm_host(&["--containment", mode, "--", "sh", "-c", "cat; echo eof"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let input = host.stdin.take().unwrap();
+        let status = wait_with_limit(&mut host);
+        drop(input);
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut host.stdout.take().unwrap(), &mut out).unwrap();
+        assert_eq!(status.code(), Some(0), "{mode}");
+        assert_eq!(out, "eof\n", "{mode}");
+    }
+}

@@ -17,8 +17,7 @@
 
 use std::{
     ffi::OsString,
-    io::{self, IoSlice, IoSliceMut, Write},
-    mem::MaybeUninit,
+    io::{self, Write},
     os::{
         fd::{AsFd, OwnedFd},
         unix::{net::UnixStream as StdUnixStream, process::CommandExt},
@@ -35,10 +34,6 @@ use nix::{
         wait::{WaitPidFlag, WaitStatus, waitpid},
     },
     unistd::Pid,
-};
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
 };
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
@@ -59,51 +54,25 @@ const LIFELINE: &[u8] = b"lifeline\n";
 const NOT_CONTAINED: u8 = 125;
 
 /// Sends `lifeline` (the guard's end of its socket to vvm-host) to the init
-/// on `socket`, as the first line. The init holds it to see vvm-host go.
-pub(crate) fn send_lifeline(socket: &StdUnixStream, lifeline: &impl AsFd) -> io::Result<()> {
-    let fds = [lifeline.as_fd()];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(io::Error::other("no room for the lifeline"));
-    }
-    let sent = sendmsg(
-        socket,
-        &[IoSlice::new(LIFELINE)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )?;
-    if sent == LIFELINE.len() {
-        Ok(())
-    } else {
-        Err(io::ErrorKind::WriteZero.into())
-    }
+/// on `socket`, as the first line, and with it the command's standard input
+/// when vvm-host passes its own (`--pass-stdin`). The init holds the
+/// lifeline to see vvm-host go.
+pub(crate) fn send_lifeline(
+    socket: &StdUnixStream,
+    lifeline: &impl AsFd,
+    stdin: Option<&OwnedFd>,
+) -> io::Result<()> {
+    let mut fds = vec![lifeline.as_fd()];
+    fds.extend(stdin.map(AsFd::as_fd));
+    super::fds::send(socket, LIFELINE, &fds)
 }
 
-/// Receives the lifeline the guard sends first (blocking), close-on-exec so
-/// the command never holds it. `None` if the guard sent none.
-fn receive_lifeline(socket: &StdUnixStream) -> io::Result<Option<OwnedFd>> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let mut line = [0u8; LIFELINE.len()];
-    let received = recvmsg(
-        socket,
-        &mut [IoSliceMut::new(&mut line)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC | RecvFlags::WAITALL,
-    )?;
-    if received.bytes != LIFELINE.len() || line != LIFELINE {
-        return Err(io::Error::other("the guard sent no lifeline"));
-    }
-    let mut lifeline = None;
-    for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(fds) = message {
-            for fd in fds {
-                lifeline.get_or_insert(fd);
-            }
-        }
-    }
-    Ok(lifeline)
+/// Receives the lifeline the guard sends first (blocking), and the
+/// command's standard input if one came with it, close-on-exec so the
+/// command never holds the lifeline. `None` if the guard sent none.
+fn receive_lifeline(socket: &StdUnixStream) -> io::Result<(Option<OwnedFd>, Option<OwnedFd>)> {
+    let mut fds = super::fds::receive(socket, LIFELINE)?.into_iter();
+    Ok((fds.next(), fds.next()))
 }
 
 /// `args`: `[--cgroup PATH] -- COMMAND...`.
@@ -142,8 +111,8 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
         let _ = writeln!(&socket, "exited code {NOT_CONTAINED} swept 0");
         return ExitCode::from(NOT_CONTAINED);
     }
-    let lifeline = match receive_lifeline(&socket) {
-        Ok(lifeline) => lifeline,
+    let (lifeline, stdin) = match receive_lifeline(&socket) {
+        Ok(received) => received,
         Err(_) => return ExitCode::from(NOT_CONTAINED),
     };
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
@@ -152,7 +121,7 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
     else {
         return ExitCode::from(NOT_CONTAINED);
     };
-    match runtime.block_on(init(socket, lifeline, program, command.collect())) {
+    match runtime.block_on(init(socket, lifeline, stdin, program, command.collect())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(_) => ExitCode::from(NOT_CONTAINED),
     }
@@ -187,6 +156,7 @@ fn hung_up(fd: Option<OwnedFd>) -> impl Future<Output = ()> {
 async fn init(
     socket: StdUnixStream,
     lifeline: Option<OwnedFd>,
+    stdin: Option<OwnedFd>,
     program: OsString,
     args: Vec<OsString>,
 ) -> io::Result<()> {
@@ -202,7 +172,7 @@ async fn init(
 
     let command = Command::new(&program)
         .args(&args)
-        .stdin(Stdio::null())
+        .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
         .process_group(0)
         .spawn();
     let command = match command {

@@ -91,6 +91,15 @@ pub(crate) struct Job {
     init_report: Option<(String, usize)>,
 }
 
+/// The command's standard input: vvm-host's, passed down with
+/// `--pass-stdin`, or `/dev/null`.
+fn stdin_of(passed: Option<&OwnedFd>) -> io::Result<Stdio> {
+    Ok(match passed {
+        Some(fd) => Stdio::from(fd.try_clone()?),
+        None => Stdio::null(),
+    })
+}
+
 impl Job {
     /// Starts `program args...` contained as `mode` says; in the
     /// PID-namespace modes the init gets `lifeline` (the guard's end of its
@@ -102,6 +111,7 @@ impl Job {
         program: &OsString,
         args: &[OsString],
         lifeline: &UnixStream,
+        stdin: Option<OwnedFd>,
     ) -> io::Result<Job> {
         let mut command;
         let anchor = match mode {
@@ -132,12 +142,12 @@ impl Job {
                     .arg("--")
                     .arg(program)
                     .args(args)
-                    .stdin(Stdio::null());
+                    .stdin(stdin_of(stdin.as_ref())?);
                 Anchor::Cgroup(JobCgroup::at(path.clone()))
             }
             Mode::Subreaper => {
                 command = Command::new(program);
-                command.args(args).stdin(Stdio::null());
+                command.args(args).stdin(stdin_of(stdin.as_ref())?);
                 Anchor::Subreaper
             }
         };
@@ -151,7 +161,7 @@ impl Job {
         if let Anchor::Init { socket, .. } = &anchor {
             // The init starts nothing before it has this; if it cannot be
             // sent the init is gone already, and its namespace with it.
-            let _ = init::send_lifeline(socket, lifeline);
+            let _ = init::send_lifeline(socket, lifeline, stdin.as_ref());
             socket.set_nonblocking(true)?;
         }
         Ok(Job {

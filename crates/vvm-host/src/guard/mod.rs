@@ -39,6 +39,7 @@
 //! to the init, which dies with either of them.
 
 pub(crate) mod exec;
+mod fds;
 pub(crate) mod init;
 mod job;
 pub(crate) mod report;
@@ -64,6 +65,19 @@ use crate::{containment::Mode, signals};
 pub(crate) const GUARD_ARG: &str = "__vvm-host-guard";
 /// The guard's process name (`ps`, `pgrep vvm-host`).
 pub(crate) const GUARD_NAME: &str = "vvm-host-guard";
+
+/// The guard's flag for `vvm-host run --pass-stdin`: vvm-host then sends
+/// its standard input first, attached to [`STDIN_LINE`].
+pub(crate) const PASS_STDIN_ARG: &str = "--pass-stdin";
+/// The line that carries vvm-host's standard input to the guard.
+pub(crate) const STDIN_LINE: &[u8] = b"stdin\n";
+
+/// Sends vvm-host's standard input to the guard (`--pass-stdin`),
+/// attached to [`STDIN_LINE`]; the guard hands it to the command.
+pub(crate) fn send_stdin(socket: &StdUnixStream) -> io::Result<()> {
+    let stdin = io::stdin();
+    fds::send(socket, STDIN_LINE, &[stdin.as_fd()])
+}
 
 /// Lifeline line: SIGTERM to every process of the job.
 pub(crate) const TERMINATE: &[u8] = b"term\n";
@@ -103,7 +117,7 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
         return ExitCode::from(2);
     };
     let mut reports = Reporter::new(reports);
-    let (mode, program, args) = match parse_args(args) {
+    let (mode, pass_stdin, program, args) = match parse_args(args) {
         Ok(parsed) => parsed,
         Err(why) => {
             let _ = lifeline.set_nonblocking(true);
@@ -111,9 +125,20 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // The first line is the killer deadline: a vvm-host stopped right after
-    // the start cannot leave the command without one. Read before anything
-    // else, blocking: the PID-namespace mode needs a single thread to start.
+    // With --pass-stdin, vvm-host's standard input comes first, attached
+    // to its own line (read with the message's descriptors: a plain read
+    // would drop them).
+    let stdin = if pass_stdin {
+        match fds::receive(&lifeline, STDIN_LINE) {
+            Ok(fds) => fds.into_iter().next(),
+            Err(_) => return ExitCode::SUCCESS,
+        }
+    } else {
+        None
+    };
+    // Then the killer deadline: a vvm-host stopped right after the start
+    // cannot leave the command without one. Read before anything else,
+    // blocking: the PID-namespace mode needs a single thread to start.
     let first = read_line(&lifeline);
     if lifeline.set_nonblocking(true).is_err() {
         return ExitCode::from(2);
@@ -142,7 +167,7 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
         let _ = reports.send(&format!("spawn-failed {} {err}", err.kind_word()));
         return ExitCode::SUCCESS;
     }
-    let job = match Job::start(&mode, &program, &args, &lifeline) {
+    let job = match Job::start(&mode, &program, &args, &lifeline, stdin) {
         Ok(job) => job,
         Err(err) => {
             let _ = reports.send(&format!(
@@ -169,8 +194,8 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
     }
 }
 
-/// `--containment MODE -- PROGRAM ARGS...`.
-fn parse_args(args: Vec<OsString>) -> Result<(Mode, OsString, Vec<OsString>), String> {
+/// `--containment MODE [--nofile N] [--pass-stdin] -- PROGRAM ARGS...`.
+fn parse_args(args: Vec<OsString>) -> Result<(Mode, bool, OsString, Vec<OsString>), String> {
     let mut args = args.into_iter().peekable();
     let mode = match (args.next(), args.next()) {
         (Some(flag), Some(mode)) if flag == "--containment" => mode
@@ -189,9 +214,10 @@ fn parse_args(args: Vec<OsString>) -> Result<(Mode, OsString, Vec<OsString>), St
             .ok_or("--nofile takes a number")?;
         restore_nofile(soft);
     }
+    let pass_stdin = args.peek().is_some_and(|arg| arg == PASS_STDIN_ARG);
     let mut command = args.skip_while(|arg| arg != "--").skip(1);
     let program = command.next().ok_or("no command given")?;
-    Ok((mode, program, command.collect()))
+    Ok((mode, pass_stdin, program, command.collect()))
 }
 
 /// Sets the soft `RLIMIT_NOFILE` back to `soft` (best effort; the hard
@@ -368,10 +394,17 @@ mod tests {
     #[test]
     fn arguments_name_the_mode_and_the_command() {
         let args = ["--containment", "pidns", "--", "sleep", "1"].map(OsString::from);
-        let (mode, program, rest) = parse_args(args.to_vec()).unwrap_or_else(|e| panic!("{e}"));
+        let (mode, pass_stdin, program, rest) =
+            parse_args(args.to_vec()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(mode, Mode::Pidns);
+        assert!(!pass_stdin);
         assert_eq!(program, "sleep");
         assert_eq!(rest, vec![OsString::from("1")]);
         assert!(parse_args(vec![OsString::from("--")]).is_err());
+        let args = ["--containment", "pidns", "--pass-stdin", "--", "cat"].map(OsString::from);
+        let (_, pass_stdin, program, _) =
+            parse_args(args.to_vec()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(pass_stdin);
+        assert_eq!(program, "cat");
     }
 }
