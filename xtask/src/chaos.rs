@@ -117,7 +117,7 @@ const FAILOVER: &[&str] = &[
 const WAIT_ONE_REPLICA: &str = "wait_replicas=1&wait_timeout=1s";
 
 /// The store URL for the harness from the variable the engine set.
-fn store_url(engine: &str, value: &str) -> String {
+pub(crate) fn store_url(engine: &str, value: &str) -> String {
     match engine {
         // DYNAMODB_ENDPOINT is an endpoint, not a URL.
         "dynamodb" => {

@@ -12,7 +12,10 @@
 //! - `cargo xtask tidy`: the map's invariants (`docs/architecture.md`), checked.
 //! - `cargo xtask dist`: vvm-host's release tarball and `.deb`.
 //! - `cargo xtask man`: writes vvm-host's man page (`crates/vvm-host/doc/vvm-host.1`).
+//! - `cargo xtask bench scale --engine mem --keys 1000000`: many leaderships
+//!   in one process, measured (`crates/elections-scale`).
 
+mod bench;
 mod cargo;
 mod chaos;
 mod dist;
@@ -50,6 +53,8 @@ enum Task {
     Dist(dist::Args),
     /// Write vvm-host's man page from its clap definition (a test checks it is current).
     Man,
+    /// Benchmarks that need an engine or a process of their own (`bench scale`).
+    Bench(bench::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -61,5 +66,6 @@ fn main() -> anyhow::Result<()> {
         Task::Tidy => tidy::run(),
         Task::Dist(args) => dist::run(args),
         Task::Man => man::run(),
+        Task::Bench(args) => bench::run(args),
     }
 }

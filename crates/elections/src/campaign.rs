@@ -87,6 +87,10 @@ impl Elections {
                     tracing::warn!(%key, error = %err, "campaign: store error; retrying");
                     tokio::time::sleep(pause).await;
                 }
+                Err(ElectionsError::Overloaded { retry_after, .. }) => {
+                    tracing::debug!(%key, "campaign: acquisitions are shed; waiting");
+                    tokio::time::sleep(retry_after.max(pause)).await;
+                }
                 Err(err) => return Err(err),
             }
         }

@@ -58,6 +58,8 @@ struct Inner {
     acquisitions: AtomicU32,
     tracker: TaskTracker,
     state: Mutex<State>,
+    /// Renewal lag, and whether new acquisitions are shed ([`crate::load`]).
+    load: Arc<crate::load::Load>,
 }
 
 #[derive(Default)]
@@ -123,6 +125,13 @@ impl Elections {
     /// [`crate::RecordingKiller`]).
     pub fn with_killer(storage: impl TtlStorage + 'static, killer: Arc<dyn Killer>) -> Self {
         Self::builder(storage).killer(killer).build()
+    }
+
+    /// How late this instance's renewal rounds have finished, and how many
+    /// acquisitions were shed because of it ([`crate::load`]): a process's
+    /// own view of whether it holds more than it can renew.
+    pub fn renewal_lag(&self) -> crate::load::RenewalLag {
+        self.inner.load.report()
     }
 
     /// A builder, for the less common options.
@@ -199,6 +208,7 @@ impl Elections {
                     stop: stop.clone(),
                     lease_start,
                     claim,
+                    load: self.inner.load.clone(),
                 };
                 let span = tracing::info_span!("leadership", %key, fencing_token);
                 let renewal = self.inner.tracker.spawn(renewal.run().instrument(span));
@@ -352,6 +362,7 @@ impl ElectionsBuilder {
                 acquisitions: AtomicU32::new(0),
                 tracker: TaskTracker::new(),
                 state: Mutex::new(State::default()),
+                load: Arc::new(crate::load::Load::new()),
             }),
         }
     }

@@ -35,6 +35,22 @@ pub enum ElectionsError {
     /// NUL byte followed by `elections/`).
     #[error("values starting with \"\\0elections/\" are reserved for hand-over markers")]
     ReservedValue,
+    /// Renewals of the leaderships this instance holds are falling behind
+    /// (a round finished `lag` after its schedule, more than a tenth of its
+    /// lease): new acquisitions are refused, without a store call, so that
+    /// the held ones keep their leases ([`crate::load`]). Try again after
+    /// `retry_after`; a campaign waits and retries by itself.
+    #[error(
+        "renewals are falling behind (a round finished {} ms late): no new leadership is started for {} ms",
+        lag.as_millis(),
+        retry_after.as_millis()
+    )]
+    Overloaded {
+        /// How late the renewal round that started the shedding finished.
+        lag: std::time::Duration,
+        /// How long acquisitions will still be refused.
+        retry_after: std::time::Duration,
+    },
     /// Bad duration, value or key.
     #[error("invalid input: {0}")]
     Invalid(#[from] ValidationError),

@@ -32,6 +32,8 @@ pub(crate) struct Renewal {
     pub(crate) lease_start: Instant,
     /// The shared claim renewed with the lease, if any ([`crate::claim`]).
     pub(crate) claim: Option<SharedClaim>,
+    /// The elections' load: each round reports how late it finished.
+    pub(crate) load: Arc<crate::load::Load>,
 }
 
 enum Round {
@@ -51,7 +53,9 @@ impl Renewal {
                 () = self.stop.cancelled() => return,
                 () = tokio::time::sleep_until(next) => {}
             }
-            match self.round().await {
+            let round = self.round().await;
+            self.load.round_finished(next, Instant::now(), &self.timing);
+            match round {
                 Round::Renewed(start) => {
                     if let Some(deadline) = self.killer.deadline() {
                         let now = Instant::now();

@@ -13,6 +13,7 @@
 //! | `elections_renewal_seconds` | histogram | `key` | duration of each renewal attempt (the compare-and-swap), however it ended |
 //! | `elections_renewal_slack_seconds` | histogram | `key` | at each successful renewal, the time that was left before the killer deadline in force (negative: the deadline had passed) |
 //! | `elections_killer_fired_total` | counter | `key` | killer deadlines that passed while armed |
+//! | `elections_acquisitions_shed_total` | counter | — | acquisition attempts refused at once because renewals were falling behind ([`crate::load`]) |
 
 use std::time::Duration;
 
@@ -40,6 +41,8 @@ pub mod names {
     pub const RENEWAL_SLACK_SECONDS: &str = "elections_renewal_slack_seconds";
     /// Counter: killer deadlines that passed.
     pub const KILLER_FIRED_TOTAL: &str = "elections_killer_fired_total";
+    /// Counter: acquisitions refused because renewals fell behind.
+    pub const ACQUISITIONS_SHED_TOTAL: &str = "elections_acquisitions_shed_total";
 }
 
 /// Describes every metric above to the installed recorder (units and the
@@ -82,6 +85,16 @@ pub fn describe() {
         names::KILLER_FIRED_TOTAL,
         "Killer deadlines that passed while armed"
     );
+    describe_counter!(
+        names::ACQUISITIONS_SHED_TOTAL,
+        "Acquisition attempts refused at once because renewals were falling behind"
+    );
+}
+
+/// One acquisition attempt refused because renewals fell behind. No key
+/// label: under overload the label set must not grow.
+pub(crate) fn shed() {
+    metrics::counter!(names::ACQUISITIONS_SHED_TOTAL).increment(1);
 }
 
 fn key_label(key: &Key) -> String {

@@ -61,6 +61,12 @@ impl Timing {
         self.duration * 3 / 4
     }
 
+    /// How late a renewal round may finish (after its scheduled start)
+    /// before the elections shed new acquisitions ([`crate::load`]): d/10.
+    pub fn overload_lag(&self) -> Duration {
+        self.duration / 10
+    }
+
     /// How long one storage call may take before its outcome is treated as unknown.
     pub fn call_timeout(&self) -> Duration {
         self.duration / 4

@@ -145,3 +145,56 @@ fn failed_renewals_are_counted_and_end_in_a_store_unavailable_loss() {
         elections.cleanup().await;
     });
 }
+
+/// Renewals that fall behind (each write takes 2.5 s, the round finishing
+/// more than d/10 late) shed new acquisitions at once, with the typed error
+/// and the metric, and without a store call; the held leadership keeps its
+/// lease through a minute of slow writes (the killer never fires); once
+/// the store is fast again, acquisitions are admitted after d/4.
+#[test]
+fn slow_renewals_shed_new_acquisitions_not_held_leases() {
+    measured(async |snapshotter| {
+        let faulty = FaultyStorage::new(Arc::new(MemStorage::new()));
+        let killer = RecordingKiller::new();
+        let elections = Elections::with_killer(faulty.clone(), killer.clone());
+        let d = Duration::from_secs(20);
+        let held = Key::new("held").unwrap();
+        let leadership = elections
+            .acquire_leadership(&held, "node-1", d)
+            .await
+            .unwrap()
+            .expect("free key");
+
+        faulty.set_latency(Some(Duration::from_millis(2500)));
+        // The first slow round (due at d/4) finishes 2.5 s late.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let inserts = faulty.calls(Op::Insert);
+        let new = Key::new("new").unwrap();
+        match elections.acquire_leadership(&new, "node-1", d).await {
+            Err(elections::ElectionsError::Overloaded { lag, .. }) => {
+                assert!(lag > d / 10, "{lag:?}");
+            }
+            other => panic!("expected Overloaded, got {other:?}"),
+        }
+        assert_eq!(faulty.calls(Op::Insert), inserts, "a shed attempt wrote");
+        let snap = Snapshot::take(snapshotter);
+        assert_eq!(snap.counter("elections_acquisitions_shed_total", &[]), 1);
+
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(killer.kills().is_empty(), "{:?}", killer.kills());
+        assert!(leadership.is_active(), "{:?}", leadership.end_reason());
+
+        faulty.set_latency(None);
+        // One fast round, then d/4 of shedding left at most.
+        tokio::time::sleep(d / 4 + d / 4 + Duration::from_secs(1)).await;
+        assert!(
+            elections
+                .acquire_leadership(&new, "node-1", d)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert!(killer.kills().is_empty());
+        elections.cleanup().await;
+    });
+}

@@ -97,6 +97,13 @@ pub(crate) async fn run<P: ServicePipeline>(shared: Arc<Shared>, pipeline: P) {
                     last_error = Some(err.to_string());
                     round_failed = true;
                 }
+                // Renewals of what this process holds are behind: try again
+                // in a later round, as after a store error.
+                Err(err @ ElectionsError::Overloaded { .. }) => {
+                    tracing::debug!(%key, round, error = %err, "acquisition shed");
+                    last_error = Some(err.to_string());
+                    round_failed = true;
+                }
                 Err(err) => {
                     shared.fail(VvmProblem::Elections(err));
                     return;

@@ -67,6 +67,12 @@ impl Started {
         self.guards.iter_mut().find_map(|g| g.downcast_mut::<T>())
     }
 
+    /// The process ids of the processes we started (none for an external
+    /// endpoint): whose CPU a benchmark reports as the store's.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
     /// Both engines as one: the union of their variables, processes and guards.
     pub(crate) fn merge(mut self, mut other: Started) -> Self {
         self.env.append(&mut other.env);

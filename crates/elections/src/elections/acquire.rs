@@ -48,6 +48,7 @@ impl Elections {
         claim: Option<&SharedClaim>,
     ) -> Result<Option<Leadership>, ElectionsError> {
         let timing = Timing::new(duration)?;
+        self.inner.load.admit()?;
         if value.starts_with(crate::handover::RESERVED_PREFIX) {
             return Err(ElectionsError::ReservedValue);
         }
