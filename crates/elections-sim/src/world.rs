@@ -143,6 +143,18 @@ pub(crate) struct State {
     pub(crate) requests: crate::requests::Ledger,
     /// Requests not posted (another pending).
     pub(crate) requests_busy: u64,
+    /// Priority seeds: the stands and preemptions ([`crate::preemptions`]).
+    pub(crate) priorities: crate::preemptions::PriorityLog,
+}
+
+impl State {
+    /// When the open leadership interval of `who` began, if it leads.
+    pub(crate) fn tenure_start(&self, who: Who) -> Option<Duration> {
+        let (incarnation, idx) = self.open.get(who.contender).copied().flatten()?;
+        (incarnation == who.incarnation)
+            .then(|| self.history.intervals().get(idx).map(|iv| iv.start))
+            .flatten()
+    }
 }
 
 /// The world of one run.
@@ -226,6 +238,8 @@ impl World {
             state.history.end(idx, Instant::now(), cause);
         }
         state.alive[who.contender] = None;
+        let at = state.history.offset(Instant::now());
+        state.priorities.end(who.contender, at, false);
         if let Some(task) = state.tasks[who.contender].take() {
             task.abort();
         }
