@@ -2,6 +2,7 @@
 //! preempted leaders pass every check; each preemption check catches the
 //! bug it is there for (`SimConfig::preemption_bug`), and the seeds it
 //! fails pass without the bug.
+#![allow(clippy::unwrap_used, clippy::panic)]
 
 use elections_sim::{PreemptionBug, PreemptionVerdict, SimConfig, run_seed};
 
