@@ -51,6 +51,7 @@ mod anchor;
 mod contender;
 mod groups;
 mod history;
+mod markers;
 mod preemptions;
 mod priority;
 mod requests;

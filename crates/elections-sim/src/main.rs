@@ -167,7 +167,7 @@ fn main() -> ExitCode {
         ops.observe_stale, ops.observer_writes, ops.observe_duplicates
     );
     println!(
-        "hand-over requests:   {} posted ({} busy): {} handed over, {} no candidate, {} released or failed, {} withdrawn, {} accepted then read from the lease, {} other; {} accepts and {} markers applied",
+        "hand-over requests:   {} posted ({} busy): {} handed over, {} no candidate, {} released or failed, {} withdrawn, {} accepted then read from the lease, {} other; {} accepts and {} markers applied ({} by preemption, nobody asked)",
         requests.posted,
         requests.busy,
         requests.handed_over,
@@ -177,10 +177,11 @@ fn main() -> ExitCode {
         requests.learned,
         requests.other,
         requests.accepts,
-        requests.markers
+        requests.markers,
+        requests.preemptions
     );
     println!(
-        "priority seeds:       {priority_runs} (bare elections, priorities 0..=2, flappers): {} preemptions, {} steady stands held to the liveness bound",
+        "priority seeds:       {priority_runs} (priorities 0..=2; bare elections with flappers: {} preemptions, {} steady stands held to the liveness bound; VVMs: see the markers by preemption)",
         preemption.preemptions, preemption.liveness_checked
     );
     println!(

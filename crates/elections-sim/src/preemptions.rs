@@ -98,6 +98,15 @@ impl PrioritySpec {
         }
     }
 
+    /// What the request checker holds VVM preemption markers to.
+    pub(crate) fn marker_rules(&self) -> crate::markers::MarkerRules {
+        crate::markers::MarkerRules {
+            priorities: self.priorities.clone(),
+            hold_down: self.hold_down,
+            min_tenure: self.min_tenure,
+        }
+    }
+
     /// How long one stand lasts unless it takes the key: a flapper's is
     /// shorter than a third of a lease, so its record (lingering half a
     /// lease, or reappearing by a write applied up to a lease late) is never

@@ -106,7 +106,9 @@ pub struct RunReport {
     pub ops: OpCounts,
     /// The checker's verdict.
     pub verdict: Verdict,
-    /// Bare-elections seeds with priorities, flappers and preemption.
+    /// Seeds with priorities: bare elections (stands, flappers, the
+    /// preemption checks) or VVMs (their monitors preempt; the request
+    /// checker holds the markers to the rules).
     pub priorities: bool,
     /// The preemption checks' verdict (empty unless `priorities`).
     pub preemption: PreemptionVerdict,
@@ -183,6 +185,10 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     }
     // VVM seeds: one or two locks sharing a prefix, mixed cluster sizes.
     let plan = (kind == ContenderKind::Vvm).then(|| Arc::new(Plan::draw(&mut rng, contenders)));
+    // Half the VVM seeds: priorities; their monitors preempt (the request
+    // checker holds the markers nobody asked for to the rules).
+    let vvm_priority = (kind == ContenderKind::Vvm && rng.chance(0.5))
+        .then(|| Arc::new(PrioritySpec::draw(&mut rng, contenders, d)));
     let keys: Vec<String> = match &plan {
         Some(plan) => plan.keys(),
         None => (1..=key_count)
@@ -215,7 +221,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
             broken_insert: config.broken_store,
             ops: OpCounts::default(),
             observed: std::collections::BTreeMap::new(),
-            requests: requests::Ledger::default(),
+            requests: requests::Ledger::new(vvm_priority.as_ref().map(|s| s.marker_rules())),
             requests_busy: 0,
             priorities: preemptions::PriorityLog::default(),
         },
@@ -226,7 +232,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     let cast = Cast {
         keys: Arc::new(keys),
         plan: plan.clone(),
-        priority: priority.clone(),
+        priority: priority.clone().or_else(|| vvm_priority.clone()),
         bug: config.preemption_bug,
     };
     let keys = cast.keys.clone();
@@ -384,7 +390,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
         faults,
         ops,
         verdict,
-        priorities: priority.is_some(),
+        priorities: priority.is_some() || vvm_priority.is_some(),
         preemption,
         recovery_bound: d + d / 20,
         log_hash: hasher.finish(),
@@ -490,10 +496,18 @@ fn start_contender(world: &Arc<World>, cast: &Cast, c: usize, incarnations: &mut
             cast.bug,
         )),
         (None, None) => tokio::spawn(contender(world.clone(), cast.keys.clone(), who)),
-        (Some(plan), _) => {
+        (Some(plan), spec) => {
             let group = plan.groups[c];
             let prefix = plan.locks[group.lock].prefix.clone();
-            tokio::spawn(vvm_host(world.clone(), prefix, group, who))
+            let priority = spec.as_ref().map(|s| (s.priorities[c], s.min_tenure));
+            tokio::spawn(vvm_host(
+                world.clone(),
+                prefix,
+                group,
+                who,
+                priority,
+                cast.bug,
+            ))
         }
     };
     let mut s = world.lock();

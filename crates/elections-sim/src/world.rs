@@ -349,15 +349,23 @@ impl TtlStorage for SimStorage {
     async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
         let (store, key, value) = (self.world.store.clone(), key.clone(), value.to_vec());
         let broken = self.world.lock().broken_insert;
+        let world = self.world.clone();
         self.run(true, move || {
             // Sent now (a late write's future is made when it is sent).
             let sent = Instant::now();
             let (store, key, value) = (store.clone(), key.clone(), value.clone());
+            let world = world.clone();
             async move {
                 if broken && let Some(current) = store.map.get(&key).await? {
                     store.delete(&key, &current).await?;
                 }
-                store.insert(&key, &value, ttl, sent).await
+                let inserted = store.insert(&key, &value, ttl, sent).await;
+                if let Ok(true) = inserted {
+                    let mut s = world.lock();
+                    let at = s.history.offset(Instant::now());
+                    s.requests.applied_insert(&key, &value, at);
+                }
+                inserted
             }
         })
         .await
@@ -379,7 +387,9 @@ impl TtlStorage for SimStorage {
                 let swapped = store.swap(&key, &old, &new, ttl, sent).await;
                 // The ground truth of hand-over requests, as applied.
                 if let Ok(true) = swapped {
-                    world.lock().requests.applied_swap(&key, &old, &new);
+                    let mut s = world.lock();
+                    let at = s.history.offset(Instant::now());
+                    s.requests.applied_swap(&key, &old, &new, at);
                 }
                 swapped
             }

@@ -4,7 +4,7 @@
 //! fails pass without the bug.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use elections_sim::{PreemptionBug, PreemptionVerdict, SimConfig, run_seed};
+use elections_sim::{ContenderKind, PreemptionBug, PreemptionVerdict, SimConfig, run_seed};
 
 const SEEDS: std::ops::Range<u64> = 0..60;
 
@@ -12,19 +12,20 @@ const SEEDS: std::ops::Range<u64> = 0..60;
 fn priority_seeds_preempt_and_pass() {
     let config = SimConfig::default();
     let (mut seeds, mut total) = (0, PreemptionVerdict::default());
+    let mut vvm_preemptions = 0;
     for seed in SEEDS {
         let report = run_seed(seed, &config, false).unwrap();
-        assert!(
-            report.passed(),
-            "seed {seed} failed: {:#?}",
-            report.preemption
-        );
+        assert!(report.passed(), "seed {seed} failed: {report:#?}");
         seeds += usize::from(report.priorities);
         total.add(&report.preemption);
+        vvm_preemptions += report.requests.preemptions;
     }
-    assert!((5..=30).contains(&seeds), "{seeds} priority seeds of 60");
+    assert!((10..=45).contains(&seeds), "{seeds} priority seeds of 60");
     assert!(total.preemptions > 5, "{total:?}");
     assert!(total.liveness_checked > 20, "{total:?}");
+    // VVMs' monitors preempted too; their markers, asked for by nobody,
+    // kept the rules.
+    assert!(vvm_preemptions >= 3, "{vvm_preemptions} VVM preemptions");
 }
 
 /// Runs `SEEDS` with `bug` until `finding` picks something from a
@@ -88,4 +89,38 @@ fn checker_catches_equal_priorities_preempting() {
         v.not_higher.first().cloned()
     });
     assert!(found.contains("is not above"), "{found}");
+}
+
+/// VVM seeds: a VVM that preempts before the hold-down, or within its
+/// minimum tenure, writes a marker nobody asked for that breaks the rules;
+/// the request checker reports it.
+#[test]
+fn request_checker_catches_vvm_preemptions_that_break_the_rules() {
+    for (bug, says) in [
+        (PreemptionBug::NoHoldDown, "within the hold-down"),
+        (PreemptionBug::NoMinTenure, "within the minimum tenure"),
+    ] {
+        let buggy = SimConfig {
+            preemption_bug: Some(bug),
+            ..SimConfig::default()
+        };
+        let caught = SEEDS.into_iter().find_map(|seed| {
+            let report = run_seed(seed, &buggy, false).unwrap();
+            (report.kind == ContenderKind::Vvm)
+                .then(|| {
+                    report
+                        .request_violations
+                        .into_iter()
+                        .find(|v| v.contains(says))
+                })
+                .flatten()
+                .map(|v| (seed, v))
+        });
+        let (seed, violation) = caught.unwrap_or_else(|| panic!("{bug:?} went unnoticed"));
+        let fixed = run_seed(seed, &SimConfig::default(), false).unwrap();
+        assert!(
+            fixed.passed(),
+            "{bug:?}: seed {seed} fails without the bug: {violation}"
+        );
+    }
 }
