@@ -98,6 +98,23 @@ impl PrioritySpec {
         }
     }
 
+    /// The plan of a VVM seed: as [`draw`](Self::draw), but every VVM's
+    /// priority distinct (a shuffle of `0..contenders`). The VVMs' monitor
+    /// takes the first candidate due in the library's order, which breaks
+    /// ties of priority by the wall-clock `since` of the records: with
+    /// equal priorities due at once, the successor would depend on the
+    /// machine and the run would not replay. (Equal priorities are covered
+    /// by the bare-elections seeds, whose contenders order by id.)
+    pub(crate) fn draw_distinct(rng: &mut SimRng, contenders: usize, d: Duration) -> Self {
+        let mut spec = Self::draw(rng, contenders, d);
+        let mut order: Vec<i32> = (0..contenders as i32).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        spec.priorities = order;
+        spec
+    }
+
     /// What the request checker holds VVM preemption markers to.
     pub(crate) fn marker_rules(&self) -> crate::markers::MarkerRules {
         crate::markers::MarkerRules {
@@ -296,11 +313,15 @@ pub(crate) fn check(
     for s in &log.stands {
         // Due once it has stood for the hold-down and the lower leader of
         // that moment has led for its minimum tenure; a lower leader that
-        // took over while it stood sees it (and counts its hold-down) only
-        // from then. Then a lease. (Intervals are in order of start.)
+        // took over while it stood (named by a hand-over by choice, before
+        // it was due or before it took the key) sees it, and counts its
+        // hold-down, only from then. Then a lease. (Intervals are in order
+        // of start.)
         let mut due = s.start + spec.hold_down;
         for iv in intervals {
-            if priority_of(iv) < s.priority && iv.start <= due && iv.end.is_none_or(|e| e > s.start)
+            if priority_of(iv) < s.priority
+                && iv.start < due + d
+                && iv.end.is_none_or(|e| e > s.start)
             {
                 let counts_from_then = if iv.start > s.start {
                     spec.hold_down.max(spec.min_tenure)

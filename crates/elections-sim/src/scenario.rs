@@ -188,7 +188,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     // Half the VVM seeds: priorities; their monitors preempt (the request
     // checker holds the markers nobody asked for to the rules).
     let vvm_priority = (kind == ContenderKind::Vvm && rng.chance(0.5))
-        .then(|| Arc::new(PrioritySpec::draw(&mut rng, contenders, d)));
+        .then(|| Arc::new(PrioritySpec::draw_distinct(&mut rng, contenders, d)));
     let keys: Vec<String> = match &plan {
         Some(plan) => plan.keys(),
         None => (1..=key_count)
