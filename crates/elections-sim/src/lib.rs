@@ -27,6 +27,18 @@
 //! - crashes (the process ends without releasing; it restarts later as a
 //!   new incarnation).
 //!
+//! Half the seeds of each kind have **priorities** (issue 38; see
+//! `preemptions.rs`): bare contenders of priority 0..=2 that stand, vanish
+//! and come back (some flap far faster than the hold-down) and preempt
+//! through [`elections::Preemption`]; VVMs of distinct priorities whose
+//! monitors preempt. Each preemption must come after the leader's minimum
+//! tenure, name a strictly higher candidacy that stood for the hold-down
+//! (never a flapper's), and after the faults stop a standing candidacy
+//! must see its priority or higher lead within the hold-down (or a lower
+//! leader's remaining tenure) and a lease; a VVM's preemption marker,
+//! asked for by no request, is held to the same rules from the store's
+//! ground truth.
+//!
 //! The **history** records each leadership as the contender lived it: from
 //! the moment `acquire_leadership` returned to the moment its work stopped
 //! (after its handle fired, plus the time stopping takes), or its killer
@@ -51,6 +63,9 @@ mod anchor;
 mod contender;
 mod groups;
 mod history;
+mod markers;
+mod preemptions;
+mod priority;
 mod requests;
 mod rng;
 mod scenario;
@@ -60,6 +75,7 @@ mod world;
 pub use anchor::{Anchor, LateWrites};
 pub use groups::{Group, size_overlaps};
 pub use history::{EndCause, Interval, Verdict, Who, check};
+pub use preemptions::{Preempted, PreemptionBug, PreemptionVerdict, Stand};
 pub use requests::RequestCounts;
 pub use rng::SimRng;
 pub use scenario::{ContenderKind, RunReport, SimConfig, run_seed};

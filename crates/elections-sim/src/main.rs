@@ -4,12 +4,15 @@
 //! cargo run --release -p elections-sim -- --seeds 10000
 //! cargo run -p elections-sim -- --seed 1234 --log     # replay one seed, print its history
 //! cargo run --release -p elections-sim -- --anchor etcd --unguarded-late-writes  # must fail
+//! cargo run --release -p elections-sim -- --seeds 200 --preemption-bug no-min-tenure  # must fail
 //! ```
 
 use std::{process::ExitCode, time::Duration};
 
 use clap::Parser;
-use elections_sim::{Anchor, FaultCounts, LateWrites, RunReport, SimConfig, run_seed};
+use elections_sim::{
+    Anchor, FaultCounts, LateWrites, PreemptionBug, RunReport, SimConfig, run_seed,
+};
 
 #[derive(Parser)]
 #[command(about = "Deterministic simulation of elections under faults")]
@@ -34,6 +37,20 @@ struct Args {
     /// unguarded, as before issue 34's fix (afc8b88). Runs must fail.
     #[arg(long)]
     unguarded_late_writes: bool,
+    /// Negative control: a deliberate bug in the priority seeds'
+    /// preemption (`no-hold-down`, `no-min-tenure`, `equals-preempt`,
+    /// `never-preempt`). Runs must fail.
+    #[arg(long, value_parser = parse_bug)]
+    preemption_bug: Option<PreemptionBug>,
+}
+
+fn parse_bug(name: &str) -> Result<PreemptionBug, String> {
+    PreemptionBug::ALL
+        .into_iter()
+        .find(|b| b.name() == name)
+        .ok_or_else(|| {
+            format!("unknown preemption bug {name:?}: no-hold-down, no-min-tenure, equals-preempt or never-preempt")
+        })
 }
 
 fn parse_anchor(name: &str) -> Result<Anchor, String> {
@@ -48,6 +65,7 @@ fn main() -> ExitCode {
     let config = SimConfig {
         anchor: args.anchor,
         unguarded_late_writes: args.unguarded_late_writes,
+        preemption_bug: args.preemption_bug,
         ..SimConfig::default()
     };
     let seeds = match args.seed {
@@ -64,6 +82,8 @@ fn main() -> ExitCode {
     };
     let (mut runs, mut intervals, mut failed) = (0u64, 0u64, Vec::new());
     let mut vvm_runs = 0u64;
+    let mut priority_runs = 0u64;
+    let mut preemption = elections_sim::PreemptionVerdict::default();
     let mut by_anchor = [0u64; 3];
     let mut late = LateWrites::default();
     let (mut two_locks, mut mixed) = (0u64, 0u64);
@@ -81,6 +101,8 @@ fn main() -> ExitCode {
         runs += 1;
         vvm_runs += u64::from(report.kind == elections_sim::ContenderKind::Vvm);
         late.add(&report.late);
+        priority_runs += u64::from(report.priorities);
+        preemption.add(&report.preemption);
         if let Some(i) = Anchor::ALL.iter().position(|a| *a == report.anchor) {
             by_anchor[i] += 1;
         }
@@ -145,7 +167,7 @@ fn main() -> ExitCode {
         ops.observe_stale, ops.observer_writes, ops.observe_duplicates
     );
     println!(
-        "hand-over requests:   {} posted ({} busy): {} handed over, {} no candidate, {} released or failed, {} withdrawn, {} accepted then read from the lease, {} other; {} accepts and {} markers applied",
+        "hand-over requests:   {} posted ({} busy): {} handed over, {} no candidate, {} released or failed, {} withdrawn, {} accepted then read from the lease, {} other; {} accepts and {} markers applied ({} by preemption, nobody asked)",
         requests.posted,
         requests.busy,
         requests.handed_over,
@@ -155,7 +177,19 @@ fn main() -> ExitCode {
         requests.learned,
         requests.other,
         requests.accepts,
-        requests.markers
+        requests.markers,
+        requests.preemptions
+    );
+    println!(
+        "priority seeds:       {priority_runs} (priorities 0..=2; bare elections with flappers: {} preemptions, {} steady stands held to the liveness bound; VVMs: see the markers by preemption)",
+        preemption.preemptions, preemption.liveness_checked
+    );
+    println!(
+        "preemption checks:    {} within a minimum tenure, {} without the hold-down (or to a flapper), {} to a priority not above the leader's, {} slower than the hold-down (or the lower leader's tenure) + a lease",
+        preemption.within_tenure.len(),
+        preemption.without_hold_down.len(),
+        preemption.not_higher.len(),
+        preemption.too_slow.len()
     );
     println!("overlaps found:       {overlaps}");
     println!("cluster-size overlaps: {size_overlaps}");
@@ -239,6 +273,19 @@ fn print_failure(report: &RunReport) {
     }
     for (a, b) in report.size_overlaps.iter().take(3) {
         println!("  two cluster sizes at once:\n    {a}\n    {b}");
+    }
+    let p = &report.preemption;
+    for finding in [
+        &p.within_tenure,
+        &p.without_hold_down,
+        &p.not_higher,
+        &p.too_slow,
+    ]
+    .into_iter()
+    .flatten()
+    .take(3)
+    {
+        println!("  preemption: {finding}");
     }
     for violation in report.request_violations.iter().take(3) {
         println!("  request: {violation}");

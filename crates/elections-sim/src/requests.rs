@@ -19,7 +19,9 @@
 //! - "handed over to X": the request was accepted once, the addressed
 //!   leadership wrote a marker, and X is the node asked for, if one was;
 //! - every marker was written by a leadership that had accepted a request
-//!   addressed to it (VVMs hand over on requests only).
+//!   addressed to it, or, in seeds with priorities, is a preemption that
+//!   keeps the rules in `markers.rs` (strictly higher, after the leader's
+//!   minimum tenure and the candidacy's hold-down).
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -33,6 +35,7 @@ use vvm_orch::{
 use crate::{
     groups::Plan,
     history::Who,
+    markers::{self, Births, MarkerRules, Unasked},
     world::{SimStorage, World},
 };
 
@@ -94,6 +97,12 @@ pub(crate) struct Ledger {
     /// Markers applied: (lease key, nonce of the record they replaced,
     /// the request its leadership had accepted last, if any).
     markers: Vec<(String, String, Option<String>)>,
+    /// Markers no request asked for (preemptions, in seeds with priorities).
+    unasked: Vec<Unasked>,
+    /// When each leadership record and candidacy first appeared.
+    births: Births,
+    /// Seeds with priorities: what preemption markers must keep.
+    rules: Option<MarkerRules>,
 }
 
 /// Counts of a run's (or all runs') requests.
@@ -120,6 +129,8 @@ pub struct RequestCounts {
     pub accepts: u64,
     /// Markers applied.
     pub markers: u64,
+    /// Markers no request asked for: preemptions (seeds with priorities).
+    pub preemptions: u64,
 }
 
 impl RequestCounts {
@@ -135,13 +146,28 @@ impl RequestCounts {
         self.other += other.other;
         self.accepts += other.accepts;
         self.markers += other.markers;
+        self.preemptions += other.preemptions;
     }
 }
 
 impl Ledger {
-    /// A compare-and-swap of `key` from `old` to `new` was applied: notes
-    /// accepts and markers.
-    pub(crate) fn applied_swap(&mut self, key: &Key, old: &[u8], new: &[u8]) {
+    /// An empty ledger; `rules`: seeds with priorities.
+    pub(crate) fn new(rules: Option<MarkerRules>) -> Self {
+        Ledger {
+            rules,
+            ..Ledger::default()
+        }
+    }
+
+    /// An insert of `value` at `key` was applied at `at`.
+    pub(crate) fn applied_insert(&mut self, key: &Key, value: &[u8], at: Duration) {
+        self.births.applied(key, value, at);
+    }
+
+    /// A compare-and-swap of `key` from `old` to `new` was applied at
+    /// `at`: notes accepts, markers and births.
+    pub(crate) fn applied_swap(&mut self, key: &Key, old: &[u8], new: &[u8], at: Duration) {
+        self.births.applied(key, new, at);
         if key.as_str().starts_with(REQUESTS)
             && let Some(rest) = new.strip_prefix(b"hacc2 ")
             && let Ok(text) = std::str::from_utf8(rest)
@@ -152,11 +178,20 @@ impl Ledger {
                 self.last_accept.insert(nonce.to_owned(), id.to_owned());
             }
         }
-        if new.starts_with(MARKER) {
+        if let Some(target) = new.strip_prefix(MARKER) {
             let nonce = elections::record::nonce(old)
                 .map(|n| String::from_utf8_lossy(n).into_owned())
                 .unwrap_or_default();
             let request = self.last_accept.get(&nonce).cloned();
+            if request.is_none() {
+                self.unasked.push(Unasked {
+                    key: key.as_str().to_owned(),
+                    nonce: nonce.clone(),
+                    leader: markers::contender_of(old),
+                    target: String::from_utf8_lossy(target).into_owned(),
+                    at,
+                });
+            }
             self.markers.push((key.as_str().to_owned(), nonce, request));
         }
     }
@@ -168,6 +203,13 @@ impl Ledger {
             busy,
             accepts: self.accepts.values().map(|n| u64::from(*n)).sum(),
             markers: self.markers.len() as u64,
+            // Only VVM seeds with priorities (bare contenders hand over
+            // without requests).
+            preemptions: if self.rules.is_some() {
+                self.unasked.len() as u64
+            } else {
+                0
+            },
             ..RequestCounts::default()
         };
         for asked in &self.asked {
@@ -227,12 +269,8 @@ impl Ledger {
                 ));
             }
         }
-        for (key, _, request) in &self.markers {
-            if request.is_none() {
-                found.push(format!(
-                    "a marker on {key} by a leadership that accepted no request"
-                ));
-            }
+        for unasked in &self.unasked {
+            found.extend(markers::judge(self.rules.as_ref(), &self.births, unasked));
         }
         found
     }
@@ -389,12 +427,22 @@ mod tests {
 
     fn accept(ledger: &mut Ledger, id: &str) {
         let key = Key::new("__vvm__/handover/a/1").unwrap();
-        ledger.applied_swap(&key, b"hreq2", format!("hacc2 {id} {NONCE} b#1").as_bytes());
+        ledger.applied_swap(
+            &key,
+            b"hreq2",
+            format!("hacc2 {id} {NONCE} b#1").as_bytes(),
+            Duration::ZERO,
+        );
     }
 
     fn marker(ledger: &mut Ledger) {
         let key = Key::new("a/1").unwrap();
-        ledger.applied_swap(&key, format!("a#{NONCE}").as_bytes(), MARKER);
+        ledger.applied_swap(
+            &key,
+            format!("a#{NONCE}").as_bytes(),
+            MARKER,
+            Duration::ZERO,
+        );
     }
 
     #[test]

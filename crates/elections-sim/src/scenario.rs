@@ -13,6 +13,8 @@ use crate::{
     contender::{self, contender, observer},
     groups::{self, Plan},
     history::{self, EndCause, History, Interval, Verdict, Who},
+    preemptions::{self, PreemptionBug, PreemptionVerdict, PrioritySpec},
+    priority::priority_contender,
     requests::{self, RequestCounts},
     rng::SimRng,
     vvm::vvm_host,
@@ -40,6 +42,9 @@ pub struct SimConfig {
     /// Drop the send-anchored drivers' late-write guards (their behaviour on
     /// afc8b88, before issue 34's fix), to show the checker catches it.
     pub unguarded_late_writes: bool,
+    /// A deliberate bug in the priority seeds' preemption, to show the
+    /// checks catch it. Never set outside those tests.
+    pub preemption_bug: Option<PreemptionBug>,
 }
 
 impl Default for SimConfig {
@@ -51,6 +56,7 @@ impl Default for SimConfig {
             broken_store: false,
             anchor: None,
             unguarded_late_writes: false,
+            preemption_bug: None,
         }
     }
 }
@@ -100,6 +106,12 @@ pub struct RunReport {
     pub ops: OpCounts,
     /// The checker's verdict.
     pub verdict: Verdict,
+    /// Seeds with priorities: bare elections (stands, flappers, the
+    /// preemption checks) or VVMs (their monitors preempt; the request
+    /// checker holds the markers to the rules).
+    pub priorities: bool,
+    /// The preemption checks' verdict (empty unless `priorities`).
+    pub preemption: PreemptionVerdict,
     /// Recovery bound the run was held to: `d + d/20` (TTL plus one retry interval).
     pub recovery_bound: Duration,
     /// Hash of the event log: equal hashes mean an exact replay.
@@ -121,6 +133,7 @@ impl RunReport {
             && self.liveness_failures().is_empty()
             && self.ops.observe_stale == 0
             && self.ops.observer_writes == 0
+            && self.preemption.passed()
     }
 
     /// Keys that had no leader within the recovery bound after the faults stopped.
@@ -163,9 +176,19 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     } else {
         ContenderKind::Elections
     };
-    let key_count = 1 + rng.below(contenders as u64 - 1).min(1) as u32;
+    let mut key_count = 1 + rng.below(contenders as u64 - 1).min(1) as u32;
+    // Half the bare-elections seeds: priorities, flappers, preemption, on one key.
+    let priority = (kind == ContenderKind::Elections && rng.chance(0.5))
+        .then(|| Arc::new(PrioritySpec::draw(&mut rng, contenders, d)));
+    if priority.is_some() {
+        key_count = 1;
+    }
     // VVM seeds: one or two locks sharing a prefix, mixed cluster sizes.
     let plan = (kind == ContenderKind::Vvm).then(|| Arc::new(Plan::draw(&mut rng, contenders)));
+    // Half the VVM seeds: priorities; their monitors preempt (the request
+    // checker holds the markers nobody asked for to the rules).
+    let vvm_priority = (kind == ContenderKind::Vvm && rng.chance(0.5))
+        .then(|| Arc::new(PrioritySpec::draw_distinct(&mut rng, contenders, d)));
     let keys: Vec<String> = match &plan {
         Some(plan) => plan.keys(),
         None => (1..=key_count)
@@ -198,17 +221,24 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
             broken_insert: config.broken_store,
             ops: OpCounts::default(),
             observed: std::collections::BTreeMap::new(),
-            requests: requests::Ledger::default(),
+            requests: requests::Ledger::new(vvm_priority.as_ref().map(|s| s.marker_rules())),
             requests_busy: 0,
+            priorities: preemptions::PriorityLog::default(),
         },
         d,
         anchor,
         !config.unguarded_late_writes,
     );
-    let keys = Arc::new(keys);
+    let cast = Cast {
+        keys: Arc::new(keys),
+        plan: plan.clone(),
+        priority: priority.clone().or_else(|| vvm_priority.clone()),
+        bug: config.preemption_bug,
+    };
+    let keys = cast.keys.clone();
     let mut incarnations = vec![0u32; contenders];
     for c in 0..contenders {
-        start_contender(&world, &keys, plan.as_ref(), c, &mut incarnations);
+        start_contender(&world, &cast, c, &mut incarnations);
     }
     let requester = plan.clone().map(|plan| {
         let who = Who {
@@ -240,7 +270,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
                     }
                     (true, Some(at)) if Instant::now() >= at => {
                         *restart = None;
-                        start_contender(&world, &keys, plan.as_ref(), c, &mut incarnations);
+                        start_contender(&world, &cast, c, &mut incarnations);
                     }
                     _ => {}
                 }
@@ -262,17 +292,20 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     });
     for c in 0..contenders {
         if world.lock().alive[c].is_none() {
-            start_contender(&world, &keys, plan.as_ref(), c, &mut incarnations);
+            start_contender(&world, &cast, c, &mut incarnations);
         }
     }
     // A contender whose killer fires in the calm phase (its lease lapsed
     // during the last fault) is restarted as a supervisor would.
-    let calm_end = Instant::now() + d * config.calm_leases;
+    // Priority seeds: four leases more, so steady stands are held to the
+    // liveness bound (hold-down + a lease, or a lower leader's tenure).
+    let calm_leases = config.calm_leases + if priority.is_some() { 4 } else { 0 };
+    let calm_end = Instant::now() + d * calm_leases;
     while Instant::now() < calm_end {
         sleep(d / 20).await;
         for c in 0..contenders {
             if world.lock().alive[c].is_none() {
-                start_contender(&world, &keys, plan.as_ref(), c, &mut incarnations);
+                start_contender(&world, &cast, c, &mut incarnations);
             }
         }
     }
@@ -316,6 +349,18 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
         }
     }
     let mut verdict = history::check(&intervals, &keys, heal_at - origin);
+    let preemption = priority
+        .as_ref()
+        .map_or_else(PreemptionVerdict::default, |spec| {
+            preemptions::check(
+                &world.lock().priorities,
+                spec,
+                &intervals,
+                heal_at - origin,
+                Instant::now() - origin,
+                d,
+            )
+        });
     // Recovery per set of keys one of which must have a leader again.
     verdict.recovery = liveness
         .iter()
@@ -345,6 +390,8 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
         faults,
         ops,
         verdict,
+        priorities: priority.is_some() || vvm_priority.is_some(),
+        preemption,
         recovery_bound: d + d / 20,
         log_hash: hasher.finish(),
         log: if keep_log { log } else { Vec::new() },
@@ -422,13 +469,17 @@ async fn chaos_action(world: &Arc<World>, contenders: usize, heal_at: Instant) {
     }
 }
 
-fn start_contender(
-    world: &Arc<World>,
-    keys: &Arc<Vec<String>>,
-    plan: Option<&Arc<Plan>>,
-    c: usize,
-    incarnations: &mut [u32],
-) {
+/// What the contenders of a run are given.
+struct Cast {
+    keys: Arc<Vec<String>>,
+    /// VVM seeds: the locks and groups.
+    plan: Option<Arc<Plan>>,
+    /// Priority seeds: the priorities and flappers.
+    priority: Option<Arc<PrioritySpec>>,
+    bug: Option<PreemptionBug>,
+}
+
+fn start_contender(world: &Arc<World>, cast: &Cast, c: usize, incarnations: &mut [u32]) {
     let who = Who {
         contender: c,
         incarnation: incarnations[c],
@@ -436,12 +487,27 @@ fn start_contender(
     incarnations[c] += 1;
     // Mark it alive first: its storage view refuses calls of dead incarnations.
     world.lock().alive[c] = Some(who.incarnation);
-    let task = match plan {
-        None => tokio::spawn(contender(world.clone(), keys.clone(), who)),
-        Some(plan) => {
+    let task = match (&cast.plan, &cast.priority) {
+        (None, Some(spec)) => tokio::spawn(priority_contender(
+            world.clone(),
+            cast.keys[0].clone(),
+            who,
+            spec.clone(),
+            cast.bug,
+        )),
+        (None, None) => tokio::spawn(contender(world.clone(), cast.keys.clone(), who)),
+        (Some(plan), spec) => {
             let group = plan.groups[c];
             let prefix = plan.locks[group.lock].prefix.clone();
-            tokio::spawn(vvm_host(world.clone(), prefix, group, who))
+            let priority = spec.as_ref().map(|s| (s.priorities[c], s.min_tenure));
+            tokio::spawn(vvm_host(
+                world.clone(),
+                prefix,
+                group,
+                who,
+                priority,
+                cast.bug,
+            ))
         }
     };
     let mut s = world.lock();

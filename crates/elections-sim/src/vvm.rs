@@ -11,6 +11,7 @@ use vvm_orch::{ServiceContext, ServicePipeline, Vvm, VvmConfig};
 use crate::{
     groups::Group,
     history::{EndCause, Who},
+    preemptions::PreemptionBug,
     world::{SimKiller, SimStorage, World},
 };
 
@@ -49,7 +50,18 @@ impl ServicePipeline for SimPipeline {
 /// The host process of one incarnation: launch, wait for a problem (or a
 /// planned restart), shut down, launch again. Its lock's keys are
 /// `prefix1..`, its cluster size `group.size`.
-pub(crate) async fn vvm_host(world: Arc<World>, prefix: String, group: Group, who: Who) {
+///
+/// With `priority` (seeds with priorities): its priority and minimum
+/// tenure; the hold-down is the default (two leases). `bug`: a negative
+/// control (its VVM preempts before the hold-down or within its tenure).
+pub(crate) async fn vvm_host(
+    world: Arc<World>,
+    prefix: String,
+    group: Group,
+    who: Who,
+    priority: Option<(i32, Duration)>,
+    bug: Option<PreemptionBug>,
+) {
     let d = world.lease;
     loop {
         world.wait_runnable(who.contender, false).await;
@@ -59,6 +71,16 @@ pub(crate) async fn vvm_host(world: Arc<World>, prefix: String, group: Group, wh
         config.leadership_duration = d;
         config.acquisition_duration = d * 100;
         config.acquisition_retry_pause = d / 20;
+        if let Some((priority, min_tenure)) = priority {
+            config.priority = priority;
+            config.min_tenure = Some(min_tenure);
+            // Negative controls: what the request checker must catch.
+            match bug {
+                Some(PreemptionBug::NoHoldDown) => config.preempt_after = Some(d / 20),
+                Some(PreemptionBug::NoMinTenure) => config.min_tenure = Some(Duration::ZERO),
+                _ => {}
+            }
+        }
         let storage = SimStorage {
             world: world.clone(),
             who,

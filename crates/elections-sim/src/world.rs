@@ -143,6 +143,18 @@ pub(crate) struct State {
     pub(crate) requests: crate::requests::Ledger,
     /// Requests not posted (another pending).
     pub(crate) requests_busy: u64,
+    /// Priority seeds: the stands and preemptions ([`crate::preemptions`]).
+    pub(crate) priorities: crate::preemptions::PriorityLog,
+}
+
+impl State {
+    /// When the open leadership interval of `who` began, if it leads.
+    pub(crate) fn tenure_start(&self, who: Who) -> Option<Duration> {
+        let (incarnation, idx) = self.open.get(who.contender).copied().flatten()?;
+        (incarnation == who.incarnation)
+            .then(|| self.history.intervals().get(idx).map(|iv| iv.start))
+            .flatten()
+    }
 }
 
 /// The world of one run.
@@ -226,6 +238,8 @@ impl World {
             state.history.end(idx, Instant::now(), cause);
         }
         state.alive[who.contender] = None;
+        let at = state.history.offset(Instant::now());
+        state.priorities.end(who.contender, at, false);
         if let Some(task) = state.tasks[who.contender].take() {
             task.abort();
         }
@@ -335,15 +349,23 @@ impl TtlStorage for SimStorage {
     async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
         let (store, key, value) = (self.world.store.clone(), key.clone(), value.to_vec());
         let broken = self.world.lock().broken_insert;
+        let world = self.world.clone();
         self.run(true, move || {
             // Sent now (a late write's future is made when it is sent).
             let sent = Instant::now();
             let (store, key, value) = (store.clone(), key.clone(), value.clone());
+            let world = world.clone();
             async move {
                 if broken && let Some(current) = store.map.get(&key).await? {
                     store.delete(&key, &current).await?;
                 }
-                store.insert(&key, &value, ttl, sent).await
+                let inserted = store.insert(&key, &value, ttl, sent).await;
+                if let Ok(true) = inserted {
+                    let mut s = world.lock();
+                    let at = s.history.offset(Instant::now());
+                    s.requests.applied_insert(&key, &value, at);
+                }
+                inserted
             }
         })
         .await
@@ -365,7 +387,9 @@ impl TtlStorage for SimStorage {
                 let swapped = store.swap(&key, &old, &new, ttl, sent).await;
                 // The ground truth of hand-over requests, as applied.
                 if let Ok(true) = swapped {
-                    world.lock().requests.applied_swap(&key, &old, &new);
+                    let mut s = world.lock();
+                    let at = s.history.offset(Instant::now());
+                    s.requests.applied_swap(&key, &old, &new, at);
                 }
                 swapped
             }

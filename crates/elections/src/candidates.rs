@@ -187,6 +187,8 @@ pub(crate) struct Candidacy {
     pub(crate) priority: i32,
     value: Vec<u8>,
     record: Vec<u8>,
+    /// The `since` the record carries.
+    since: SystemTime,
     slot: Option<(usize, Key)>,
     ttl: Ttl,
     refreshed: Option<tokio::time::Instant>,
@@ -198,12 +200,14 @@ pub(crate) struct Candidacy {
 impl Candidacy {
     pub(crate) fn new(instance: u64, counter: u32, value: &[u8], d: Duration) -> Self {
         let id = CandidateId(format!("{instance:016x}{counter:08x}"));
-        let record = encode(&id, SystemTime::now(), 0, value);
+        let since = SystemTime::now();
+        let record = encode(&id, since, 0, value);
         Candidacy {
             id,
             priority: 0,
             value: value.to_vec(),
             record,
+            since,
             slot: None,
             ttl: ttl(d),
             refreshed: None,
@@ -219,9 +223,16 @@ impl Candidacy {
 
     /// A fresh record (`since` now): a candidacy with a priority whose
     /// record vanished announces itself anew, so a leader's hold-down
-    /// ([`crate::Preemption`]) restarts even if it missed the gap.
+    /// ([`crate::Preemption`]) restarts even if it missed the gap. The new
+    /// `since` is at least a millisecond after the old one, so the bytes
+    /// always change (a re-announcement within the same millisecond of the
+    /// wall clock, or after the clock stepped back, would otherwise look
+    /// unchanged; the deterministic simulation, whose wall clock runs on
+    /// its own, would not replay).
     fn restamp(&mut self) {
-        self.record = encode(&self.id, SystemTime::now(), self.priority, &self.value);
+        let next = self.since + Duration::from_millis(1);
+        self.since = SystemTime::now().max(next);
+        self.record = encode(&self.id, self.since, self.priority, &self.value);
     }
 
     /// The slot key held, if any (to watch it: a hand-over to this
@@ -403,5 +414,20 @@ mod tests {
         }
         assert!(decode(0, b"cand2 5 0123 7").is_none(), "no value field");
         assert!(decode(0, b"cand2 5").is_none());
+    }
+
+    #[test]
+    fn a_restamp_always_changes_the_record() {
+        let mut c = Candidacy::new(1, 2, b"v", Duration::from_secs(20));
+        c.set_priority(3);
+        let mut seen = std::collections::HashSet::new();
+        // Far faster than the wall clock's milliseconds.
+        for _ in 0..100 {
+            assert!(
+                seen.insert(c.record.clone()),
+                "a re-announcement kept its bytes"
+            );
+            c.restamp();
+        }
     }
 }
