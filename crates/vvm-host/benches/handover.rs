@@ -14,6 +14,10 @@
 //! "leadership handed over"), and the CLI's own start-up (`vvm-host
 //! handover` of a name nobody leads: start, open the store, one read).
 //!
+//! `HANDOVER_BENCH_CONTAINMENT=MODE` runs the nodes with `--containment
+//! MODE` (the default is `auto`), `HANDOVER_BENCH_VERBOSE=1` prints every
+//! round.
+//!
 //! Engines: a shared redb file always; Valkey, PostgreSQL and etcd when
 //! `VALKEY_URL`, `POSTGRES_URL` and `ETCD_URL` are set (as `cargo xtask
 //! test-drivers --engine …` sets them) and the binary was built with their
@@ -81,6 +85,11 @@ fn node(url: &str, name: &str, address: &'static str) -> Node {
     let mut child = Command::new(BIN)
         .args(["run", "--address", address, "--log", "info"])
         .args(["--storage", url, "--leadership-duration", "6s"])
+        .args(
+            std::env::var("HANDOVER_BENCH_CONTAINMENT")
+                .map(|mode| vec!["--containment".to_owned(), mode])
+                .unwrap_or_default(),
+        )
         .args([name, "--", "sh", "-c", SCRIPT])
         .env("BENCH_ADDRESS", address)
         .stdin(Stdio::null())
@@ -246,7 +255,10 @@ fn main() {
             engines.push((engine.to_owned(), url));
         }
     }
-    println!("vvm-host handover -> the successor's command start, {n} hand-overs per engine (ms)");
+    println!(
+        "vvm-host handover -> the successor's command start, {n} hand-overs per engine (ms); load average {}",
+        load_average()
+    );
     for (engine, url) in engines {
         match run_engine(&url, n) {
             Ok(s) => {
@@ -265,4 +277,13 @@ fn main() {
             Err(err) => println!("{engine:<20} failed: {err}"),
         }
     }
+    println!("load average after: {}", load_average());
+}
+
+/// The machine's load (other work skews the figures): `/proc/loadavg`'s
+/// first three fields.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|all| all.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
 }
