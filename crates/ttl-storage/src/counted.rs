@@ -42,7 +42,7 @@ pub enum Counted {
 }
 
 /// The counter's next value: `max(current + 1, floor)`, or `floor` for a
-/// counter that does not exist yet. A counter that does not hold a decimal
+/// counter that does not exist yet (a floor above `max` counts as `max`). A counter that does not hold a decimal
 /// `u64`, or whose next value would pass `max`, is a permanent error.
 ///
 /// ```
@@ -77,7 +77,7 @@ pub fn next_count(
         })?;
     n.checked_add(1)
         .filter(|&next| next <= max)
-        .map(|next| next.max(floor))
+        .map(|next| next.max(floor.min(max)))
         .ok_or_else(|| {
             StorageError::permanent(format!(
                 "counter {counter} is exhausted (at {n}, max {max})"
