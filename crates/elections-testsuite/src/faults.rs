@@ -9,10 +9,11 @@ use std::{
 
 use async_trait::async_trait;
 use ttl_storage::{
-    DynTtlStorage, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported,
+    Counted, CountedWrite, DynTtlStorage, Key, Result, StorageError, Ttl, TtlStorage, Watch,
+    WatchUnsupported,
 };
 
-/// The four operations of the contract.
+/// The operations of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
     /// `insert_if_not_exists`
@@ -23,6 +24,8 @@ pub enum Op {
     Cad,
     /// `get`
     Get,
+    /// `write_counted`, when let through ([`FaultyStorage::set_counted`]).
+    Counted,
 }
 
 /// One injected fault.
@@ -45,8 +48,9 @@ struct Plan {
     partitioned: bool,
     refused: bool,
     watch_hidden: bool,
+    counted: bool,
     injected: u64,
-    calls: [u64; 4],
+    calls: [u64; 5],
 }
 
 /// Why every call fails, without the store.
@@ -121,6 +125,14 @@ impl FaultyStorage {
     /// without the capability): waiters must poll.
     pub fn set_watch_hidden(&self, hidden: bool) {
         self.lock().watch_hidden = hidden;
+    }
+
+    /// While let through, `write_counted` goes to the wrapped storage
+    /// (with the faults of [`Op::Counted`]); otherwise (the default) it
+    /// answers [`Counted::Unsupported`] without a call, so that the faults
+    /// of the plain writes reach the steps callers then take.
+    pub fn set_counted(&self, counted: bool) {
+        self.lock().counted = counted;
     }
 
     /// Faults injected so far (queued ones that fired, and partitioned or
@@ -221,6 +233,13 @@ impl TtlStorage for FaultyStorage {
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
         self.run(Op::Get, self.inner.get(key)).await
+    }
+
+    async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
+        if !self.lock().counted {
+            return Ok(Counted::Unsupported);
+        }
+        self.run(Op::Counted, self.inner.write_counted(write)).await
     }
 
     /// Watches through to the wrapped storage, without faults (a waiter

@@ -8,7 +8,11 @@
 //! taken while its lease is held, and a later leader (who could only insert
 //! after this lease ended) takes a strictly larger one. A contender paused
 //! between its insert and its increment fails the confirming write and never
-//! uses its token. Tokens survive record expiry and restarts because the
+//! uses its token. A driver that can apply the record's write and the
+//! counter's advance as one ([`ttl_storage::TtlStorage::write_counted`])
+//! takes the token in the same atomic write that makes the record, and the
+//! lease counts from that write's start: no confirming write is needed, as
+//! no pause can fall between the two. Tokens survive record expiry and restarts because the
 //! counter never expires; gaps are possible (a failed acquisition may have
 //! advanced the counter), order is what matters.
 //!

@@ -8,8 +8,8 @@ use std::{
 use async_trait::async_trait;
 use tokio::{sync::watch, time::Instant};
 use ttl_storage::{
-    Entry, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch, WatchUnsupported,
-    check_value,
+    Counted, CountedWrite, Entry, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch,
+    WatchUnsupported, check_value, counted::next_count,
 };
 
 use crate::MemConfig;
@@ -189,6 +189,48 @@ impl TtlStorage for MemStorage {
         let now = Instant::now();
         let mut map = self.lock();
         Ok(map.live(key, now).map(|r| r.value.clone()))
+    }
+
+    /// Under the one lock: the record's condition, the counter's advance,
+    /// both writes.
+    async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
+        if let Some(old) = write.expected {
+            check_value(old)?;
+        }
+        check_value(write.value)?;
+        let now = Instant::now();
+        let mut map = self.lock();
+        let holds = map.live(write.key, now).map(|r| r.value.clone());
+        let matches = match (holds.as_deref(), write.expected) {
+            (None, None) => true,
+            (Some(value), Some(expected)) => value == expected,
+            _ => false,
+        };
+        if !matches {
+            return Ok(Counted::Refused);
+        }
+        let current = map.live(write.counter, now).map(|r| r.value.clone());
+        let next = next_count(write.counter, current.as_deref(), write.floor, write.max)?;
+        if let Some(max) = self.config.max_records() {
+            let new = usize::from(holds.is_none()) + usize::from(current.is_none());
+            if map.records.len() + new > max {
+                map.records.retain(|_, r| r.is_live(now));
+                map.swept_len = map.records.len();
+            }
+            if map.records.len() + new > max {
+                return Err(StorageError::permanent(format!(
+                    "the in-memory storage holds its maximum of {max} records; nothing was written"
+                )));
+            }
+        }
+        map.records.insert(
+            write.counter.clone(),
+            Record::new(next.to_string().as_bytes(), Ttl::NEVER, now),
+        );
+        map.records
+            .insert(write.key.clone(), Record::new(write.value, write.ttl, now));
+        map.sweep_if_grown(now);
+        Ok(Counted::Written(next))
     }
 
     /// The time left is exact on tokio's clock.

@@ -17,7 +17,7 @@ use crate::{
     CloseError,
     error::not_applied,
     identity::FileIdentity,
-    ops::{self, Op},
+    ops::{self, Answer, Op},
     record,
     writer::{Pending, Writer},
 };
@@ -40,7 +40,7 @@ pub(crate) async fn write<S: FileState>(
     tasks: &TaskTracker,
     state: &Arc<S>,
     op: Op,
-) -> Result<bool> {
+) -> Result<Answer> {
     let (reply, answer) = oneshot::channel();
     state.writer().push(Pending { op, reply });
     let state = Arc::clone(state);
@@ -138,7 +138,7 @@ pub(crate) async fn close_database(
 }
 
 /// Implements [`TtlStorage`](ttl_storage::TtlStorage) for a handle type
-/// with `async fn write(&self, Op) -> Result<bool>` and
+/// with `async fn write(&self, Op) -> Result<Answer>` and
 /// `async fn read(&self, &Key) -> Result<Option<(u64, Vec<u8>)>>`, plus the
 /// extra methods given (`watch`).
 macro_rules! ttl_storage_ops {
@@ -158,6 +158,7 @@ macro_rules! ttl_storage_ops {
                     ttl,
                 })
                 .await
+                .map(|answer| answer.applied())
             }
 
             async fn compare_and_swap(
@@ -176,6 +177,7 @@ macro_rules! ttl_storage_ops {
                     ttl,
                 })
                 .await
+                .map(|answer| answer.applied())
             }
 
             async fn compare_and_delete(
@@ -189,6 +191,37 @@ macro_rules! ttl_storage_ops {
                     value: value.to_vec(),
                 })
                 .await
+                .map(|answer| answer.applied())
+            }
+
+            /// One write transaction: the record's condition, the
+            /// counter's advance and both writes, committed durably once.
+            async fn write_counted(
+                &self,
+                write: ttl_storage::CountedWrite<'_>,
+            ) -> ttl_storage::Result<ttl_storage::Counted> {
+                if let Some(old) = write.expected {
+                    ttl_storage::check_value(old)?;
+                }
+                ttl_storage::check_value(write.value)?;
+                let answer = self
+                    .write($crate::ops::Op::Counted {
+                        key: write.key.as_str().to_owned(),
+                        old: write.expected.map(<[u8]>::to_vec),
+                        new: write.value.to_vec(),
+                        ttl: write.ttl,
+                        counter: write.counter.as_str().to_owned(),
+                        floor: write.floor,
+                        max: write.max,
+                    })
+                    .await?;
+                match answer {
+                    $crate::ops::Answer::Counted(Some(n)) => Ok(ttl_storage::Counted::Written(n)),
+                    $crate::ops::Answer::CounterRefused(why) => {
+                        Err(ttl_storage::StorageError::permanent(why))
+                    }
+                    _ => Ok(ttl_storage::Counted::Refused),
+                }
             }
 
             async fn get(&self, key: &ttl_storage::Key) -> ttl_storage::Result<Option<Vec<u8>>> {

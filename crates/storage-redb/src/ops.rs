@@ -41,13 +41,50 @@ pub(crate) enum Op {
         /// The value the live record must hold.
         value: Vec<u8>,
     },
+    /// `write_counted`: an insert (`old` is `None`) or a swap, and the
+    /// counter's advance, in the one transaction.
+    Counted {
+        /// The key.
+        key: String,
+        /// The value the live record must hold (`None`: no live record).
+        old: Option<Vec<u8>>,
+        /// The value to write.
+        new: Vec<u8>,
+        /// The TTL of the new record.
+        ttl: Ttl,
+        /// The counter's key.
+        counter: String,
+        /// The counter's least next value.
+        floor: u64,
+        /// The counter's largest value.
+        max: u64,
+    },
+}
+
+/// An operation's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Whether a plain write applied.
+    Plain(bool),
+    /// A counted write: the counter's new value, `None` when the record's
+    /// condition failed (nothing written).
+    Counted(Option<u64>),
+    /// A counted write whose counter cannot advance: why (nothing written).
+    CounterRefused(String),
+}
+
+impl Answer {
+    /// True when the operation wrote.
+    pub(crate) fn applied(&self) -> bool {
+        matches!(self, Answer::Plain(true) | Answer::Counted(Some(_)))
+    }
 }
 
 /// What applying an operation did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Applied {
     /// The operation's answer.
-    pub(crate) answer: bool,
+    pub(crate) answer: Answer,
     /// True when the transaction changed (the write, or an expired record reclaimed).
     pub(crate) dirty: bool,
 }
@@ -76,6 +113,7 @@ impl<'txn> Tables<'txn> {
             Op::Insert { key, .. } => (key, None),
             Op::Swap { key, old, .. } => (key, Some(old)),
             Op::Delete { key, value } => (key, Some(value)),
+            Op::Counted { key, old, .. } => (key, old.as_ref()),
         };
         let (current, reclaimed) = self.live(key, now)?;
         let matches = match (&current, expected) {
@@ -84,10 +122,53 @@ impl<'txn> Tables<'txn> {
             _ => false,
         };
         if !matches {
+            let answer = match op {
+                Op::Counted { .. } => Answer::Counted(None),
+                _ => Answer::Plain(false),
+            };
             return Ok(Applied {
-                answer: false,
+                answer,
                 dirty: reclaimed,
             });
+        }
+        let mut answer = Answer::Plain(true);
+        if let Op::Counted {
+            counter,
+            floor,
+            max,
+            ..
+        } = op
+        {
+            // The counter first: when it cannot advance, nothing is written.
+            let (stored, counter_reclaimed) = self.live(counter, now)?;
+            let next = ttl_storage::Key::new(counter.clone())
+                .map_err(|err| err.to_string())
+                .and_then(|key| {
+                    ttl_storage::counted::next_count(
+                        &key,
+                        stored.as_ref().map(|(_, v)| v.as_slice()),
+                        *floor,
+                        *max,
+                    )
+                    .map_err(|err| err.to_string())
+                });
+            let next = match next {
+                Ok(next) => next,
+                Err(why) => {
+                    return Ok(Applied {
+                        answer: Answer::CounterRefused(why),
+                        dirty: reclaimed || counter_reclaimed,
+                    });
+                }
+            };
+            if let Some((expires_at, _)) = stored {
+                self.unindex(expires_at, counter)?;
+            }
+            self.records.insert(
+                counter.as_str(),
+                record::encode(NEVER, next.to_string().as_bytes()).as_slice(),
+            )?;
+            answer = Answer::Counted(Some(next));
         }
         if let Some((expires_at, _)) = current {
             self.unindex(expires_at, key)?;
@@ -95,6 +176,12 @@ impl<'txn> Tables<'txn> {
         match op {
             Op::Insert { key, value, ttl }
             | Op::Swap {
+                key,
+                new: value,
+                ttl,
+                ..
+            }
+            | Op::Counted {
                 key,
                 new: value,
                 ttl,
@@ -112,7 +199,7 @@ impl<'txn> Tables<'txn> {
             }
         }
         Ok(Applied {
-            answer: true,
+            answer,
             dirty: true,
         })
     }
@@ -278,7 +365,7 @@ mod tests {
             let txn = db.begin_write().unwrap();
             let applied = Tables::open(&txn).unwrap().apply(&op, now).unwrap();
             txn.commit().unwrap();
-            assert_eq!(applied.answer, expected, "step {step}: {op:?}");
+            assert_eq!(applied.answer.applied(), expected, "step {step}: {op:?}");
             if expected {
                 match op {
                     Op::Delete { .. } => {
@@ -326,7 +413,7 @@ mod tests {
         };
         let answers: Vec<bool> = [&insert, &insert, &swap, &swap, &delete, &insert]
             .into_iter()
-            .map(|op| tables.apply(op, 1_000).unwrap().answer)
+            .map(|op| tables.apply(op, 1_000).unwrap().answer.applied())
             .collect();
         drop(tables);
         txn.commit().unwrap();

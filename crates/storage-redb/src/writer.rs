@@ -20,7 +20,7 @@ use ttl_storage::StorageError;
 use crate::{
     error::{commit_failed, not_applied},
     identity::FileIdentity,
-    ops::{Op, Tables},
+    ops::{Answer, Op, Tables},
     record,
 };
 
@@ -29,7 +29,7 @@ pub(crate) struct Pending {
     /// The operation.
     pub(crate) op: Op,
     /// Receives the answer once the transaction is committed (or aborted).
-    pub(crate) reply: oneshot::Sender<Result<bool, StorageError>>,
+    pub(crate) reply: oneshot::Sender<Result<Answer, StorageError>>,
 }
 
 /// The queue of conditional writes of one database.
@@ -77,7 +77,7 @@ impl Writer {
     pub(crate) fn drain_with(
         &self,
         identity: &FileIdentity,
-        commit: impl FnOnce(&[Pending]) -> Result<Vec<bool>, Failure>,
+        commit: impl FnOnce(&[Pending]) -> Result<Vec<Answer>, Failure>,
     ) {
         let _commit = lock(&self.commit);
         let batch: Vec<Pending> = {
@@ -145,7 +145,7 @@ impl Failure {
 /// What a committed batch did.
 pub(crate) struct Outcome {
     /// One answer per operation, in order.
-    pub(crate) answers: Vec<bool>,
+    pub(crate) answers: Vec<Answer>,
     /// True when a delete succeeded: waiters for removals must be told.
     pub(crate) deleted: bool,
 }
@@ -173,9 +173,9 @@ pub(crate) fn run(
             let applied = tables
                 .apply(&pending.op, now)
                 .map_err(fail("cannot apply the write"))?;
-            answers.push(applied.answer);
             dirty |= applied.dirty;
-            deleted |= applied.answer && matches!(pending.op, Op::Delete { .. });
+            deleted |= applied.answer.applied() && matches!(pending.op, Op::Delete { .. });
+            answers.push(applied.answer);
         }
         if let Some(limit) = sweep {
             let swept = tables

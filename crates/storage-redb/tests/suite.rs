@@ -8,7 +8,9 @@
 use std::{future::Future, path::PathBuf, sync::Arc};
 
 use async_trait::async_trait;
-use ttl_storage::{DynTtlStorage, Key, Result, Ttl, TtlStorage, Watch, WatchUnsupported};
+use ttl_storage::{
+    Counted, CountedWrite, DynTtlStorage, Key, Result, Ttl, TtlStorage, Watch, WatchUnsupported,
+};
 
 /// A storage that owns its temporary directory (fields drop in order: the
 /// file is closed before the directory is removed).
@@ -30,6 +32,9 @@ impl<S: TtlStorage> TtlStorage for TempStorage<S> {
     }
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
         self.storage.get(key).await
+    }
+    async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
+        self.storage.write_counted(write).await
     }
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
         self.storage.watch(key)

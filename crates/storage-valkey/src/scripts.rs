@@ -1,5 +1,5 @@
-//! The Lua scripts of compare-and-swap, compare-and-delete and the entry
-//! read, run with
+//! The Lua scripts of compare-and-swap, compare-and-delete, the counted
+//! write and the entry read, run with
 //! `EVALSHA` and re-sent with `EVAL` when the server answers `NOSCRIPT`.
 
 use fred::{
@@ -48,6 +48,61 @@ if not v then
   return false
 end
 return {v, redis.call('PTTL', KEYS[1])}
+"#;
+
+/// `write_counted`: the record `KEYS[1]` and the counter `KEYS[2]` in one
+/// script. `ARGV`: `1` when `ARGV[2]` is the value the record must hold
+/// (else `0`: no live record), the old value, the new value, the TTL in
+/// milliseconds (`0`: no expiry), the counter's floor and max (decimal).
+/// The counter is decimal text and computed as text (Lua numbers are
+/// doubles, tokens need 63 bits). Everything is checked before the first
+/// write, so a refusal writes nothing. Reply: 0 refused, -1 the counter is
+/// not a decimal number, -2 it is exhausted, else `{1, new counter}`.
+pub(crate) const COUNTED: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  if cur ~= ARGV[2] then return 0 end
+elseif cur then
+  return 0
+end
+local function less(a, b)
+  if #a ~= #b then return #a < #b end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return false
+end
+local nxt
+local c = redis.call('GET', KEYS[2])
+if not c then
+  nxt = ARGV[5]
+else
+  if not string.match(c, '^%d+$') then return -1 end
+  c = string.match(c, '^0*(%d-)$')
+  if c == '' then c = '0' end
+  if not less(c, ARGV[6]) then return -2 end
+  local digits = {string.byte(c, 1, -1)}
+  local i = #digits
+  while i >= 1 and digits[i] == 57 do
+    digits[i] = 48
+    i = i - 1
+  end
+  if i == 0 then
+    nxt = '1' .. string.char(unpack(digits))
+  else
+    digits[i] = digits[i] + 1
+    nxt = string.char(unpack(digits))
+  end
+  if less(nxt, ARGV[5]) then nxt = ARGV[5] end
+end
+redis.call('SET', KEYS[2], nxt)
+if ARGV[4] == '0' then
+  redis.call('SET', KEYS[1], ARGV[3])
+else
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+end
+return {1, nxt}
 "#;
 
 /// A script and its SHA-1, computed once.

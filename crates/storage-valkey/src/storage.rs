@@ -13,14 +13,14 @@ use fred::{
 };
 use ttl_storage::waiters::Waiters;
 use ttl_storage::{
-    Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch,
-    WatchUnsupported, check_value,
+    Counted, CountedWrite, Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage,
+    Watch, WatchUnsupported, check_value,
 };
 
 use crate::{
     config::ValkeyConfig,
     error::{ConfigError, Op, classify, classify_connect, storage_error},
-    scripts::{CAD, CAS, ENTRY, Script},
+    scripts::{CAD, CAS, COUNTED, ENTRY, Script},
     watch::{Subscriber, watch_channel, watch_key},
 };
 
@@ -46,6 +46,7 @@ pub struct ValkeyStorage {
     config: ValkeyConfig,
     cas: Script,
     cad: Script,
+    counted: Script,
     entry: Script,
     task: ConnectHandle,
     /// The channel the compare-and-delete script publishes deleted keys on.
@@ -173,6 +174,7 @@ impl ValkeyStorage {
             config,
             cas: Script::new(CAS),
             cad: Script::new(CAD),
+            counted: Script::new(COUNTED),
             entry: Script::new(ENTRY),
             task,
             channel,
@@ -334,6 +336,61 @@ impl TtlStorage for ValkeyStorage {
         let args = vec![bytes(value), Value::String(self.channel.as_str().into())];
         self.run_script("compare_and_delete", &self.cad, key, args)
             .await
+    }
+
+    /// One script ([`COUNTED`]): the record's condition, the counter's
+    /// advance and both writes, atomically on the server.
+    async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
+        const WHAT: &str = "write_counted";
+        if let Some(old) = write.expected {
+            check_value(old)?;
+        }
+        check_value(write.value)?;
+        self.ensure_connected(WHAT)?;
+        let text = |n: u64| Value::String(n.to_string().into());
+        let args = vec![
+            text(u64::from(write.expected.is_some())),
+            bytes(write.expected.unwrap_or_default()),
+            bytes(write.value),
+            text(ttl_millis(write.ttl)),
+            text(write.floor.min(write.max)),
+            text(write.max),
+        ];
+        let keys = vec![self.server_key(write.key), self.server_key(write.counter)];
+        let reply = self
+            .counted
+            .run_keys(&self.client, keys, args)
+            .await
+            .map_err(|err| write_error(WHAT, err))?;
+        let counter = write.counter;
+        match reply {
+            Value::Integer(0) => Ok(Counted::Refused),
+            Value::Integer(-1) => Err(StorageError::permanent(format!(
+                "{WHAT}: counter {counter} is not a decimal u64: the record was written by something else"
+            ))),
+            Value::Integer(-2) => Err(StorageError::permanent(format!(
+                "{WHAT}: counter {counter} is exhausted (max {})",
+                write.max
+            ))),
+            Value::Array(items) => {
+                let n = match items.as_slice() {
+                    [Value::Integer(1), Value::String(n)] => n.parse::<u64>().ok(),
+                    [Value::Integer(1), Value::Bytes(n)] => std::str::from_utf8(n)
+                        .ok()
+                        .and_then(|n| n.parse::<u64>().ok()),
+                    _ => None,
+                };
+                match n {
+                    Some(n) => self.confirm(WHAT).await.map(|()| Counted::Written(n)),
+                    None => Err(StorageError::outcome_unknown(format!(
+                        "{WHAT}: unexpected script reply {items:?}"
+                    ))),
+                }
+            }
+            other => Err(StorageError::outcome_unknown(format!(
+                "{WHAT}: unexpected script reply {other:?}"
+            ))),
+        }
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {

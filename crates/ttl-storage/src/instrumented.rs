@@ -26,7 +26,8 @@ use async_trait::async_trait;
 use tracing::Instrument;
 
 use crate::{
-    Entry, ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported,
+    Counted, CountedWrite, Entry, ErrorKind, Key, Result, StorageError, Ttl, TtlStorage, Watch,
+    WatchUnsupported,
 };
 
 /// Metric names, for programs and tests that look them up.
@@ -207,6 +208,20 @@ impl<S: TtlStorage> TtlStorage for Instrumented<S> {
     async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
         self.measure("get", key, found, self.inner.get_entry(key))
             .await
+    }
+
+    async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
+        self.measure(
+            "write_counted",
+            write.key,
+            |counted: &Counted| match counted {
+                Counted::Written(_) => "applied",
+                Counted::Refused => "not_applied",
+                Counted::Unsupported => "unsupported",
+            },
+            self.inner.write_counted(write),
+        )
+        .await
     }
 
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {

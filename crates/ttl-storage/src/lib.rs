@@ -10,6 +10,7 @@
 //! | [`TtlStorage::compare_and_delete`] | delete the record, only if the live record holds `value` |
 //! | [`TtlStorage::get`] | read the live record |
 //! | [`TtlStorage::watch`] | optional: be woken when a record may have gone (deleted or expired) instead of polling |
+//! | [`TtlStorage::write_counted`] | optional: a conditional write and a counter's advance as one durable write |
 //!
 //! [`Instrumented`] wraps any driver to record metrics (the `metrics`
 //! facade) and a tracing span for every operation.
@@ -42,6 +43,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod counted;
 pub mod driver;
 mod entry;
 mod error;
@@ -56,6 +58,7 @@ mod value;
 pub mod waiters;
 mod watch;
 
+pub use counted::{Counted, CountedWrite};
 pub use driver::{
     Driver, DriverConfig, FenceConfig, NoStore, OpenFenceFuture, OpenFuture, ParsedUrl, WrongDriver,
 };

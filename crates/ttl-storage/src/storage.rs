@@ -4,7 +4,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::{Entry, Key, Result, Ttl, Watch, WatchUnsupported};
+use crate::{
+    Entry, Key, Result, Ttl, Watch, WatchUnsupported,
+    counted::{Counted, CountedWrite},
+};
 
 /// A key-value store with conditional writes and per-record TTL: the one
 /// contract every driver implements and elections depend on.
@@ -97,6 +100,34 @@ pub trait TtlStorage: Send + Sync {
     /// it.
     async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
         Ok(self.get(key).await?.map(Entry::unknown_time_left))
+    }
+
+    /// Optional capability: a conditional write and the advance of a
+    /// counter as **one** durable write ([`CountedWrite`]): the record is
+    /// written (as [`TtlStorage::insert_if_not_exists`] when
+    /// `expected` is `None`, as [`TtlStorage::compare_and_swap`] from
+    /// `expected` otherwise) and, in the same atomic step, the counter
+    /// (never expiring, a decimal `u64`) is set to
+    /// [`next_count`](crate::counted::next_count) of its value. Elections
+    /// take a lease and its fencing token this way in one round trip.
+    ///
+    /// A driver that implements it promises, beyond the plain writes'
+    /// semantics (the record's TTL counts from an instant at or after the
+    /// call's start):
+    ///
+    /// - **All or nothing**: [`Counted::Written`] with the counter's new
+    ///   value when both were applied; [`Counted::Refused`] when the
+    ///   record's condition failed, and then neither was written; a counter
+    ///   that cannot advance (not a number, past `max`) is a
+    ///   [`crate::ErrorKind::Permanent`] error and nothing is written.
+    /// - **Unknown outcomes** are [`crate::ErrorKind::OutcomeUnknown`] as
+    ///   usual: both were applied or neither.
+    ///
+    /// The default answers [`Counted::Unsupported`] without touching the
+    /// store: the caller then does the steps with the plain writes.
+    async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
+        let _ = write;
+        Ok(Counted::Unsupported)
     }
 
     /// Optional capability: a [`Watch`] future that completes when the
@@ -193,6 +224,9 @@ macro_rules! forward_impl {
             }
             async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
                 (**self).get_entry(key).await
+            }
+            async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
+                (**self).write_counted(write).await
             }
             fn watch(&self, key: &Key) -> Result<Watch, WatchUnsupported> {
                 (**self).watch(key)

@@ -8,7 +8,8 @@ use std::{future::Future, sync::Arc, time::SystemTime};
 use async_trait::async_trait;
 use tokio::time::Instant;
 use ttl_storage::{
-    DynTtlStorage, Key, Result, StorageError, Ttl, TtlStorage, Watch, WatchUnsupported,
+    Counted, CountedWrite, DynTtlStorage, Key, Result, StorageError, Ttl, TtlStorage, Watch,
+    WatchUnsupported,
 };
 
 /// The calls of the storage contract an observer sees.
@@ -145,6 +146,23 @@ impl<O: Observer> TtlStorage for Observed<O> {
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
         self.other(Call::Get, key, self.inner.get(key)).await
+    }
+
+    /// Observed as the insert or swap it makes of the record.
+    async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
+        let call = if write.expected.is_some() {
+            Call::Swap
+        } else {
+            Call::Insert
+        };
+        if self.observer.before(call).await? == Gate::SwapLost && call == Call::Swap {
+            return Ok(Counted::Refused);
+        }
+        let op = self.inner.write_counted(write);
+        self.observe(write.key, op, |counted| {
+            matches!(counted, Counted::Written(_))
+        })
+        .await
     }
 
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {

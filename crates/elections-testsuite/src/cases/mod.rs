@@ -1,5 +1,6 @@
 //! Every case of the suite. Each is `pub async fn(Ctx)` and panics on failure.
 
+mod counted;
 mod elections;
 mod fencing;
 mod handover;
@@ -10,6 +11,7 @@ mod renewal;
 mod storage;
 mod watch;
 
+pub use counted::*;
 pub use elections::*;
 pub use fencing::*;
 pub use handover::*;

@@ -8,7 +8,9 @@ use std::{
 
 use tokio::time::Instant;
 use tracing::Instrument;
-use ttl_storage::{ErrorKind, Key, StorageError, check_value};
+use ttl_storage::{
+    Counted, CountedWrite, ErrorKind, Key, StorageError, Ttl, TtlStorage, check_value,
+};
 
 use super::{Elections, Reservation};
 use crate::{
@@ -139,24 +141,39 @@ impl Elections {
         // read-back is answered by inserting the same unique value again: if
         // the first insert lands meanwhile, the retry fails and the read-back
         // finds our own value.
+        //
+        // The first attempt is one write where the driver can: the record
+        // and the fencing counter's advance together
+        // ([`TtlStorage::write_counted`]). Its lease counts from the start
+        // of that write, like a confirmation's. Any other answer than
+        // "written" continues as below: the plain writes, and after an
+        // unknown outcome the read-back, then the token and the confirming
+        // write (a counter advanced by a write that did land leaves a gap).
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let inserted = match marker {
-                None => {
-                    timed(
-                        limit,
-                        storage.insert_if_not_exists(key, value, timing.ttl()),
-                    )
-                    .await
+            let inserted = if attempts == 1 {
+                let started = Instant::now();
+                let write = CountedWrite {
+                    key,
+                    expected: marker,
+                    value,
+                    ttl: timing.ttl(),
+                    counter,
+                    floor: fencing::floor(),
+                    max: fencing::MAX_TOKEN,
+                };
+                match timed(limit, storage.write_counted(write)).await {
+                    Ok(Counted::Written(token)) => {
+                        tracing::info!(fencing_token = token, "leadership acquired");
+                        return Ok(Some((token, started)));
+                    }
+                    Ok(Counted::Refused) => Ok(false),
+                    Ok(_) => plain_write(storage, key, value, timing, marker).await,
+                    Err(err) => Err(err),
                 }
-                Some(marker) => {
-                    timed(
-                        limit,
-                        storage.compare_and_swap(key, marker, value, timing.ttl()),
-                    )
-                    .await
-                }
+            } else {
+                plain_write(storage, key, value, timing, marker).await
             };
             let err = match inserted {
                 Ok(true) => break,
@@ -219,5 +236,22 @@ impl Elections {
                 Err(err.into())
             }
         }
+    }
+}
+
+/// The record's first write without the counter: an insert, or with
+/// `marker` the taking of a hand-over marker.
+async fn plain_write(
+    storage: &dyn TtlStorage,
+    key: &Key,
+    value: &[u8],
+    timing: Timing,
+    marker: Option<&[u8]>,
+) -> Result<bool, StorageError> {
+    let ttl: Ttl = timing.ttl();
+    let limit = timing.call_timeout();
+    match marker {
+        None => timed(limit, storage.insert_if_not_exists(key, value, ttl)).await,
+        Some(marker) => timed(limit, storage.compare_and_swap(key, marker, value, ttl)).await,
     }
 }

@@ -108,7 +108,7 @@ impl RedbStorage {
     }
 
     /// Queues a conditional write and waits for its committed answer.
-    async fn write(&self, op: Op) -> Result<bool> {
+    async fn write(&self, op: Op) -> Result<crate::ops::Answer> {
         handle::write(&self.tasks, &self.shared, op).await
     }
 

@@ -153,7 +153,7 @@ impl SharedRedbStorage {
     }
 
     /// Queues a conditional write and waits for its committed answer.
-    async fn write(&self, op: Op) -> Result<bool> {
+    async fn write(&self, op: Op) -> Result<crate::ops::Answer> {
         handle::write(&self.tasks, &self.inner, op).await
     }
 
@@ -165,7 +165,10 @@ impl SharedRedbStorage {
 
 /// Applies and commits a batch durably (redb takes the cross-process writer
 /// lock in `begin_write`), then tells watchers of a delete. Blocks.
-fn commit_batch(inner: &Inner, batch: &[Pending]) -> std::result::Result<Vec<bool>, Failure> {
+fn commit_batch(
+    inner: &Inner,
+    batch: &[Pending],
+) -> std::result::Result<Vec<crate::ops::Answer>, Failure> {
     let outcome = writer::run(&inner.db, batch, Some(inner.sweep_limit))?;
     if outcome.deleted
         && let Err(err) = inner.events.announce_removal()
