@@ -81,18 +81,43 @@ struct Ramp {
     given_up: u64,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let ran = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?;
-    runtime.block_on(run(&args))
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(run(&args)));
+    match ran {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("elections-scale: {}", said_once(&err));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `err` and its causes on one line, a cause whose words the line already
+/// holds left out.
+fn said_once(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for link in err.chain() {
+        let text = link.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 async fn run(args: &Args) -> anyhow::Result<()> {
     let storage = storage_url::open(&args.storage)
         .await
-        .with_context(|| format!("cannot open {}", args.storage))?;
+        .context("cannot open the store")?;
     let killer = Arc::new(CountingKiller::default());
     let elections = Elections::with_killer(storage, killer.clone());
 

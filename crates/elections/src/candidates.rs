@@ -218,7 +218,9 @@ impl Candidacy {
     /// Sets the priority (before the record is first announced).
     pub(crate) fn set_priority(&mut self, priority: i32) {
         self.priority = priority;
-        self.restamp();
+        // Not yet announced: the same `since` (a restamp could put it a
+        // millisecond ahead of the wall clock).
+        self.record = encode(&self.id, self.since, self.priority, &self.value);
     }
 
     /// A fresh record (`since` now): a candidacy with a priority whose
