@@ -1,7 +1,7 @@
 //! Validated configuration: endpoints, credentials, TLS, key prefix and
 //! timeouts.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use ttl_storage::kit::options::{self, ConnectOptions};
 
@@ -37,10 +37,7 @@ pub struct EtcdConfig {
     pub(crate) endpoints: Vec<String>,
     pub(crate) credentials: Option<Credentials>,
     pub(crate) tls: bool,
-    pub(crate) ca_file: Option<PathBuf>,
-    pub(crate) prefix: String,
-    pub(crate) request_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
+    pub(crate) options: ConnectOptions,
 }
 
 impl EtcdConfig {
@@ -66,23 +63,10 @@ impl EtcdConfig {
 
     /// The PEM CA file trusted for TLS, if any (otherwise the system's roots).
     pub fn ca_file(&self) -> Option<&std::path::Path> {
-        self.ca_file.as_deref()
+        self.options.tls_ca_file.as_deref()
     }
 
-    /// Prefix of every key.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// Timeout of one request.
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
-    }
-
-    /// Timeout for opening a connection.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
+    ttl_storage::connect_getters!(prefix, request_timeout, connect_timeout);
 
     /// The endpoints as URLs for the client (`http://` or `https://`).
     pub(crate) fn endpoint_urls(&self) -> Vec<String> {
@@ -172,10 +156,7 @@ impl EtcdConfigBuilder {
             endpoints,
             credentials,
             tls: self.tls,
-            ca_file: options.tls_ca_file,
-            prefix: options.prefix,
-            request_timeout: options.request_timeout,
-            connect_timeout: options.connect_timeout,
+            options,
         })
     }
 }

@@ -97,13 +97,12 @@ pub struct PostgresConfig {
     pub(crate) password: Option<String>,
     pub(crate) dbname: String,
     pub(crate) ssl_mode: SslMode,
-    pub(crate) ssl_root_cert: Option<PathBuf>,
     pub(crate) schema: Option<String>,
     pub(crate) table: String,
     pub(crate) create_table: bool,
     pub(crate) pool_size: usize,
-    pub(crate) request_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
+    /// The timeouts and the CA file (`sslrootcert`); no key prefix.
+    pub(crate) options: ConnectOptions,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -111,12 +110,12 @@ impl fmt::Debug for PostgresConfig {
         f.debug_struct("PostgresConfig")
             .field("url", &self.redacted_url())
             .field("ssl_mode", &self.ssl_mode)
-            .field("ssl_root_cert", &self.ssl_root_cert)
+            .field("ssl_root_cert", &self.options.tls_ca_file)
             .field("table", &self.qualified_table())
             .field("create_table", &self.create_table)
             .field("pool_size", &self.pool_size)
-            .field("request_timeout", &self.request_timeout)
-            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.options.request_timeout)
+            .field("connect_timeout", &self.options.connect_timeout)
             .finish()
     }
 }
@@ -163,7 +162,7 @@ impl PostgresConfig {
 
     /// The PEM CA file trusted instead of the system's roots, if any.
     pub fn ssl_root_cert(&self) -> Option<&std::path::Path> {
-        self.ssl_root_cert.as_deref()
+        self.options.tls_ca_file.as_deref()
     }
 
     /// The table name (without schema).
@@ -194,15 +193,7 @@ impl PostgresConfig {
         self.pool_size
     }
 
-    /// Timeout of one statement.
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
-    }
-
-    /// Timeout for opening a connection.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
+    ttl_storage::connect_getters!(request_timeout, connect_timeout);
 
     /// The server as a URL with the password replaced by `***`, for logs
     /// and error messages.
@@ -373,13 +364,11 @@ impl PostgresConfigBuilder {
             password: self.password,
             dbname,
             ssl_mode: self.ssl_mode,
-            ssl_root_cert: self.options.tls_ca_file,
             schema: self.schema,
             table: self.table,
             create_table: self.create_table,
             pool_size: self.pool_size,
-            request_timeout: self.options.request_timeout,
-            connect_timeout: self.options.connect_timeout,
+            options: self.options,
         })
     }
 }

@@ -59,9 +59,8 @@ pub struct ValkeyConfig {
     pub(crate) database: Option<u8>,
     pub(crate) credentials: Option<Credentials>,
     pub(crate) tls: Option<TlsSettings>,
-    pub(crate) prefix: String,
-    pub(crate) request_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
+    /// The key prefix and the timeouts (the CA file is in `tls`).
+    pub(crate) options: ConnectOptions,
     pub(crate) sentinel: Option<SentinelSettings>,
     pub(crate) wait: Option<WaitReplicas>,
 }
@@ -102,20 +101,7 @@ impl ValkeyConfig {
         self.tls.as_ref()
     }
 
-    /// Prefix of every key written (`ttl:` by default).
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// Timeout of one command.
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
-    }
-
-    /// Timeout for opening a connection.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
+    ttl_storage::connect_getters!(prefix, request_timeout, connect_timeout);
 
     /// The Sentinels that name the primary, if the primary is discovered
     /// (`redis-sentinel://` URLs).
@@ -298,9 +284,7 @@ impl ValkeyConfigBuilder {
             database: self.database,
             credentials,
             tls,
-            prefix: options.prefix,
-            request_timeout: options.request_timeout,
-            connect_timeout: options.connect_timeout,
+            options,
             sentinel: self.sentinel,
             wait: self.wait,
         })

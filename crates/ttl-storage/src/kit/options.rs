@@ -187,3 +187,48 @@ macro_rules! connect_setters {
         }
     };
 }
+
+/// The public getters of a driver's validated configuration for the
+/// [`ConnectOptions`] it keeps in its field `options`, one per option
+/// named: `request_timeout`, `connect_timeout`, `prefix`.
+///
+/// ```
+/// use std::time::Duration;
+/// use ttl_storage::kit::options::ConnectOptions;
+///
+/// struct Config {
+///     options: ConnectOptions,
+/// }
+///
+/// impl Config {
+///     ttl_storage::connect_getters!(request_timeout, prefix);
+/// }
+///
+/// let config = Config { options: ConnectOptions::new("ttl:") };
+/// assert_eq!(config.prefix(), "ttl:");
+/// assert_eq!(config.request_timeout(), Duration::from_secs(5));
+/// ```
+#[macro_export]
+macro_rules! connect_getters {
+    ($($option:ident),* $(,)?) => {
+        $($crate::connect_getters!(@ $option);)*
+    };
+    (@ request_timeout) => {
+        /// Timeout of one request.
+        pub fn request_timeout(&self) -> ::std::time::Duration {
+            self.options.request_timeout
+        }
+    };
+    (@ connect_timeout) => {
+        /// Timeout for opening a connection.
+        pub fn connect_timeout(&self) -> ::std::time::Duration {
+            self.options.connect_timeout
+        }
+    };
+    (@ prefix) => {
+        /// Prefix of every key written.
+        pub fn prefix(&self) -> &str {
+            &self.options.prefix
+        }
+    };
+}
