@@ -15,11 +15,7 @@
 // Test code: a panic with a clear message is how a case fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    net::SocketAddr,
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use elections_testsuite::network;
 use storage_etcd::EtcdStorage;
@@ -59,11 +55,7 @@ fence::suite!(
 );
 
 fn key(name: &str) -> Key {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    Key::new(format!("etcd-driver/{name}/{nanos}")).unwrap()
+    network::unique_key("etcd-driver", name)
 }
 
 /// Runs a raw etcd-client request again while it was never sent (the
@@ -203,13 +195,7 @@ async fn etcds_to_plaintext_member_fails() {
 }
 
 fn server_addr() -> SocketAddr {
-    let url = url::Url::parse(&base_url()).unwrap();
-    let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
-    let port = url.port().unwrap_or(2379);
-    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-        .unwrap()
-        .next()
-        .unwrap()
+    network::server_addr(&base_url(), 2379)
 }
 
 /// A write whose answer is lost is outcome unknown (and here it was in
@@ -219,9 +205,7 @@ fn server_addr() -> SocketAddr {
 #[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
 async fn lost_answers_and_lost_connections() {
     let direct = connect_url(&base_url()).await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let url = format!("etcd://{}?timeout=1s&connect_timeout=1s", proxy.addr);
     let s = connect_url(&url).await;
     let k = key("lost");
@@ -330,9 +314,7 @@ async fn fence_set_guards_the_callers_key() {
 #[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     let direct = connect_url(&base_url()).await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let held = connect_url(&format!("etcd://{}?timeout=20s", proxy.addr)).await;
     network::renewal_applied_late_never_moves_the_expiry_earlier(
         &held,

@@ -20,11 +20,7 @@ mod fencing;
 mod read_only;
 mod watch;
 
-use std::{
-    net::SocketAddr,
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use elections_testsuite::network;
 use storage_postgres::PostgresStorage;
@@ -62,21 +58,11 @@ fn with_query(query: &str) -> String {
 }
 
 fn server_addr() -> SocketAddr {
-    let url = url::Url::parse(&first_server_url()).unwrap();
-    let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
-    let port = url.port().unwrap_or(5432);
-    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-        .unwrap()
-        .next()
-        .unwrap()
+    network::server_addr(&first_server_url(), 5432)
 }
 
 fn unique(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{name}_{nanos}")
+    network::unique(name, "_")
 }
 
 async fn connect_url(url: &str) -> PostgresStorage {

@@ -137,9 +137,7 @@ async fn refused_connection_is_transient() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn lost_answers_and_lost_connections() {
     let direct = connect().await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let url = format!("redis://{}?timeout=500ms&connect_timeout=500ms", proxy.addr);
     let s = ValkeyStorage::from_url(&url).await.unwrap();
     let k = key("lost");
@@ -168,9 +166,7 @@ async fn lost_answers_and_lost_connections() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     let direct = connect().await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let url = format!("redis://{}?timeout=20s", proxy.addr);
     let held = ValkeyStorage::from_url(&url).await.unwrap();
     network::renewal_applied_late_never_moves_the_expiry_earlier(

@@ -19,11 +19,7 @@
 mod connection;
 mod watch;
 
-use std::{
-    net::SocketAddr,
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use elections_testsuite::network;
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface};
@@ -50,13 +46,7 @@ fn url_with(edit: impl FnOnce(&mut url::Url)) -> String {
 }
 
 fn server_addr() -> SocketAddr {
-    let url = url::Url::parse(&direct_url()).unwrap();
-    let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
-    let port = url.port().unwrap_or(6379);
-    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-        .unwrap()
-        .next()
-        .unwrap()
+    network::server_addr(&direct_url(), 6379)
 }
 
 async fn connect() -> ValkeyStorage {
@@ -88,11 +78,7 @@ fence::suite!(
 );
 
 fn key(name: &str) -> Key {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    Key::new(format!("valkey-driver/{name}/{nanos}")).unwrap()
+    network::unique_key("valkey-driver", name)
 }
 
 fn ttl(secs: u64) -> Ttl {
