@@ -178,6 +178,26 @@ where
     }
 }
 
+/// `open` (a TLS URL to a server that speaks plaintext) fails within
+/// `bound` (never hangs) as [`ErrorKind::Permanent`] (a configuration
+/// mistake, never a plaintext session), saying once that the server does
+/// not speak TLS. Returns the message, for the driver's own checks of it.
+pub async fn tls_to_a_plaintext_server_fails_plainly<S, F>(open: F, bound: Duration) -> String
+where
+    F: Future<Output = Result<S, StorageError>>,
+{
+    let result = tokio::time::timeout(bound, open)
+        .await
+        .unwrap_or_else(|_| panic!("a TLS handshake with a plaintext server hung for {bound:?}"));
+    let Err(err) = result else {
+        panic!("a TLS URL connected to a plaintext server");
+    };
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    let said = err.to_string();
+    assert_eq!(said.matches("does not speak TLS").count(), 1, "{said}");
+    said
+}
+
 /// Every operation works on `storage` (opened over TLS by the caller), and
 /// opening `wrong_ca` (the same server, another CA to trust) fails as
 /// [`ErrorKind::Permanent`]: the server's certificate is checked.

@@ -57,6 +57,19 @@ async fn connect() -> ValkeyStorage {
     }
 }
 
+/// Creates (or resets) the ACL user `user`, enabled, with `rules` (its
+/// password, keys, channels and commands), through `admin`.
+async fn set_acl_user(admin: &ValkeyStorage, user: &str, rules: &[&str]) {
+    let acl = fred::types::CustomCommand::new_static("ACL", None, false);
+    let mut args = vec!["SETUSER", user, "reset", "on"];
+    args.extend_from_slice(rules);
+    let _: String = admin
+        .client()
+        .custom(acl, args)
+        .await
+        .unwrap_or_else(|err| panic!("ACL SETUSER {user}: {err}"));
+}
+
 async fn make_storage() -> DynTtlStorage {
     Arc::new(connect().await)
 }
@@ -100,12 +113,13 @@ async fn records_are_prefixed_keys_with_px_ttl() {
     let stored: Vec<u8> = s.client().get(raw.as_str()).await.unwrap();
     assert_eq!(stored, b"v");
     // get_entry reports the same PTTL.
-    let entry = s.get_entry(&k).await.unwrap().unwrap();
-    elections_testsuite::assert_time_left(
-        &entry,
+    elections_testsuite::assert_entry_time_left(
+        &s,
+        &k,
         b"v",
         Duration::from_secs(19)..=Duration::from_secs(20),
-    );
+    )
+    .await;
 
     assert!(
         s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)

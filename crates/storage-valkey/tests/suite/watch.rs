@@ -90,24 +90,12 @@ async fn dead_subscriber_wakes_and_reports_unsupported() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn user_without_channel_rights_deletes_and_polls() {
     let admin = connect().await;
-    let acl = fred::types::CustomCommand::new_static("ACL", None, false);
-    let _: String = admin
-        .client()
-        .custom(
-            acl,
-            vec![
-                "SETUSER",
-                "storage-valkey-nochannels",
-                "reset",
-                "on",
-                ">nochannels",
-                "~ttl:*",
-                "resetchannels",
-                "+@all",
-            ],
-        )
-        .await
-        .unwrap();
+    set_acl_user(
+        &admin,
+        "storage-valkey-nochannels",
+        &[">nochannels", "~ttl:*", "resetchannels", "+@all"],
+    )
+    .await;
     let url = url_with(|u| {
         u.set_username("storage-valkey-nochannels").unwrap();
         u.set_password(Some("nochannels")).unwrap();
