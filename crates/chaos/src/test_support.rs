@@ -1,8 +1,11 @@
-//! What the unit tests of the crate's TCP proxies share.
+//! What the crate's unit tests share: an echo server for the TCP proxies,
+//! history events for the checks.
 
 use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
+
+use crate::event::{Event, WriteOutcome};
 
 /// A TCP server on 127.0.0.1 that echoes every connection's bytes back.
 pub(crate) async fn echo_server() -> SocketAddr {
@@ -18,4 +21,22 @@ pub(crate) async fn echo_server() -> SocketAddr {
         }
     });
     addr
+}
+
+/// A write with `token` started at `start_ms`, accepted as entry `seq`.
+pub(crate) fn accepted_write(start_ms: u64, token: u64, seq: u64) -> Event {
+    Event::Write {
+        start_ms,
+        token,
+        outcome: WriteOutcome::Accepted { seq },
+    }
+}
+
+/// A successful renewal at `t` ms that arms the killer for 3.2 s.
+pub(crate) fn renewed(t: u64) -> Event {
+    Event::Armed {
+        basis_ms: t,
+        deadline_ms: Some(t + 3_200),
+        success: true,
+    }
 }
