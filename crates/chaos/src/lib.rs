@@ -92,3 +92,5 @@ pub mod harness;
 pub mod process;
 pub mod proxy;
 pub mod server_clock;
+#[cfg(test)]
+mod test_support;

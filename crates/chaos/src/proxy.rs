@@ -113,21 +113,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-
-    async fn echo_server() -> SocketAddr {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let (mut s, _) = listener.accept().await.unwrap();
-                tokio::spawn(async move {
-                    let (mut r, mut w) = s.split();
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
-                });
-            }
-        });
-        addr
-    }
+    use crate::test_support::echo_server;
 
     async fn round_trip(stream: &mut TcpStream, msg: &[u8]) -> io::Result<Vec<u8>> {
         stream.write_all(msg).await?;

@@ -15,7 +15,11 @@
 //! # }
 //! ```
 
-use std::{future::Future, time::Duration};
+use std::{
+    future::Future,
+    net::SocketAddr,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use ttl_storage::{ErrorKind, Key, StorageError, Ttl, TtlStorage, Watch};
 
@@ -71,6 +75,87 @@ pub async fn watch_wakes_on_a_delete_by_another_connection(
     assert_eq!(ok(watcher.get(key).await), None);
 }
 
+/// The first socket address of the host that the URL `url` names (IPv6
+/// brackets dropped), at its port or `default_port`: where a [`Proxy`]
+/// in front of the engine forwards to. Panics on a URL without a host.
+pub fn server_addr(url: &str, default_port: u16) -> SocketAddr {
+    let parsed = url::Url::parse(url).unwrap_or_else(|err| panic!("{url} is not a URL: {err}"));
+    let host = parsed
+        .host_str()
+        .unwrap_or_else(|| panic!("{url} names no host"))
+        .trim_matches(['[', ']'])
+        .to_string();
+    let port = parsed.port().unwrap_or(default_port);
+    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+        .unwrap_or_else(|err| panic!("cannot resolve {host}:{port}: {err}"))
+        .next()
+        .unwrap_or_else(|| panic!("{host}:{port} resolves to no address"))
+}
+
+/// A [`Proxy`] in front of `upstream`; panics if it cannot listen.
+pub async fn proxy_to(upstream: SocketAddr) -> Proxy {
+    Proxy::start(upstream)
+        .await
+        .unwrap_or_else(|err| panic!("cannot start a proxy to {upstream}: {err}"))
+}
+
+/// `name` made unique to this run: `name`, `separator` and the
+/// nanoseconds since the epoch (so reruns against one engine never meet
+/// old records, tables or users).
+pub fn unique(name: &str, separator: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{name}{separator}{nanos}")
+}
+
+/// A key no other run uses: `{driver}/{name}/{nanos}`.
+pub fn unique_key(driver: &str, name: &str) -> Key {
+    let text = unique(&format!("{driver}/{name}"), "/");
+    Key::new(text.clone()).unwrap_or_else(|err| panic!("bad key {text}: {err}"))
+}
+
+/// `through_proxy` is a connection through `proxy` whose watches rely on
+/// one server connection (a listener, a subscriber); `direct` is another
+/// connection. A watch on `key`, armed for `armed` (and not woken in that
+/// time), completes within 10 s once the proxy shuts down (its waiter
+/// re-checks and polls: a waiter never hangs on a dead feed), and new
+/// watches answer an error within `refused_within` (zero: at once) until
+/// the connection is back.
+pub async fn dead_feed_wakes_the_watch_and_refuses_new_ones(
+    direct: &impl TtlStorage,
+    through_proxy: &impl TtlStorage,
+    proxy: &Proxy,
+    key: &Key,
+    armed: Duration,
+    refused_within: Duration,
+) {
+    assert!(ok(direct.insert_if_not_exists(key, b"a", Ttl::NEVER).await));
+    let mut watch = ok(through_proxy.watch(key).map_err(|err| {
+        StorageError::permanent(format!("the engine must support watching: {err}"))
+    }));
+    // Armed and waiting (its first read done): only the feed's failure
+    // can wake it now.
+    assert!(
+        tokio::time::timeout(armed, &mut watch).await.is_err(),
+        "the watch completed although the record is still there"
+    );
+    proxy.shut_down();
+    assert!(
+        completes_within(watch, Duration::from_secs(10)).await,
+        "a watch on a dead feed did not complete"
+    );
+    let deadline = tokio::time::Instant::now() + refused_within;
+    while through_proxy.watch(key).is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "watch still supported on a dead feed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok(direct.compare_and_delete(key, b"a").await));
+}
+
 /// A port of 127.0.0.1 that nothing listens on (bound, then let go).
 pub fn unused_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
@@ -91,6 +176,26 @@ where
         Ok(_) => panic!("connected to a port nothing listens on"),
         Err(err) => assert_eq!(err.kind(), ErrorKind::Transient, "{err}"),
     }
+}
+
+/// `open` (a TLS URL to a server that speaks plaintext) fails within
+/// `bound` (never hangs) as [`ErrorKind::Permanent`] (a configuration
+/// mistake, never a plaintext session), saying once that the server does
+/// not speak TLS. Returns the message, for the driver's own checks of it.
+pub async fn tls_to_a_plaintext_server_fails_plainly<S, F>(open: F, bound: Duration) -> String
+where
+    F: Future<Output = Result<S, StorageError>>,
+{
+    let result = tokio::time::timeout(bound, open)
+        .await
+        .unwrap_or_else(|_| panic!("a TLS handshake with a plaintext server hung for {bound:?}"));
+    let Err(err) = result else {
+        panic!("a TLS URL connected to a plaintext server");
+    };
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    let said = err.to_string();
+    assert_eq!(said.matches("does not speak TLS").count(), 1, "{said}");
+    said
 }
 
 /// Every operation works on `storage` (opened over TLS by the caller), and

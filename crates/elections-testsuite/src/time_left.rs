@@ -30,6 +30,25 @@ pub fn assert_time_left(entry: &Entry, value: &[u8], within: RangeInclusive<Dura
     }
 }
 
+/// Reads `key` from `storage` and asserts as [`assert_time_left`]: it
+/// holds `value` with a time left within `within`.
+///
+/// # Panics
+///
+/// When the read fails, the record is missing, or the assertion fails.
+pub async fn assert_entry_time_left(
+    storage: &impl TtlStorage,
+    key: &Key,
+    value: &[u8],
+    within: RangeInclusive<Duration>,
+) {
+    match storage.get_entry(key).await {
+        Ok(Some(entry)) => assert_time_left(&entry, value, within),
+        Ok(None) => panic!("{key} is missing"),
+        Err(err) => panic!("reading {key}: {err}"),
+    }
+}
+
 /// The round trip drivers that know their expiry share: a record written
 /// with a 20 s TTL reports a time left within `within`, then
 /// [`TimeLeft::Never`] after a swap to [`Ttl::NEVER`]; the record is

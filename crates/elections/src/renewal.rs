@@ -138,18 +138,24 @@ impl Renewal {
                     last_error = format!("claim {}: {err}", claim.key());
                 }
             }
-            if attempt < RENEWAL_ATTEMPTS {
-                tokio::select! {
-                    biased;
-                    () = self.stop.cancelled() => return Round::Stopped,
-                    () = tokio::time::sleep(self.timing.retry_interval()) => {}
-                }
+            if attempt < RENEWAL_ATTEMPTS && !self.pause_before_retry().await {
+                return Round::Stopped;
             }
         }
         Round::Lost(EndReason::StoreUnavailable {
             attempts: RENEWAL_ATTEMPTS,
             last_error,
         })
+    }
+
+    /// Waits the retry interval (`d/20`) between two attempts of a round:
+    /// false if the loop was stopped first.
+    async fn pause_before_retry(&self) -> bool {
+        tokio::select! {
+            biased;
+            () = self.stop.cancelled() => false,
+            () = tokio::time::sleep(self.timing.retry_interval()) => true,
+        }
     }
 
     /// Renews the lease: up to [`RENEWAL_ATTEMPTS`] attempts, `d/20` apart.
@@ -196,12 +202,8 @@ impl Renewal {
                     last_error = err.to_string();
                 }
             }
-            if attempt < RENEWAL_ATTEMPTS {
-                tokio::select! {
-                    biased;
-                    () = self.stop.cancelled() => return Round::Stopped,
-                    () = tokio::time::sleep(self.timing.retry_interval()) => {}
-                }
+            if attempt < RENEWAL_ATTEMPTS && !self.pause_before_retry().await {
+                return Round::Stopped;
             }
         }
         Round::Lost(EndReason::StoreUnavailable {

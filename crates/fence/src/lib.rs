@@ -68,7 +68,7 @@ mod names;
 pub mod suite;
 
 pub use mem::MemFence;
-pub use names::{check_name, signed_token};
+pub use names::{FenceKeys, check_name, signed_token};
 /// What every [`Fence`] method returns: [`ttl_storage::Result`], the same
 /// alias (and error type) as the storage operations.
 pub use ttl_storage::Result;

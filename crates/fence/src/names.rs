@@ -1,4 +1,5 @@
-//! Checks the implementations share: table names and tokens as stored.
+//! What the implementations share: table names and tokens as stored, and
+//! the key names of the key-value stores' fences.
 
 use ttl_storage::{Result, StorageError};
 
@@ -22,6 +23,60 @@ pub fn check_name(name: &str, extra: &[char]) -> Result<()> {
         Err(StorageError::permanent(format!(
             "invalid fence keyspace or table name {name:?}: use 1 to 48 ASCII letters, digits or _"
         )))
+    }
+}
+
+/// The keys a key-value store's fence uses under a key prefix, words
+/// joined by `separator` (`/` for etcd, `:` for Valkey): the highest token
+/// at `<prefix>fence<sep><resource>`, the register's value at
+/// `<prefix>fence-value<sep><resource>`, the log at
+/// `<prefix>fence-log<sep><resource>`.
+///
+/// ```
+/// let keys = fence::FenceKeys::new("ttl:", ':');
+/// assert_eq!(keys.fence("r"), "ttl:fence:r");
+/// assert_eq!(keys.value("r"), "ttl:fence-value:r");
+/// assert_eq!(keys.log("r"), "ttl:fence-log:r");
+/// assert_eq!(keys.prefix(), "ttl:");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceKeys {
+    prefix: String,
+    separator: char,
+}
+
+impl FenceKeys {
+    /// The keys under `prefix`, words joined by `separator`.
+    pub fn new(prefix: impl Into<String>, separator: char) -> Self {
+        FenceKeys {
+            prefix: prefix.into(),
+            separator,
+        }
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The key that holds `resource`'s highest token.
+    pub fn fence(&self, resource: &str) -> String {
+        self.key("fence", resource)
+    }
+
+    /// The key that holds the value of `resource`'s register.
+    pub fn value(&self, resource: &str) -> String {
+        self.key("fence-value", resource)
+    }
+
+    /// The key of `resource`'s log (etcd: the prefix of its entries, with
+    /// a separator after it).
+    pub fn log(&self, resource: &str) -> String {
+        self.key("fence-log", resource)
+    }
+
+    fn key(&self, word: &str, resource: &str) -> String {
+        format!("{}{word}{}{resource}", self.prefix, self.separator)
     }
 }
 

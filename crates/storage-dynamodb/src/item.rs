@@ -45,6 +45,18 @@ pub(crate) fn now_ms() -> Result<u64, StorageError> {
         .map_err(|_| StorageError::permanent("system clock is beyond year 500 million"))
 }
 
+/// The key and value attributes every record has, with room for the
+/// mode's three others.
+fn key_and_value(key: &str, value: &[u8]) -> HashMap<String, AttributeValue> {
+    let mut item = HashMap::with_capacity(5);
+    item.insert(KEY.to_string(), AttributeValue::S(key.to_string()));
+    item.insert(
+        VALUE.to_string(),
+        AttributeValue::B(Blob::new(value.to_vec())),
+    );
+    item
+}
+
 /// The attributes of a record holding `value` written at `now_ms` with `ttl`.
 pub(crate) fn record(
     key: &str,
@@ -52,12 +64,7 @@ pub(crate) fn record(
     ttl: Ttl,
     now_ms: u64,
 ) -> HashMap<String, AttributeValue> {
-    let mut item = HashMap::with_capacity(5);
-    item.insert(KEY.to_string(), AttributeValue::S(key.to_string()));
-    item.insert(
-        VALUE.to_string(),
-        AttributeValue::B(Blob::new(value.to_vec())),
-    );
+    let mut item = key_and_value(key, value);
     item.insert(ANCHOR_MS.to_string(), AttributeValue::N(now_ms.to_string()));
     if let Some(ttl) = ttl.duration() {
         let expires_ms = expiry_ms(now_ms, ttl);
@@ -82,12 +89,7 @@ pub(crate) fn observed_record(
     version: &str,
     now_ms: u64,
 ) -> HashMap<String, AttributeValue> {
-    let mut item = HashMap::with_capacity(5);
-    item.insert(KEY.to_string(), AttributeValue::S(key.to_string()));
-    item.insert(
-        VALUE.to_string(),
-        AttributeValue::B(Blob::new(value.to_vec())),
-    );
+    let mut item = key_and_value(key, value);
     item.insert(VERSION.to_string(), AttributeValue::S(version.to_string()));
     if let Some(ttl) = ttl.duration() {
         let lease_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);

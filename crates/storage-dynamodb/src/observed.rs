@@ -23,6 +23,7 @@ use ttl_storage::{Key, Result, Ttl};
 use crate::{
     DynamoDbStorage,
     item::{self, KEY, VALUE, VERSION},
+    storage::Condition,
 };
 
 /// One record version as this instance saw it.
@@ -116,9 +117,11 @@ impl DynamoDbStorage {
             Some(old) => {
                 self.conditional_put(
                     record,
-                    "#ver = :ver",
-                    &[("#ver", VERSION)],
-                    vec![(":ver", AttributeValue::S(old))],
+                    Condition {
+                        expression: "#ver = :ver",
+                        names: &[("#ver", VERSION)],
+                        values: vec![(":ver", AttributeValue::S(old))],
+                    },
                     "PutItem (takeover)",
                 )
                 .await
@@ -126,9 +129,11 @@ impl DynamoDbStorage {
             None => {
                 self.conditional_put(
                     record,
-                    "attribute_not_exists(#k)",
-                    &[("#k", KEY)],
-                    vec![],
+                    Condition {
+                        expression: "attribute_not_exists(#k)",
+                        names: &[("#k", KEY)],
+                        values: vec![],
+                    },
                     "PutItem (insert)",
                 )
                 .await
@@ -172,9 +177,11 @@ impl DynamoDbStorage {
         let result = self
             .conditional_put(
                 record,
-                "#v = :old",
-                &[("#v", VALUE)],
-                vec![(":old", AttributeValue::B(Blob::new(old.to_vec())))],
+                Condition {
+                    expression: "#v = :old",
+                    names: &[("#v", VALUE)],
+                    values: vec![(":old", AttributeValue::B(Blob::new(old.to_vec())))],
+                },
                 "PutItem (compare-and-swap)",
             )
             .await;
@@ -203,9 +210,11 @@ impl DynamoDbStorage {
         let result = self
             .conditional_delete(
                 key,
-                "#v = :old",
-                &[("#v", VALUE)],
-                vec![(":old", AttributeValue::B(Blob::new(value.to_vec())))],
+                Condition {
+                    expression: "#v = :old",
+                    names: &[("#v", VALUE)],
+                    values: vec![(":old", AttributeValue::B(Blob::new(value.to_vec())))],
+                },
                 "DeleteItem (compare-and-delete)",
             )
             .await;

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::{
     Client,
     config::Credentials,
     error::SdkError,
-    operation::put_item::PutItemError,
+    operation::put_item::{PutItemError, builders::PutItemFluentBuilder},
     types::{AttributeValue, ReturnValuesOnConditionCheckFailure},
 };
 use backon::{ExponentialBuilder, Retryable};
@@ -119,25 +119,29 @@ impl DynamoDbStorage {
             .await
     }
 
+    /// The PutItem request of `item` under `condition`.
+    fn put_request(
+        &self,
+        item: HashMap<String, AttributeValue>,
+        condition: Condition<'_>,
+    ) -> PutItemFluentBuilder {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition.expression)
+            .set_expression_attribute_names(Some(names_map(condition.names)))
+            .set_expression_attribute_values(values_map(condition.values))
+    }
+
     /// A PutItem of `item` under `condition`: `Ok(false)` if it failed.
     pub(crate) async fn conditional_put(
         &self,
         item: HashMap<String, AttributeValue>,
-        condition: &str,
-        names: &[(&str, &str)],
-        values: Vec<(&str, AttributeValue)>,
+        condition: Condition<'_>,
         what: &str,
     ) -> Result<bool> {
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names_map(names)))
-            .set_expression_attribute_values(values_map(values))
-            .send()
-            .await;
+        let result = self.put_request(item, condition).send().await;
         match result {
             Ok(_) => Ok(true),
             Err(err) => to_storage(err, Op::Write, what),
@@ -151,19 +155,11 @@ impl DynamoDbStorage {
     pub(crate) async fn conditional_put_or_old(
         &self,
         item: HashMap<String, AttributeValue>,
-        condition: &str,
-        names: &[(&str, &str)],
-        values: Vec<(&str, AttributeValue)>,
+        condition: Condition<'_>,
         what: &str,
     ) -> Result<PutOutcome> {
         let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names_map(names)))
-            .set_expression_attribute_values(values_map(values))
+            .put_request(item, condition)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -189,9 +185,7 @@ impl DynamoDbStorage {
     pub(crate) async fn conditional_delete(
         &self,
         key: &Key,
-        condition: &str,
-        names: &[(&str, &str)],
-        values: Vec<(&str, AttributeValue)>,
+        condition: Condition<'_>,
         what: &str,
     ) -> Result<bool> {
         let result = self
@@ -199,9 +193,9 @@ impl DynamoDbStorage {
             .delete_item()
             .table_name(&self.table)
             .key(KEY, AttributeValue::S(key.as_str().to_string()))
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names_map(names)))
-            .set_expression_attribute_values(values_map(values))
+            .condition_expression(condition.expression)
+            .set_expression_attribute_names(Some(names_map(condition.names)))
+            .set_expression_attribute_values(values_map(condition.values))
             .send()
             .await;
         match result {
@@ -230,6 +224,17 @@ impl DynamoDbStorage {
             },
         }
     }
+}
+
+/// A request's condition: its expression, with the attribute names and
+/// values the expression's placeholders (`#k`, `:now`) stand for.
+pub(crate) struct Condition<'a> {
+    /// The condition expression.
+    pub(crate) expression: &'a str,
+    /// `#name` placeholders and the attributes they name.
+    pub(crate) names: &'a [(&'a str, &'a str)],
+    /// `:value` placeholders and their values (none: sent without).
+    pub(crate) values: Vec<(&'a str, AttributeValue)>,
 }
 
 /// What a conditional PutItem did.

@@ -26,7 +26,7 @@ use ttl_storage::{Entry, Key, Result, StorageError, Ttl};
 use crate::{
     DynamoDbStorage,
     item::{self, ANCHOR_MS, EXPIRES_MS, KEY, VALUE},
-    storage::PutOutcome,
+    storage::{Condition, PutOutcome},
 };
 
 /// Condition of `insert_if_not_exists`: no record, or an expired one.
@@ -43,9 +43,11 @@ impl DynamoDbStorage {
         let now = item::now_ms()?;
         self.conditional_put(
             item::record(key.as_str(), value, ttl, now),
-            INSERT_CONDITION,
-            &[("#k", KEY), ("#e", EXPIRES_MS)],
-            vec![(":now", AttributeValue::N(now.to_string()))],
+            Condition {
+                expression: INSERT_CONDITION,
+                names: &[("#k", KEY), ("#e", EXPIRES_MS)],
+                values: vec![(":now", AttributeValue::N(now.to_string()))],
+            },
             "PutItem (insert)",
         )
         .await
@@ -75,9 +77,12 @@ impl DynamoDbStorage {
         let outcome = self
             .conditional_put_or_old(
                 item::record(key.as_str(), new, ttl, now),
-                condition,
-                &[("#v", VALUE), ("#e", EXPIRES_MS), ("#a", ANCHOR_MS)][..names_for(expires)],
-                values,
+                Condition {
+                    expression: condition,
+                    names: &[("#v", VALUE), ("#e", EXPIRES_MS), ("#a", ANCHOR_MS)]
+                        [..names_for(expires)],
+                    values,
+                },
                 "PutItem (compare-and-swap)",
             )
             .await?;
@@ -91,12 +96,14 @@ impl DynamoDbStorage {
         let now = item::now_ms()?;
         self.conditional_delete(
             key,
-            MATCH_LIVE_CONDITION,
-            &[("#v", VALUE), ("#e", EXPIRES_MS)],
-            vec![
-                (":old", AttributeValue::B(Blob::new(value.to_vec()))),
-                (":now", AttributeValue::N(now.to_string())),
-            ],
+            Condition {
+                expression: MATCH_LIVE_CONDITION,
+                names: &[("#v", VALUE), ("#e", EXPIRES_MS)],
+                values: vec![
+                    (":old", AttributeValue::B(Blob::new(value.to_vec()))),
+                    (":now", AttributeValue::N(now.to_string())),
+                ],
+            },
             "DeleteItem (compare-and-delete)",
         )
         .await

@@ -1,7 +1,9 @@
 //! Validated configuration: endpoints, credentials, TLS, key prefix and
 //! timeouts.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
+
+use ttl_storage::kit::options::{self, ConnectOptions};
 
 use crate::error::ConfigError;
 
@@ -10,12 +12,9 @@ pub const DEFAULT_PORT: u16 = 2379;
 /// The default prefix of every key this driver writes.
 pub const DEFAULT_PREFIX: &str = "ttl/";
 /// The default timeout of one request.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = options::DEFAULT_REQUEST_TIMEOUT;
 /// The default timeout for opening a connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-const MAX_PREFIX_LEN: usize = 256;
-const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = options::DEFAULT_CONNECT_TIMEOUT;
 
 pub(crate) use ttl_storage::kit::Credentials;
 
@@ -38,10 +37,7 @@ pub struct EtcdConfig {
     pub(crate) endpoints: Vec<String>,
     pub(crate) credentials: Option<Credentials>,
     pub(crate) tls: bool,
-    pub(crate) ca_file: Option<PathBuf>,
-    pub(crate) prefix: String,
-    pub(crate) request_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
+    pub(crate) options: ConnectOptions,
 }
 
 impl EtcdConfig {
@@ -67,23 +63,10 @@ impl EtcdConfig {
 
     /// The PEM CA file trusted for TLS, if any (otherwise the system's roots).
     pub fn ca_file(&self) -> Option<&std::path::Path> {
-        self.ca_file.as_deref()
+        self.options.tls_ca_file.as_deref()
     }
 
-    /// Prefix of every key.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// Timeout of one request.
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
-    }
-
-    /// Timeout for opening a connection.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
+    ttl_storage::connect_getters!(prefix, request_timeout, connect_timeout);
 
     /// The endpoints as URLs for the client (`http://` or `https://`).
     pub(crate) fn endpoint_urls(&self) -> Vec<String> {
@@ -111,10 +94,7 @@ pub struct EtcdConfigBuilder {
     endpoints: Vec<String>,
     credentials: Option<(String, String)>,
     tls: bool,
-    ca_file: Option<PathBuf>,
-    prefix: String,
-    request_timeout: Duration,
-    connect_timeout: Duration,
+    pub(crate) options: ConnectOptions,
 }
 
 impl Default for EtcdConfigBuilder {
@@ -123,10 +103,7 @@ impl Default for EtcdConfigBuilder {
             endpoints: Vec::new(),
             credentials: None,
             tls: false,
-            ca_file: None,
-            prefix: DEFAULT_PREFIX.to_string(),
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            options: ConnectOptions::new(DEFAULT_PREFIX),
         }
     }
 }
@@ -150,29 +127,7 @@ impl EtcdConfigBuilder {
         self
     }
 
-    /// Trusts this PEM CA file for TLS instead of the system's roots.
-    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.ca_file = Some(path.into());
-        self
-    }
-
-    /// Prefix of every key (default [`DEFAULT_PREFIX`]).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Timeout of one request (default [`DEFAULT_REQUEST_TIMEOUT`]).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Timeout for opening a connection (default [`DEFAULT_CONNECT_TIMEOUT`]).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
+    ttl_storage::connect_setters!(tls_ca_file, prefix, request_timeout, connect_timeout);
 
     /// Validates the settings.
     pub fn build(self) -> Result<EtcdConfig, ConfigError> {
@@ -189,26 +144,19 @@ impl EtcdConfigBuilder {
             Some((user, password)) => Some(Credentials { user, password }),
             None => None,
         };
-        if self.ca_file.is_some() && !self.tls {
+        let options = self.options;
+        if options.tls_ca_file.is_some() && !self.tls {
             return Err(ConfigError::CaFileWithoutTls);
         }
-        if self.prefix.len() > MAX_PREFIX_LEN || self.prefix.chars().any(char::is_control) {
-            return Err(ConfigError::BadPrefix(self.prefix));
+        if !options.prefix_is_valid() {
+            return Err(ConfigError::BadPrefix(options.prefix));
         }
-        for (name, timeout) in [
-            ("timeout", self.request_timeout),
-            ("connect_timeout", self.connect_timeout),
-        ] {
-            ttl_storage::kit::query::check_timeout(name, timeout, MAX_TIMEOUT)?;
-        }
+        options.check_timeouts()?;
         Ok(EtcdConfig {
             endpoints,
             credentials,
             tls: self.tls,
-            ca_file: self.ca_file,
-            prefix: self.prefix,
-            request_timeout: self.request_timeout,
-            connect_timeout: self.connect_timeout,
+            options,
         })
     }
 }

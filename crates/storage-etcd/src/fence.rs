@@ -54,7 +54,7 @@ use etcd_client::{
     TxnResponse,
 };
 pub use fence::{AppendOutcome, FenceOutcome, LogEntry};
-use fence::{DynFence, Fence, Fenced, Numbering, OpenOptions};
+use fence::{DynFence, Fence, FenceKeys, Fenced, Numbering, OpenOptions};
 use ttl_storage::{Result, StorageError, check_value};
 
 use crate::{
@@ -74,13 +74,13 @@ use crate::{
 #[derive(Clone)]
 pub struct EtcdFence {
     client: Client,
-    prefix: String,
+    keys: FenceKeys,
 }
 
 impl std::fmt::Debug for EtcdFence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdFence")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.keys.prefix())
             .finish_non_exhaustive()
     }
 }
@@ -95,23 +95,23 @@ impl EtcdFence {
     pub fn new(storage: &EtcdStorage) -> Self {
         EtcdFence {
             client: storage.client().clone(),
-            prefix: storage.config().prefix().to_string(),
+            keys: FenceKeys::new(storage.config().prefix(), '/'),
         }
     }
 
     /// The key that holds `resource`'s highest token.
     pub fn fence_key(&self, resource: &str) -> String {
-        format!("{}fence/{resource}", self.prefix)
+        self.keys.fence(resource)
     }
 
     /// The key that holds the value of `resource`'s register.
     pub fn value_key(&self, resource: &str) -> String {
-        format!("{}fence-value/{resource}", self.prefix)
+        self.keys.value(resource)
     }
 
     /// The key prefix under which `resource`'s log entries live.
     pub fn log_prefix(&self, resource: &str) -> String {
-        format!("{}fence-log/{resource}/", self.prefix)
+        format!("{}/", self.keys.log(resource))
     }
 
     /// Writes `value` at `key` (a plain key, not prefixed) if `token` is at

@@ -51,13 +51,13 @@ impl EtcdStorage {
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
         let url = config.redacted_url();
         let mut options = ConnectOptions::new()
-            .with_timeout(config.request_timeout)
-            .with_connect_timeout(config.connect_timeout);
+            .with_timeout(config.options.request_timeout)
+            .with_connect_timeout(config.options.connect_timeout);
         if let Some(credentials) = &config.credentials {
             options = options.with_user(&credentials.user, &credentials.password);
         }
         if config.tls {
-            let tls = match &config.ca_file {
+            let tls = match &config.options.tls_ca_file {
                 Some(path) => {
                     let pem = tokio::fs::read(path).await.map_err(|err| {
                         StorageError::with_source(
@@ -77,7 +77,7 @@ impl EtcdStorage {
             Err(err) => return Err(connect_failed(&config, &url, err).await),
         };
         // The channel connects lazily: one read proves the cluster answers.
-        let probe = format!("{}__probe__", config.prefix);
+        let probe = format!("{}__probe__", config.options.prefix);
         let answered = unsent::retry(|| {
             let mut client = client.clone();
             let probe = probe.clone();
@@ -87,7 +87,7 @@ impl EtcdStorage {
         if let Err(err) = answered {
             return Err(connect_failed(&config, &url, err).await);
         }
-        tracing::debug!(%url, prefix = %config.prefix, "etcd storage connected");
+        tracing::debug!(%url, prefix = %config.options.prefix, "etcd storage connected");
         Ok(EtcdStorage { client, config })
     }
 
@@ -103,7 +103,7 @@ impl EtcdStorage {
 
     /// The server-side key of `key`: the configured prefix, then the key.
     pub fn server_key(&self, key: &Key) -> String {
-        format!("{}{}", self.config.prefix, key)
+        format!("{}{}", self.config.options.prefix, key)
     }
 
     /// A fresh lease of `ttl` for one write (no lease, for [`Ttl::NEVER`]).

@@ -2,7 +2,7 @@
 
 use ttl_storage::kit::{
     UrlError,
-    query::duration_param,
+    options::Param,
     url::{decode, params, parse},
 };
 
@@ -71,14 +71,11 @@ impl EtcdConfig {
             _ => return Err(ConfigError::BadCredentials),
         }
         for (name, value) in params(&parsed, &["endpoint"])? {
+            if builder.options.apply(Param::ALL, &name, &value)? {
+                continue;
+            }
             builder = match name.as_str() {
                 "endpoint" => builder.endpoint(value),
-                "prefix" => builder.prefix(value),
-                "timeout" => builder.request_timeout(duration_param("timeout", &value)?),
-                "connect_timeout" => {
-                    builder.connect_timeout(duration_param("connect_timeout", &value)?)
-                }
-                "tls_ca_file" => builder.tls_ca_file(value),
                 _ => return Err(UrlError::UnknownParameter(name).into()),
             };
         }

@@ -15,11 +15,7 @@
 // Test code: a panic with a clear message is how a case fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    net::SocketAddr,
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use elections_testsuite::network;
 use storage_etcd::EtcdStorage;
@@ -59,11 +55,7 @@ fence::suite!(
 );
 
 fn key(name: &str) -> Key {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    Key::new(format!("etcd-driver/{name}/{nanos}")).unwrap()
+    network::unique_key("etcd-driver", name)
 }
 
 /// Runs a raw etcd-client request again while it was never sent (the
@@ -121,12 +113,13 @@ async fn records_are_prefixed_keys_on_leases() {
     .await
     .ttl();
     assert!((18..=20).contains(&left), "lease TTL left {left}");
-    let entry = s.get_entry(&k).await.unwrap().unwrap();
-    elections_testsuite::assert_time_left(
-        &entry,
+    elections_testsuite::assert_entry_time_left(
+        &s,
+        &k,
         b"v",
         Duration::from_secs(18)..=Duration::from_secs(20),
-    );
+    )
+    .await;
 
     assert!(
         s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)
@@ -190,26 +183,18 @@ async fn etcds_to_plaintext_member_fails() {
         "tls_ca_file={}/tests/data/ca.pem&connect_timeout=2s",
         env!("CARGO_MANIFEST_DIR")
     )));
-    let result = tokio::time::timeout(Duration::from_secs(15), EtcdStorage::from_url(url.as_str()))
-        .await
-        .expect("a TLS handshake with a plaintext member must fail, not hang");
-    let err = result.expect_err("etcds:// must not talk to a plaintext member");
     // Said plainly (HTTP/2's preface in plaintext is answered), once, and
     // without the transport's debug dump.
-    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
-    let said = err.to_string();
-    assert_eq!(said.matches("does not speak TLS").count(), 1, "{said}");
+    let said = network::tls_to_a_plaintext_server_fails_plainly(
+        EtcdStorage::from_url(url.as_str()),
+        Duration::from_secs(15),
+    )
+    .await;
     assert!(!said.contains("tonic::"), "{said}");
 }
 
 fn server_addr() -> SocketAddr {
-    let url = url::Url::parse(&base_url()).unwrap();
-    let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
-    let port = url.port().unwrap_or(2379);
-    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-        .unwrap()
-        .next()
-        .unwrap()
+    network::server_addr(&base_url(), 2379)
 }
 
 /// A write whose answer is lost is outcome unknown (and here it was in
@@ -219,9 +204,7 @@ fn server_addr() -> SocketAddr {
 #[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
 async fn lost_answers_and_lost_connections() {
     let direct = connect_url(&base_url()).await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let url = format!("etcd://{}?timeout=1s&connect_timeout=1s", proxy.addr);
     let s = connect_url(&url).await;
     let k = key("lost");
@@ -330,9 +313,7 @@ async fn fence_set_guards_the_callers_key() {
 #[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     let direct = connect_url(&base_url()).await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let held = connect_url(&format!("etcd://{}?timeout=20s", proxy.addr)).await;
     network::renewal_applied_late_never_moves_the_expiry_earlier(
         &held,

@@ -3,6 +3,8 @@
 
 use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
+use ttl_storage::kit::options::{self, ConnectOptions};
+
 use crate::error::ConfigError;
 
 /// The default PostgreSQL port.
@@ -14,15 +16,13 @@ pub const DEFAULT_POOL_SIZE: usize = 8;
 /// The default timeout of one statement. The server cancels a statement
 /// after this (`statement_timeout`: not applied, transient); the client
 /// gives up half a second later (outcome unknown for a write).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = options::DEFAULT_REQUEST_TIMEOUT;
 /// The default timeout for opening a connection (TLS and authentication
 /// included).
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = options::DEFAULT_CONNECT_TIMEOUT;
 
 /// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1).
 const MAX_IDENTIFIER_LEN: usize = 63;
-/// Longest timeout accepted.
-const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Largest pool accepted.
 const MAX_POOL_SIZE: usize = 1024;
 
@@ -97,13 +97,12 @@ pub struct PostgresConfig {
     pub(crate) password: Option<String>,
     pub(crate) dbname: String,
     pub(crate) ssl_mode: SslMode,
-    pub(crate) ssl_root_cert: Option<PathBuf>,
     pub(crate) schema: Option<String>,
     pub(crate) table: String,
     pub(crate) create_table: bool,
     pub(crate) pool_size: usize,
-    pub(crate) request_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
+    /// The timeouts and the CA file (`sslrootcert`); no key prefix.
+    pub(crate) options: ConnectOptions,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -111,12 +110,12 @@ impl fmt::Debug for PostgresConfig {
         f.debug_struct("PostgresConfig")
             .field("url", &self.redacted_url())
             .field("ssl_mode", &self.ssl_mode)
-            .field("ssl_root_cert", &self.ssl_root_cert)
+            .field("ssl_root_cert", &self.options.tls_ca_file)
             .field("table", &self.qualified_table())
             .field("create_table", &self.create_table)
             .field("pool_size", &self.pool_size)
-            .field("request_timeout", &self.request_timeout)
-            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.options.request_timeout)
+            .field("connect_timeout", &self.options.connect_timeout)
             .finish()
     }
 }
@@ -163,7 +162,7 @@ impl PostgresConfig {
 
     /// The PEM CA file trusted instead of the system's roots, if any.
     pub fn ssl_root_cert(&self) -> Option<&std::path::Path> {
-        self.ssl_root_cert.as_deref()
+        self.options.tls_ca_file.as_deref()
     }
 
     /// The table name (without schema).
@@ -194,15 +193,7 @@ impl PostgresConfig {
         self.pool_size
     }
 
-    /// Timeout of one statement.
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
-    }
-
-    /// Timeout for opening a connection.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
+    ttl_storage::connect_getters!(request_timeout, connect_timeout);
 
     /// The server as a URL with the password replaced by `***`, for logs
     /// and error messages.
@@ -235,13 +226,13 @@ pub struct PostgresConfigBuilder {
     password: Option<String>,
     dbname: Option<String>,
     ssl_mode: SslMode,
-    ssl_root_cert: Option<PathBuf>,
     schema: Option<String>,
     table: String,
     create_table: bool,
     pool_size: usize,
-    request_timeout: Duration,
-    connect_timeout: Duration,
+    /// The timeouts and the CA file (`sslrootcert`); PostgreSQL has no
+    /// key prefix.
+    pub(crate) options: ConnectOptions,
 }
 
 impl Default for PostgresConfigBuilder {
@@ -254,13 +245,11 @@ impl Default for PostgresConfigBuilder {
             password: None,
             dbname: None,
             ssl_mode: SslMode::default(),
-            ssl_root_cert: None,
             schema: None,
             table: DEFAULT_TABLE.to_string(),
             create_table: true,
             pool_size: DEFAULT_POOL_SIZE,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            options: ConnectOptions::new(""),
         }
     }
 }
@@ -313,7 +302,7 @@ impl PostgresConfigBuilder {
     /// Trusts the CA certificates in this PEM file instead of the system's
     /// trust store. Needs a TLS [`SslMode`].
     pub fn ssl_root_cert(mut self, path: impl Into<PathBuf>) -> Self {
-        self.ssl_root_cert = Some(path.into());
+        self.options.tls_ca_file = Some(path.into());
         self
     }
 
@@ -341,17 +330,7 @@ impl PostgresConfigBuilder {
         self
     }
 
-    /// Timeout of one statement (default [`DEFAULT_REQUEST_TIMEOUT`]).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Timeout for opening a connection (default [`DEFAULT_CONNECT_TIMEOUT`]).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
+    ttl_storage::connect_setters!(request_timeout, connect_timeout);
 
     /// Validates the settings.
     pub fn build(self) -> Result<PostgresConfig, ConfigError> {
@@ -363,7 +342,7 @@ impl PostgresConfigBuilder {
             return Err(ConfigError::NoUser);
         }
         let dbname = self.dbname.unwrap_or_else(|| self.user.clone());
-        if self.ssl_root_cert.is_some() && !self.ssl_mode.uses_tls() {
+        if self.options.tls_ca_file.is_some() && !self.ssl_mode.uses_tls() {
             return Err(ConfigError::RootCertWithoutTls);
         }
         check_identifier("table", &self.table)?;
@@ -373,8 +352,7 @@ impl PostgresConfigBuilder {
         if self.pool_size == 0 || self.pool_size > MAX_POOL_SIZE {
             return Err(ConfigError::BadPoolSize(self.pool_size.to_string()));
         }
-        check_timeout("timeout", self.request_timeout)?;
-        check_timeout("connect_timeout", self.connect_timeout)?;
+        self.options.check_timeouts()?;
         if self.other_hosts.iter().any(|(h, _)| h.is_empty()) {
             return Err(ConfigError::NoHost);
         }
@@ -386,13 +364,11 @@ impl PostgresConfigBuilder {
             password: self.password,
             dbname,
             ssl_mode: self.ssl_mode,
-            ssl_root_cert: self.ssl_root_cert,
             schema: self.schema,
             table: self.table,
             create_table: self.create_table,
             pool_size: self.pool_size,
-            request_timeout: self.request_timeout,
-            connect_timeout: self.connect_timeout,
+            options: self.options,
         })
     }
 }
@@ -414,14 +390,6 @@ fn check_identifier(what: &'static str, name: &str) -> Result<(), ConfigError> {
             name: name.to_string(),
         })
     }
-}
-
-fn check_timeout(name: &'static str, timeout: Duration) -> Result<(), ConfigError> {
-    Ok(ttl_storage::kit::query::check_timeout(
-        name,
-        timeout,
-        MAX_TIMEOUT,
-    )?)
 }
 
 #[cfg(test)]

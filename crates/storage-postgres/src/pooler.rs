@@ -183,7 +183,8 @@ impl PostgresStorage {
             }
             Ok(())
         };
-        let limit = self.config().connect_timeout + 2 * self.config().request_timeout;
+        let limit =
+            self.config().options.connect_timeout + 2 * self.config().options.request_timeout;
         tokio::time::timeout(limit, check)
             .await
             .map_err(|_| StorageError::transient(format!("{what}: no answer within {limit:?}")))?
@@ -197,7 +198,7 @@ impl PostgresStorage {
     /// fatal.
     pub(crate) async fn warn_without_statement_timeout(&self) {
         let url = self.config().redacted_url();
-        let want = self.config().request_timeout;
+        let want = self.config().options.request_timeout;
         match tokio::time::timeout(Duration::from_secs(5), self.statement_timeout()).await {
             Ok(Ok(got)) if got == want => {}
             Ok(Ok(got)) => tracing::warn!(

@@ -177,11 +177,11 @@ impl PostgresStorage {
         }
         pg.user(&config.user)
             .dbname(&config.dbname)
-            .connect_timeout(config.connect_timeout)
+            .connect_timeout(config.options.connect_timeout)
             .application_name("storage-postgres")
             .options(format!(
                 "-c statement_timeout={}",
-                config.request_timeout.as_millis()
+                config.options.request_timeout.as_millis()
             ))
             .target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
         if let Some(password) = &config.password {
@@ -228,9 +228,9 @@ impl PostgresStorage {
         let pool = Pool::builder(manager)
             .max_size(config.pool_size)
             .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(config.request_timeout))
-            .create_timeout(Some(config.connect_timeout))
-            .recycle_timeout(Some(config.connect_timeout))
+            .wait_timeout(Some(config.options.request_timeout))
+            .create_timeout(Some(config.options.connect_timeout))
+            .recycle_timeout(Some(config.options.connect_timeout))
             .build()
             .map_err(|err| {
                 storage_error(ErrorKind::Permanent, &format!("configuring {url}"), err)
@@ -261,7 +261,7 @@ impl PostgresStorage {
         };
         // Each statement is bounded by the server's statement_timeout; this
         // bounds a lost connection too.
-        let limit = config.connect_timeout + 2 * storage.answer_limit();
+        let limit = config.options.connect_timeout + 2 * storage.answer_limit();
         tokio::time::timeout(limit, setup).await.map_err(|_| {
             StorageError::transient(format!(
                 "setting up table {} on {url}: no answer within {limit:?}",
@@ -276,7 +276,7 @@ impl PostgresStorage {
         storage.warn_without_statement_timeout().await;
         // The listener connects in parallel; watches answer unsupported
         // until it listens.
-        let deadline = tokio::time::Instant::now() + storage.config.connect_timeout;
+        let deadline = tokio::time::Instant::now() + storage.config.options.connect_timeout;
         while !storage.waiters.is_ready() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -333,7 +333,7 @@ impl PostgresStorage {
 
     /// How long the client waits for one answer.
     fn answer_limit(&self) -> Duration {
-        self.config.request_timeout + CLIENT_TIMEOUT_MARGIN
+        self.config.options.request_timeout + CLIENT_TIMEOUT_MARGIN
     }
 
     /// `sql` prepared on `client` (cached per connection). Nothing is

@@ -2,7 +2,8 @@
 
 use ttl_storage::kit::{
     UrlError,
-    query::{bool_param, duration_param},
+    options::Param,
+    query::bool_param,
     url::{decode, params, parse},
 };
 
@@ -10,6 +11,10 @@ use crate::{config::PostgresConfig, error::ConfigError};
 
 /// The schemes, as an error message names them.
 const SCHEMES: &str = "postgres:// or postgresql://";
+
+/// The shared connection options PostgreSQL's URLs take (its CA file is
+/// libpq's `sslrootcert`; it has no key prefix).
+const TIMEOUTS: &[Param] = &[Param::Timeout, Param::ConnectTimeout];
 
 impl PostgresConfig {
     /// Parses a URL:
@@ -91,6 +96,9 @@ impl PostgresConfig {
             builder = builder.dbname(decode(dbname, "database name")?);
         }
         for (name, value) in params(&parsed, &[])? {
+            if builder.options.apply(TIMEOUTS, &name, &value)? {
+                continue;
+            }
             builder = match name.as_str() {
                 "sslmode" => builder.ssl_mode(value.parse()?),
                 "sslrootcert" => builder.ssl_root_cert(value),
@@ -102,10 +110,6 @@ impl PostgresConfig {
                         .parse()
                         .map_err(|_| ConfigError::BadPoolSize(value.to_string()))?,
                 ),
-                "timeout" => builder.request_timeout(duration_param("timeout", &value)?),
-                "connect_timeout" => {
-                    builder.connect_timeout(duration_param("connect_timeout", &value)?)
-                }
                 "target_session_attrs" => match value.as_ref() {
                     "read-write" => builder,
                     other => return Err(ConfigError::BadTargetSessionAttrs(other.to_string())),

@@ -15,7 +15,7 @@
 // Test code: a panic with a clear message is how a case fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use storage_postgres::PostgresStorage;
 use ttl_storage::ErrorKind;
@@ -27,11 +27,17 @@ fn var(name: &str) -> String {
 }
 
 fn unique_table(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{name}_{nanos}")
+    elections_testsuite::network::unique(name, "_")
+}
+
+/// A client connected to the server directly (not through the pooler).
+async fn direct_client() -> tokio_postgres::Client {
+    let (client, connection) =
+        tokio_postgres::connect(&var("POSTGRES_DIRECT_URL"), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    client
 }
 
 /// `url` with `table=<table>` added.
@@ -42,12 +48,8 @@ fn with_table(url: &str, table: &str) -> String {
 
 /// Whether `table` exists, asked of the server directly.
 async fn table_exists(table: &str) -> bool {
-    let (client, connection) =
-        tokio_postgres::connect(&var("POSTGRES_DIRECT_URL"), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    tokio::spawn(connection);
-    let row = client
+    let row = direct_client()
+        .await
         .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
         .await
         .unwrap();
@@ -68,12 +70,8 @@ fn channel(table: &str) -> String {
 /// Server sessions whose last statement was `LISTEN` on `table`'s
 /// channel: a listener left behind on a pooled session would show here.
 async fn listening_on(table: &str) -> i64 {
-    let (client, connection) =
-        tokio_postgres::connect(&var("POSTGRES_DIRECT_URL"), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    tokio::spawn(connection);
-    let row = client
+    let row = direct_client()
+        .await
         .query_one(
             "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN ' || $1",
             &[&channel(table)],

@@ -3,6 +3,8 @@
 
 use std::{path::PathBuf, time::Duration};
 
+use ttl_storage::kit::options::{self, ConnectOptions};
+
 use crate::{
     error::ConfigError,
     replication::{SentinelSettings, WaitReplicas},
@@ -14,15 +16,10 @@ pub const DEFAULT_PORT: u16 = 6379;
 pub const DEFAULT_PREFIX: &str = "ttl:";
 /// The default timeout of one command. A command that times out after it
 /// was sent is reported as outcome unknown (writes) or transient (reads).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = options::DEFAULT_REQUEST_TIMEOUT;
 /// The default timeout for opening a connection (TLS handshake and `AUTH`
 /// included).
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Longest key prefix, in bytes.
-const MAX_PREFIX_LEN: usize = 256;
-/// Longest timeout accepted.
-const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = options::DEFAULT_CONNECT_TIMEOUT;
 
 /// User name (optional, for Redis 6 ACLs) and password for `AUTH`.
 pub(crate) type Credentials = ttl_storage::kit::Credentials<Option<String>>;
@@ -62,9 +59,8 @@ pub struct ValkeyConfig {
     pub(crate) database: Option<u8>,
     pub(crate) credentials: Option<Credentials>,
     pub(crate) tls: Option<TlsSettings>,
-    pub(crate) prefix: String,
-    pub(crate) request_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
+    /// The key prefix and the timeouts (the CA file is in `tls`).
+    pub(crate) options: ConnectOptions,
     pub(crate) sentinel: Option<SentinelSettings>,
     pub(crate) wait: Option<WaitReplicas>,
 }
@@ -105,20 +101,7 @@ impl ValkeyConfig {
         self.tls.as_ref()
     }
 
-    /// Prefix of every key written (`ttl:` by default).
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// Timeout of one command.
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
-    }
-
-    /// Timeout for opening a connection.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
-    }
+    ttl_storage::connect_getters!(prefix, request_timeout, connect_timeout);
 
     /// The Sentinels that name the primary, if the primary is discovered
     /// (`redis-sentinel://` URLs).
@@ -173,10 +156,7 @@ pub struct ValkeyConfigBuilder {
     user: Option<String>,
     password: Option<String>,
     tls: bool,
-    ca_file: Option<PathBuf>,
-    prefix: String,
-    request_timeout: Duration,
-    connect_timeout: Duration,
+    pub(crate) options: ConnectOptions,
     sentinel: Option<SentinelSettings>,
     wait: Option<WaitReplicas>,
 }
@@ -190,10 +170,7 @@ impl Default for ValkeyConfigBuilder {
             user: None,
             password: None,
             tls: false,
-            ca_file: None,
-            prefix: DEFAULT_PREFIX.to_string(),
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            options: ConnectOptions::new(DEFAULT_PREFIX),
             sentinel: None,
             wait: None,
         }
@@ -237,30 +214,7 @@ impl ValkeyConfigBuilder {
         self
     }
 
-    /// Trusts the CA certificates in this PEM file instead of the system's
-    /// trust store. Needs [`tls`](Self::tls).
-    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.ca_file = Some(path.into());
-        self
-    }
-
-    /// Prefix of every key (default [`DEFAULT_PREFIX`]); may be empty.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Timeout of one command (default [`DEFAULT_REQUEST_TIMEOUT`]).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Timeout for opening a connection (default [`DEFAULT_CONNECT_TIMEOUT`]).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
+    ttl_storage::connect_setters!(tls_ca_file, prefix, request_timeout, connect_timeout);
 
     /// Finds the primary through these Sentinels (any that answers), as
     /// the service `service`, instead of connecting to
@@ -296,7 +250,7 @@ impl ValkeyConfigBuilder {
         if let Some(wait) = self.wait
             && (wait.replicas == 0
                 || wait.timeout.is_zero()
-                || wait.timeout >= self.request_timeout)
+                || wait.timeout >= self.options.request_timeout)
         {
             return Err(ConfigError::BadWaitReplicas);
         }
@@ -314,37 +268,27 @@ impl ValkeyConfigBuilder {
             (user, Some(password)) => Some(Credentials { user, password }),
             (None, None) => None,
         };
-        let tls = match (self.tls, self.ca_file) {
+        let mut options = self.options;
+        let tls = match (self.tls, options.tls_ca_file.take()) {
             (true, ca_file) => Some(TlsSettings { ca_file }),
             (false, Some(_)) => return Err(ConfigError::CaFileWithoutTls),
             (false, None) => None,
         };
-        if self.prefix.len() > MAX_PREFIX_LEN || self.prefix.chars().any(char::is_control) {
-            return Err(ConfigError::BadPrefix(self.prefix));
+        if !options.prefix_is_valid() {
+            return Err(ConfigError::BadPrefix(options.prefix));
         }
-        check_timeout("timeout", self.request_timeout)?;
-        check_timeout("connect_timeout", self.connect_timeout)?;
+        options.check_timeouts()?;
         Ok(ValkeyConfig {
             host,
             port,
             database: self.database,
             credentials,
             tls,
-            prefix: self.prefix,
-            request_timeout: self.request_timeout,
-            connect_timeout: self.connect_timeout,
+            options,
             sentinel: self.sentinel,
             wait: self.wait,
         })
     }
-}
-
-fn check_timeout(name: &'static str, timeout: Duration) -> Result<(), ConfigError> {
-    Ok(ttl_storage::kit::query::check_timeout(
-        name,
-        timeout,
-        MAX_TIMEOUT,
-    )?)
 }
 
 #[cfg(test)]

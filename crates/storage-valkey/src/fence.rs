@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 pub use fence::{AppendOutcome, FenceOutcome, LogEntry};
-use fence::{DynFence, Fence, Fenced, Numbering, OpenOptions};
+use fence::{DynFence, Fence, FenceKeys, Fenced, Numbering, OpenOptions};
 use fred::{
     bytes::Bytes,
     prelude::{Client, ClientLike},
@@ -117,7 +117,7 @@ pub struct ValkeyFence {
     /// The storage whose connection this fence uses, when the fence owns it
     /// (see [`open`]).
     _owner: Option<Arc<ValkeyStorage>>,
-    prefix: String,
+    keys: FenceKeys,
     /// The storage's opt-in replica acknowledgement, applied to accepted writes.
     wait: Option<crate::WaitReplicas>,
     script: Script,
@@ -134,7 +134,7 @@ impl ValkeyFence {
         ValkeyFence {
             client: storage.client().clone(),
             _owner: None,
-            prefix: storage.config().prefix().to_string(),
+            keys: FenceKeys::new(storage.config().prefix(), ':'),
             wait: storage.config().wait_replicas(),
             script: Script::new(GUARDED_SET),
             append: Script::new(GUARDED_APPEND),
@@ -155,12 +155,12 @@ impl ValkeyFence {
 
     /// The key that holds the value of `resource`'s register.
     pub fn value_key(&self, resource: &str) -> String {
-        format!("{}fence-value:{resource}", self.prefix)
+        self.keys.value(resource)
     }
 
     /// The key that holds `resource`'s highest token.
     pub fn fence_key(&self, resource: &str) -> String {
-        format!("{}fence:{resource}", self.prefix)
+        self.keys.fence(resource)
     }
 
     /// Writes `value` at `key` (a plain key, not prefixed) if `token` is at
@@ -218,7 +218,7 @@ impl ValkeyFence {
 
     /// The list that holds `resource`'s log.
     pub fn log_key(&self, resource: &str) -> String {
-        format!("{}fence-log:{resource}", self.prefix)
+        self.keys.log(resource)
     }
 
     /// Appends `value` to `resource`'s log if `token` is at least the

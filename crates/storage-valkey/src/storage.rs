@@ -83,8 +83,8 @@ impl Drop for ValkeyStorage {
 fn build_client(config: &ValkeyConfig, fred_config: Config) -> Result<Client> {
     Builder::from_config(fred_config)
         .with_connection_config(|c| {
-            c.connection_timeout = config.connect_timeout;
-            c.internal_command_timeout = config.connect_timeout;
+            c.connection_timeout = config.options.connect_timeout;
+            c.internal_command_timeout = config.options.connect_timeout;
             // Never re-send a command after a lost connection: a
             // conditional write may already have been applied.
             c.max_command_attempts = 1;
@@ -93,7 +93,7 @@ fn build_client(config: &ValkeyConfig, fred_config: Config) -> Result<Client> {
                 ..TcpConfig::default()
             };
         })
-        .with_performance_config(|p| p.default_command_timeout = config.request_timeout)
+        .with_performance_config(|p| p.default_command_timeout = config.options.request_timeout)
         .set_policy(ReconnectPolicy::new_exponential(
             0,
             RECONNECT_MIN_MS,
@@ -154,12 +154,17 @@ impl ValkeyStorage {
             Ok(task) => task,
             Err(err) => return Err(connect_failed(&config, &url, err).await),
         };
-        tracing::debug!(%url, prefix = %config.prefix, "valkey storage connected");
-        let channel = watch_channel(&config.prefix);
+        tracing::debug!(%url, prefix = %config.options.prefix, "valkey storage connected");
+        let channel = watch_channel(&config.options.prefix);
         let subscriber = match build_client(&config, fred_config) {
             Ok(sub) => Some(
-                Subscriber::start(sub, client.clone(), channel.clone(), config.connect_timeout)
-                    .await,
+                Subscriber::start(
+                    sub,
+                    client.clone(),
+                    channel.clone(),
+                    config.options.connect_timeout,
+                )
+                .await,
             ),
             Err(err) => {
                 tracing::warn!(%url, %err, "valkey watch: no subscriber client; waiters will poll");
@@ -201,7 +206,7 @@ impl ValkeyStorage {
 
     /// The server-side key of `key`: the configured prefix, then the key.
     pub fn server_key(&self, key: &Key) -> String {
-        format!("{}{}", self.config.prefix, key)
+        format!("{}{}", self.config.options.prefix, key)
     }
 
     /// With [`ValkeyConfig::wait_replicas`], waits until the replicas have

@@ -2,6 +2,7 @@
 
 use ttl_storage::kit::{
     UrlError,
+    options::Param,
     query::duration_param,
     url::{decode, params, parse},
 };
@@ -128,13 +129,10 @@ impl ValkeyConfig {
             builder = builder.password(decode(password, "password")?);
         }
         for (name, value) in params(&parsed, &[])? {
+            if builder.options.apply(Param::ALL, &name, &value)? {
+                continue;
+            }
             builder = match name.as_str() {
-                "prefix" => builder.prefix(value),
-                "timeout" => builder.request_timeout(duration_param("timeout", &value)?),
-                "connect_timeout" => {
-                    builder.connect_timeout(duration_param("connect_timeout", &value)?)
-                }
-                "tls_ca_file" => builder.tls_ca_file(value),
                 "wait_replicas" => {
                     let replicas = value.parse().map_err(|_| ConfigError::BadWaitReplicas)?;
                     let timeout = wait.map_or(crate::DEFAULT_WAIT_TIMEOUT, |w| w.timeout);

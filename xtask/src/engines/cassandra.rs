@@ -100,17 +100,7 @@ pub(crate) fn start(work_dir: &Path) -> anyhow::Result<Started> {
     fs::create_dir_all(&run)?;
     let native_port = free_port()?;
     let storage_port = free_port()?;
-    let node = Node {
-        address: "127.0.0.1",
-        native_port,
-        storage_port,
-        seed: "127.0.0.1",
-        initial_token: None,
-        lean: false,
-        jmx_port: None,
-        bootstrap: false,
-        replaces: None,
-    };
+    let node = Node::local(native_port, storage_port);
     let mut child = spawn_node(&lib, &run, &node)?;
     let addr = SocketAddr::from(([127, 0, 0, 1], native_port));
     let waited = wait_ready("cassandra", &mut child, READY_LIMIT, || {
@@ -163,6 +153,23 @@ pub(crate) struct Node {
     /// The address of a dead node this one replaces (it takes over its
     /// tokens and streams their data: `-Dcassandra.replace_address_first_boot`).
     pub(crate) replaces: Option<&'static str>,
+}
+
+impl Node {
+    /// A lone node on 127.0.0.1 (its own seed) with Cassandra's defaults.
+    pub(crate) fn local(native_port: u16, storage_port: u16) -> Node {
+        Node {
+            address: "127.0.0.1",
+            native_port,
+            storage_port,
+            seed: "127.0.0.1",
+            initial_token: None,
+            lean: false,
+            jmx_port: None,
+            bootstrap: false,
+            replaces: None,
+        }
+    }
 }
 
 /// Writes `run`'s configuration for `node` and starts its JVM, logging to
@@ -489,17 +496,7 @@ mod tests {
 
     #[test]
     fn config_uses_the_given_ports_and_dirs() {
-        let node = Node {
-            address: "127.0.0.1",
-            native_port: 1111,
-            storage_port: 2222,
-            seed: "127.0.0.1",
-            initial_token: None,
-            lean: false,
-            jmx_port: None,
-            bootstrap: false,
-            replaces: None,
-        };
+        let node = Node::local(1111, 2222);
         let yaml = cassandra_yaml(Path::new("/w/run"), &node);
         assert!(yaml.contains("native_transport_port: 1111\n"));
         assert!(yaml.contains("storage_port: 2222\n"));

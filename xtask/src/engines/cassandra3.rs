@@ -206,9 +206,19 @@ fn wait_all_up(cluster: &mut Cluster, lib: &Path) -> anyhow::Result<()> {
 }
 
 /// How many of our addresses the seed's `nodetool status` shows `UN`.
-/// nodetool needs the server's `--add-exports`/`--add-opens` flags and
-/// writes `~/.cassandra`, hence `-Duser.home`.
 fn nodes_up_normal(lib: &Path, dir: &Path) -> anyhow::Result<usize> {
+    Ok(count_up_normal(&nodetool(
+        lib,
+        dir,
+        JMX_PORTS[0],
+        &["status"],
+    )?))
+}
+
+/// `nodetool -h 127.0.0.1 -p <jmx_port> <args>`'s output (nodetool needs
+/// the server's `--add-exports`/`--add-opens` flags and writes
+/// `~/.cassandra`, hence `-Duser.home`).
+fn nodetool(lib: &Path, dir: &Path, jmx_port: u16, args: &[&str]) -> anyhow::Result<String> {
     let output = Command::new("java")
         .args(["-Xms64m", "-Xmx128m"])
         .args(JVM_OPTIONS)
@@ -216,24 +226,20 @@ fn nodes_up_normal(lib: &Path, dir: &Path) -> anyhow::Result<usize> {
         .arg("-cp")
         .arg(format!("{}/*", lib.display()))
         .arg("org.apache.cassandra.tools.NodeTool")
-        .args(["-h", "127.0.0.1", "-p"])
-        .arg(JMX_PORTS[0].to_string())
-        .arg("status")
+        .args(["-h", "127.0.0.1", "-p", &jmx_port.to_string()])
+        .args(args)
         .stdin(Stdio::null())
         .output()
         .context("running nodetool")?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         bail!(
-            "{}: {}",
+            "nodetool {} failed ({}): {}",
+            args.join(" "),
             output.status,
-            String::from_utf8_lossy(&output.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
+            String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    Ok(count_up_normal(&stdout))
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// Counts the lines of `nodetool status` that say one of our nodes is `UN`.

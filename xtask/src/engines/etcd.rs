@@ -13,12 +13,12 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Started, free_port, wait_ready};
+use super::{LogTo, Started, free_port, wait_ready};
 
 /// How long etcd may take to elect itself and answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -60,9 +60,7 @@ pub(crate) fn start_with_env(work_dir: &Path, env: &[(String, String)]) -> Resul
         .args(["--initial-cluster", &format!("xtask={peer_url}")])
         .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
         .envs(env.iter().cloned())
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
+        .log_to(log)?
         .spawn()
         .with_context(|| format!("cannot run {}", binary.display()))?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, client_port));

@@ -21,7 +21,7 @@
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -31,7 +31,7 @@ mod membership;
 pub(crate) use membership::membership_changes;
 
 use super::{
-    Started,
+    LogTo, Started,
     etcd::healthy,
     failover::{FailoverReport, fault_line, hold_for},
     free_port, kill_tree,
@@ -163,9 +163,7 @@ impl Cluster {
         let (binary, args) = &self.commands[i];
         let child = Command::new(binary)
             .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
+            .log_to(log)?
             .spawn()
             .with_context(|| format!("cannot run {}", binary.display()))?;
         self.members[i] = Some(child);

@@ -91,6 +91,23 @@ impl Drop for Started {
     }
 }
 
+/// How the engines' processes are started: no standard input, both outputs
+/// to the engine's log file.
+pub(crate) trait LogTo {
+    /// No standard input; standard output and error appended to `log`.
+    fn log_to(&mut self, log: std::fs::File) -> std::io::Result<&mut Self>;
+}
+
+impl LogTo for std::process::Command {
+    fn log_to(&mut self, log: std::fs::File) -> std::io::Result<&mut Self> {
+        use std::process::Stdio;
+        Ok(self
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log)))
+    }
+}
+
 /// Kills a child and waits for it, so no engine outlives the xtask.
 pub(crate) fn kill_tree(child: &mut Child) {
     let _ = child.kill();

@@ -28,7 +28,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::{
-    Started, free_port,
+    LogTo, Started, free_port,
     postgres::{self, PASSWORD, PASSWORD_IN_URL, PG_USER},
     wait_ready,
 };
@@ -109,9 +109,7 @@ pub(crate) fn start(work_dir: &Path) -> Result<Started> {
         };
         let mut child: Child = command
             .arg(&ini)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
+            .log_to(log)?
             .spawn()
             .with_context(|| format!("cannot run {}", binary.display()))?;
         let url = format!("postgresql://{PG_USER}:{PASSWORD_IN_URL}@127.0.0.1:{port}/postgres");

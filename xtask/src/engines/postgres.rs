@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Started, free_port, wait_ready};
+use super::{LogTo, Started, free_port, wait_ready};
 
 /// Where Debian installs the server binaries (`<version>/bin`).
 const DEBIAN_ROOT: &str = "/usr/lib/postgresql";
@@ -153,9 +153,7 @@ fn start_cluster(
         .args(["-c", "full_page_writes=off"])
         .args(&ssl_args)
         .envs(env.iter().cloned())
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
+        .log_to(log)?
         .spawn()
         .context("cannot run postgres")?;
     cluster.started = true;

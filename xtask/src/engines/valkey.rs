@@ -13,10 +13,12 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+use super::LogTo;
 
 /// Server binaries tried in order.
 const BINARIES: [&str; 2] = ["valkey-server", "redis-server"];
@@ -76,9 +78,7 @@ pub(crate) fn start_with_env(
             .arg(work_dir)
             .args(&tls_args)
             .envs(env.iter().cloned())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
+            .log_to(log)?
             .spawn()
             .with_context(|| format!("cannot run {}", binary.display()))?;
         match wait_ready(&mut child, port) {

@@ -19,13 +19,13 @@
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
 use super::{
-    Started,
+    LogTo, Started,
     failover::{FailoverReport, fault_line, hold_for},
     free_port, kill_tree,
 };
@@ -444,9 +444,7 @@ fn spawn_logged(dir: &Path, name: &str, binary: &Path, args: Vec<String>) -> Res
         .with_context(|| format!("cannot open {}", log_path.display()))?;
     Command::new(binary)
         .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
+        .log_to(log)?
         .spawn()
         .with_context(|| format!("cannot run {}", binary.display()))
 }

@@ -146,22 +146,13 @@ pub fn overlaps(history: &[Record]) -> Vec<Overlap> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::WriteOutcome;
+    use crate::{
+        event::WriteOutcome,
+        test_support::{accepted_write, renewed},
+    };
 
     fn write(start: u64, token: u64) -> Event {
-        Event::Write {
-            start_ms: start,
-            token,
-            outcome: WriteOutcome::Accepted { seq: start },
-        }
-    }
-
-    fn renewed(t: u64) -> Event {
-        Event::Armed {
-            basis_ms: t,
-            deadline_ms: Some(t + 3_200),
-            success: true,
-        }
+        accepted_write(start, token, start)
     }
 
     #[test]

@@ -80,20 +80,10 @@ pub(super) fn renewed_since(records: &[Record], since_ms: u64) -> bool {
 mod tests {
     use super::*;
 
-    fn accepted(t: u64, seq: u64) -> Event {
-        Event::Write {
-            start_ms: t,
-            token: 4,
-            outcome: WriteOutcome::Accepted { seq },
-        }
-    }
+    use crate::test_support::{accepted_write, renewed};
 
-    fn renewed(t: u64) -> Event {
-        Event::Armed {
-            basis_ms: t,
-            deadline_ms: Some(t + 3_200),
-            success: true,
-        }
+    fn accepted(t: u64, seq: u64) -> Event {
+        accepted_write(t, 4, seq)
     }
 
     #[test]

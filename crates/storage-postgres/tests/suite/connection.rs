@@ -126,9 +126,7 @@ async fn refused_connection_is_transient() {
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
 async fn lost_answers_and_lost_connections() {
     let direct = connect_url(&base_url()).await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let url = url_with(|u| {
         u.set_port(Some(proxy.addr.port())).unwrap();
         // connect_timeout: a SCRAM login of a debug build on a loaded
@@ -160,9 +158,7 @@ async fn lost_answers_and_lost_connections() {
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     let direct = connect_url(&base_url()).await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let url = url_with(|u| {
         u.set_port(Some(proxy.addr.port())).unwrap();
         // connect_timeout: how long connecting waits for the listener.

@@ -20,11 +20,7 @@ mod fencing;
 mod read_only;
 mod watch;
 
-use std::{
-    net::SocketAddr,
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use elections_testsuite::network;
 use storage_postgres::PostgresStorage;
@@ -62,21 +58,11 @@ fn with_query(query: &str) -> String {
 }
 
 fn server_addr() -> SocketAddr {
-    let url = url::Url::parse(&first_server_url()).unwrap();
-    let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
-    let port = url.port().unwrap_or(5432);
-    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-        .unwrap()
-        .next()
-        .unwrap()
+    network::server_addr(&first_server_url(), 5432)
 }
 
 fn unique(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{name}_{nanos}")
+    network::unique(name, "_")
 }
 
 async fn connect_url(url: &str) -> PostgresStorage {
@@ -177,12 +163,13 @@ async fn expiry_is_computed_by_the_server() {
     let left = remaining(&s, &k).await.unwrap();
     assert!((19.0..=20.0).contains(&left), "{left}");
     // get_entry reports the same server-side figure.
-    let entry = s.get_entry(&k).await.unwrap().unwrap();
-    elections_testsuite::assert_time_left(
-        &entry,
+    elections_testsuite::assert_entry_time_left(
+        &s,
+        &k,
         b"v",
         Duration::from_secs(19)..=Duration::from_secs(20),
-    );
+    )
+    .await;
     assert!(
         s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)
             .await
@@ -229,12 +216,13 @@ async fn a_swap_that_waited_for_a_row_lock_counts_its_expiry_from_the_write() {
     };
     let (swapped, ()) = tokio::join!(swap, commit);
     assert!(swapped.unwrap());
-    let left = s.get_entry(&k).await.unwrap().unwrap();
-    elections_testsuite::assert_time_left(
-        &left,
+    elections_testsuite::assert_entry_time_left(
+        &s,
+        &k,
         b"v",
         Duration::from_millis(4_500)..=Duration::from_secs(5),
-    );
+    )
+    .await;
 }
 
 /// Many processes creating the same table at once all succeed.

@@ -69,38 +69,21 @@ async fn compare_and_delete_notifies_the_key() {
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
 async fn dead_listener_wakes_and_reports_unsupported() {
     let direct = connect_url(&base_url()).await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let url = url_with(|u| {
         u.set_host(Some(&proxy.addr.ip().to_string())).unwrap();
         u.set_port(Some(proxy.addr.port())).unwrap();
         u.set_query(Some("pool_size=1&connect_timeout=5s"));
     });
     let s = connect_url(&url).await;
-    let k = key("dead-listener");
-    assert!(
-        direct
-            .insert_if_not_exists(&k, b"a", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    let mut watch = s.watch(&k).unwrap();
-    // Armed and waiting (its expiry read done): only the listener's
-    // failure can wake it now.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut watch)
-            .await
-            .is_err()
-    );
-    proxy.shut_down();
-    assert!(
-        network::completes_within(watch, Duration::from_secs(10)).await,
-        "a watch on a dead listener did not complete"
-    );
-    assert!(
-        s.watch(&k).is_err(),
-        "watch still supported without a listener"
-    );
-    assert!(direct.compare_and_delete(&k, b"a").await.unwrap());
+    // New watches are refused as soon as the listener is found dead.
+    network::dead_feed_wakes_the_watch_and_refuses_new_ones(
+        &direct,
+        &s,
+        &proxy,
+        &key("dead-listener"),
+        Duration::from_millis(500),
+        Duration::ZERO,
+    )
+    .await;
 }

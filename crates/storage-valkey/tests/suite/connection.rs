@@ -8,23 +8,12 @@ use super::*;
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn acl_user_and_wrong_password() {
     let admin = connect().await;
-    let acl = fred::types::CustomCommand::new_static("ACL", None, false);
-    let _: String = admin
-        .client()
-        .custom(
-            acl,
-            vec![
-                "SETUSER",
-                "storage-valkey-suite",
-                "reset",
-                "on",
-                ">pa:ss@wörd",
-                "~ttl:*",
-                "+@all",
-            ],
-        )
-        .await
-        .unwrap();
+    set_acl_user(
+        &admin,
+        "storage-valkey-suite",
+        &[">pa:ss@wörd", "~ttl:*", "+@all"],
+    )
+    .await;
     let good = url_with(|u| {
         u.set_username("storage-valkey-suite").unwrap();
         u.set_password(Some("pa%3Ass%40w%C3%B6rd")).unwrap();
@@ -56,17 +45,14 @@ async fn rediss_to_plaintext_port_fails() {
             .append_pair("tls_ca_file", ca)
             .append_pair("connect_timeout", "2s");
     });
-    let result = tokio::time::timeout(Duration::from_secs(10), ValkeyStorage::from_url(&url))
-        .await
-        .expect("a TLS handshake with a plaintext server must fail, not hang");
-    let err = result.expect_err("rediss:// must not connect to a plaintext port");
     // The plaintext server waits for the rest of a "command" that never
     // comes, so the handshake times out; a plaintext PING to the same port
-    // then tells why, and that is what is said (once): a configuration
-    // mistake, permanent, never a plaintext session.
-    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
-    let said = err.to_string();
-    assert_eq!(said.matches("does not speak TLS").count(), 1, "{said}");
+    // then tells why, and that is what is said (once), not the timeout.
+    let said = network::tls_to_a_plaintext_server_fails_plainly(
+        ValkeyStorage::from_url(&url),
+        Duration::from_secs(10),
+    )
+    .await;
     assert!(!said.contains("timed out"), "{said}");
 }
 
@@ -137,9 +123,7 @@ async fn refused_connection_is_transient() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn lost_answers_and_lost_connections() {
     let direct = connect().await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let url = format!("redis://{}?timeout=500ms&connect_timeout=500ms", proxy.addr);
     let s = ValkeyStorage::from_url(&url).await.unwrap();
     let k = key("lost");
@@ -168,9 +152,7 @@ async fn lost_answers_and_lost_connections() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     let direct = connect().await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let url = format!("redis://{}?timeout=20s", proxy.addr);
     let held = ValkeyStorage::from_url(&url).await.unwrap();
     network::renewal_applied_late_never_moves_the_expiry_earlier(

@@ -19,11 +19,7 @@
 mod connection;
 mod watch;
 
-use std::{
-    net::SocketAddr,
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use elections_testsuite::network;
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface};
@@ -50,13 +46,7 @@ fn url_with(edit: impl FnOnce(&mut url::Url)) -> String {
 }
 
 fn server_addr() -> SocketAddr {
-    let url = url::Url::parse(&direct_url()).unwrap();
-    let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
-    let port = url.port().unwrap_or(6379);
-    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-        .unwrap()
-        .next()
-        .unwrap()
+    network::server_addr(&direct_url(), 6379)
 }
 
 async fn connect() -> ValkeyStorage {
@@ -65,6 +55,19 @@ async fn connect() -> ValkeyStorage {
         Ok(storage) => storage,
         Err(err) => panic!("connecting to {url}: {err:?}"),
     }
+}
+
+/// Creates (or resets) the ACL user `user`, enabled, with `rules` (its
+/// password, keys, channels and commands), through `admin`.
+async fn set_acl_user(admin: &ValkeyStorage, user: &str, rules: &[&str]) {
+    let acl = fred::types::CustomCommand::new_static("ACL", None, false);
+    let mut args = vec!["SETUSER", user, "reset", "on"];
+    args.extend_from_slice(rules);
+    let _: String = admin
+        .client()
+        .custom(acl, args)
+        .await
+        .unwrap_or_else(|err| panic!("ACL SETUSER {user}: {err}"));
 }
 
 async fn make_storage() -> DynTtlStorage {
@@ -88,11 +91,7 @@ fence::suite!(
 );
 
 fn key(name: &str) -> Key {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    Key::new(format!("valkey-driver/{name}/{nanos}")).unwrap()
+    network::unique_key("valkey-driver", name)
 }
 
 fn ttl(secs: u64) -> Ttl {
@@ -114,12 +113,13 @@ async fn records_are_prefixed_keys_with_px_ttl() {
     let stored: Vec<u8> = s.client().get(raw.as_str()).await.unwrap();
     assert_eq!(stored, b"v");
     // get_entry reports the same PTTL.
-    let entry = s.get_entry(&k).await.unwrap().unwrap();
-    elections_testsuite::assert_time_left(
-        &entry,
+    elections_testsuite::assert_entry_time_left(
+        &s,
+        &k,
         b"v",
         Duration::from_secs(19)..=Duration::from_secs(20),
-    );
+    )
+    .await;
 
     assert!(
         s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)

@@ -67,40 +67,20 @@ async fn compare_and_delete_publishes_the_key() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn dead_subscriber_wakes_and_reports_unsupported() {
     let direct = connect().await;
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = network::proxy_to(server_addr()).await;
     let url = format!("redis://{}?timeout=500ms&connect_timeout=500ms", proxy.addr);
     let s = ValkeyStorage::from_url(&url).await.unwrap();
-    let k = key("dead-subscriber");
-    assert!(
-        direct
-            .insert_if_not_exists(&k, b"a", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    let mut watch = s.watch(&k).unwrap();
-    // Armed and waiting (its PTTL read done): only the subscriber's
-    // failure can wake it now.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut watch)
-            .await
-            .is_err()
-    );
-    proxy.shut_down();
-    assert!(
-        network::completes_within(watch, Duration::from_secs(10)).await,
-        "a watch on a dead subscription did not complete"
-    );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while s.watch(&k).is_ok() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "watch still supported on a dead connection"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(direct.compare_and_delete(&k, b"a").await.unwrap());
+    // The client notices the dead subscriber on its own time: new watches
+    // are refused within 10 s.
+    network::dead_feed_wakes_the_watch_and_refuses_new_ones(
+        &direct,
+        &s,
+        &proxy,
+        &key("dead-subscriber"),
+        Duration::from_millis(300),
+        Duration::from_secs(10),
+    )
+    .await;
 }
 
 /// A user that may not use the delete channel (Redis 7's default ACL gives
@@ -110,24 +90,12 @@ async fn dead_subscriber_wakes_and_reports_unsupported() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn user_without_channel_rights_deletes_and_polls() {
     let admin = connect().await;
-    let acl = fred::types::CustomCommand::new_static("ACL", None, false);
-    let _: String = admin
-        .client()
-        .custom(
-            acl,
-            vec![
-                "SETUSER",
-                "storage-valkey-nochannels",
-                "reset",
-                "on",
-                ">nochannels",
-                "~ttl:*",
-                "resetchannels",
-                "+@all",
-            ],
-        )
-        .await
-        .unwrap();
+    set_acl_user(
+        &admin,
+        "storage-valkey-nochannels",
+        &[">nochannels", "~ttl:*", "resetchannels", "+@all"],
+    )
+    .await;
     let url = url_with(|u| {
         u.set_username("storage-valkey-nochannels").unwrap();
         u.set_password(Some("nochannels")).unwrap();

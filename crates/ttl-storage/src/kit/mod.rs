@@ -3,6 +3,9 @@
 //!
 //! - [`Op`]: the operation kind of a failed request, with the lost-answer
 //!   rule (an answer lost after a write was sent: outcome unknown).
+//! - [`options`]: the connection options every driver has (timeouts, TLS
+//!   CA file, key prefix), parsed once from the query, and the
+//!   [`connect_setters!`](crate::connect_setters) that builders expose.
 //! - [`query`]: the values of URL query parameters (booleans, durations).
 //! - [`url`]: reading a storage URL (its parameters, each once unless
 //!   repeatable; percent-decoded user info) and rewriting it for the
@@ -14,6 +17,7 @@
 
 mod credentials;
 mod op;
+pub mod options;
 pub mod query;
 #[cfg(feature = "kit-tls")]
 pub mod tls;

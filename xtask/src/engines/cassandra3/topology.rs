@@ -14,8 +14,6 @@
 
 use std::{
     net::SocketAddr,
-    path::Path,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -23,11 +21,11 @@ use anyhow::{Context, bail};
 
 use super::{
     ADDRESSES, Cluster, JMX_PORTS, NATIVE_PORT, STORAGE_PORT, fault_line, hold_for, node_dir,
-    wait_cql,
+    nodetool, wait_cql,
 };
 use crate::engines::{
     Started,
-    cassandra::{JVM_OPTIONS, Node, log_tail, spawn_node},
+    cassandra::{Node, log_tail, spawn_node},
     kill_tree,
 };
 
@@ -97,30 +95,9 @@ pub(crate) fn topology_changes(
         return Ok(report);
     }
     // Join.
-    let index = cluster.nodes.len();
-    let run = node_dir(&cluster.dir, index);
-    std::fs::create_dir_all(&run)?;
     fault_line(&format!("start {JOINER} (bootstrap, token {JOINER_TOKEN})"));
-    let joining = Instant::now();
-    let mut child = spawn_node(&cluster.lib, &run, &joiner())?;
-    let addr: SocketAddr = format!("{JOINER}:{NATIVE_PORT}").parse()?;
-    let up = wait_cql(&mut child, addr, stop);
-    cluster.nodes.push(Some(child));
-    let tail = || log_tail(&run.join("system.log"), &run.join("console.log"));
-    match up {
-        Ok(true) => {}
-        Ok(false) => return Ok(report),
-        Err(err) => return Err(err.context(format!("{JOINER} did not join:\n{}", tail()))),
-    }
-    if wait_state(cluster, JOINER, Some("UN"), joining, stop)? {
-        return Ok(report);
-    }
-    report.joined = Some(joining.elapsed());
-    fault_line(&format!(
-        "{JOINER} is UN {:.1}s after it started",
-        joining.elapsed().as_secs_f64()
-    ));
-    if hold_for(gap, stop) {
+    report.joined = start_until_normal(cluster, JOINER, &joiner(), "join", stop)?;
+    if report.joined.is_none() || hold_for(gap, stop) {
         return Ok(report);
     }
     // Decommission (nodetool blocks until the node has left the ring).
@@ -165,28 +142,10 @@ pub(crate) fn topology_changes(
         "{dead} seen down after {:.1}s; start {REPLACEMENT} replacing it",
         killed.elapsed().as_secs_f64()
     ));
-    let index = cluster.nodes.len();
-    let run = node_dir(&cluster.dir, index);
-    std::fs::create_dir_all(&run)?;
-    let replacing = Instant::now();
-    let mut child = spawn_node(&cluster.lib, &run, &replacement())?;
-    let addr: SocketAddr = format!("{REPLACEMENT}:{NATIVE_PORT}").parse()?;
-    let up = wait_cql(&mut child, addr, stop);
-    cluster.nodes.push(Some(child));
-    let tail = || log_tail(&run.join("system.log"), &run.join("console.log"));
-    match up {
-        Ok(true) => {}
-        Ok(false) => return Ok(report),
-        Err(err) => return Err(err.context(format!("{REPLACEMENT} did not start:\n{}", tail()))),
-    }
-    if wait_state(cluster, REPLACEMENT, Some("UN"), replacing, stop)? {
+    report.replaced = start_until_normal(cluster, REPLACEMENT, &replacement(), "start", stop)?;
+    if report.replaced.is_none() {
         return Ok(report);
     }
-    report.replaced = Some(replacing.elapsed());
-    fault_line(&format!(
-        "{REPLACEMENT} is UN {:.1}s after it started",
-        replacing.elapsed().as_secs_f64()
-    ));
     hold_for(Duration::from_secs(3600), stop);
     Ok(report)
 }
@@ -194,6 +153,43 @@ pub(crate) fn topology_changes(
 /// Polls the seed's `nodetool status` until `address` is in `want`
 /// state (`None`: out of the ring); `Ok(true)` if `stop` said so first;
 /// an error after [`LIMIT`] from `since`.
+/// Starts node `name` (`node`) as the cluster's next one and waits until
+/// it answers CQL and is `UN`: `Ok(Some(time since it started))`, or
+/// `Ok(None)` if `stop` said so first. An error says it did not `verb`
+/// (`join`, `start`), with the node's log tail.
+fn start_until_normal(
+    cluster: &mut Cluster,
+    name: &str,
+    node: &Node,
+    verb: &str,
+    stop: &mut dyn FnMut() -> bool,
+) -> anyhow::Result<Option<Duration>> {
+    let run = node_dir(&cluster.dir, cluster.nodes.len());
+    std::fs::create_dir_all(&run)?;
+    let started = Instant::now();
+    let mut child = spawn_node(&cluster.lib, &run, node)?;
+    let addr: SocketAddr = format!("{name}:{NATIVE_PORT}").parse()?;
+    let up = wait_cql(&mut child, addr, stop);
+    cluster.nodes.push(Some(child));
+    match up {
+        Ok(true) => {}
+        Ok(false) => return Ok(None),
+        Err(err) => {
+            let tail = log_tail(&run.join("system.log"), &run.join("console.log"));
+            return Err(err.context(format!("{name} did not {verb}:\n{tail}")));
+        }
+    }
+    if wait_state(cluster, name, Some("UN"), started, stop)? {
+        return Ok(None);
+    }
+    let took = started.elapsed();
+    fault_line(&format!(
+        "{name} is UN {:.1}s after it started",
+        took.as_secs_f64()
+    ));
+    Ok(Some(took))
+}
+
 fn wait_state(
     cluster: &Cluster,
     address: &str,
@@ -244,33 +240,6 @@ fn joiner() -> Node {
         bootstrap: true,
         replaces: None,
     }
-}
-
-/// `nodetool -h 127.0.0.1 -p <jmx_port> <args>`'s output (nodetool needs
-/// the server's `--add-exports`/`--add-opens` flags and writes
-/// `~/.cassandra`, hence `-Duser.home`).
-fn nodetool(lib: &Path, dir: &Path, jmx_port: u16, args: &[&str]) -> anyhow::Result<String> {
-    let output = Command::new("java")
-        .args(["-Xms64m", "-Xmx128m"])
-        .args(JVM_OPTIONS)
-        .arg(format!("-Duser.home={}", dir.display()))
-        .arg("-cp")
-        .arg(format!("{}/*", lib.display()))
-        .arg("org.apache.cassandra.tools.NodeTool")
-        .args(["-h", "127.0.0.1", "-p", &jmx_port.to_string()])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .context("running nodetool")?;
-    if !output.status.success() {
-        bail!(
-            "nodetool {} failed ({}): {}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// The state column (`UN`, `UJ`, `UL`, `DN`, ...) of `address` in
