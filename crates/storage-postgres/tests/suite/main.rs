@@ -106,16 +106,33 @@ async fn make_storage() -> DynTtlStorage {
 /// CPU-heavy in debug builds; on a loaded machine a login inside a case
 /// could eat the elections' per-call timeout (d/4), which is meant to
 /// measure operations, as on a warm production pool.
+///
+/// A warm-up login that fails is tried again, twice at most: PgBouncer,
+/// under a burst of SCRAM logins, once answered one out of order
+/// (tokio-postgres' `UnexpectedMessage`), failing a case before it began.
+/// The cases' own connections are never retried here.
 async fn warm_up(storage: &PostgresStorage) {
     let logins: Vec<_> = (0..storage.config().pool_size())
         .map(|_| {
             let pool = storage.pool().clone();
-            tokio::spawn(async move { pool.get().await })
+            tokio::spawn(async move {
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    match pool.get().await {
+                        Ok(client) => return client,
+                        Err(err) if tries < 3 => {
+                            eprintln!("warm-up login failed ({err:?}); trying again");
+                        }
+                        Err(err) => panic!("warm-up login failed {tries} times: {err:?}"),
+                    }
+                }
+            })
         })
         .collect();
     let mut held = Vec::new();
     for login in logins {
-        held.push(login.await.unwrap().unwrap());
+        held.push(login.await.unwrap());
     }
 }
 
