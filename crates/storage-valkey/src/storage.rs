@@ -343,7 +343,7 @@ impl TtlStorage for ValkeyStorage {
             .await
     }
 
-    /// One script ([`COUNTED`]): the record's condition, the counter's
+    /// One script (`COUNTED`): the record's condition, the counter's
     /// advance and both writes, atomically on the server.
     async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
         const WHAT: &str = "write_counted";
