@@ -69,17 +69,7 @@ pub(crate) async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Wh
             if campaign {
                 world.update(|s| s.ops.campaigns += 1);
             }
-            // The work: runs until the handle fires; stopping takes a while
-            // (and may be paused). Tracked, so a release or hand-over waits.
-            let stop = world.lock().rng.between(Duration::ZERO, d * 3 / 10);
-            let token = leadership.cancellation_token();
-            let w = world.clone();
-            leadership.spawn(async move {
-                token.cancelled().await;
-                w.wait_runnable(who.contender, false).await;
-                sleep(stop).await;
-                w.end_interval(who, EndCause::Stopped);
-            });
+            spawn_work(&world, &leadership, who, d);
             loop {
                 let hold = world.lock().rng.between(d, d * 8);
                 tokio::select! {
@@ -104,6 +94,26 @@ pub(crate) async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Wh
 }
 
 /// One hand-over attempt; false when refused (still leading).
+/// The work of a leadership: runs until the handle fires; stopping takes a
+/// while (up to 0.3 d, and may be paused). Tracked, so a release or
+/// hand-over waits for it.
+pub(crate) fn spawn_work(
+    world: &Arc<World>,
+    leadership: &elections::Leadership,
+    who: Who,
+    d: Duration,
+) {
+    let stop = world.lock().rng.between(Duration::ZERO, d * 3 / 10);
+    let token = leadership.cancellation_token();
+    let w = world.clone();
+    leadership.spawn(async move {
+        token.cancelled().await;
+        w.wait_runnable(who.contender, false).await;
+        sleep(stop).await;
+        w.end_interval(who, EndCause::Stopped);
+    });
+}
+
 async fn step_down_by_hand_over(world: &Arc<World>, leadership: &elections::Leadership) -> bool {
     let mut candidates = leadership.candidates().await.unwrap_or_default();
     // Sorted by value and id (not by wall-clock `since`: an abandoned

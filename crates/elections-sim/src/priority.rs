@@ -15,7 +15,7 @@ use tokio::time::{Instant, sleep};
 use ttl_storage::Key;
 
 use crate::{
-    history::{EndCause, Who},
+    history::Who,
     preemptions::{Preempted, PreemptionBug, PrioritySpec, Stand},
     world::{SimKiller, SimStorage, World},
 };
@@ -122,15 +122,7 @@ async fn lead(
         leadership.fencing_token(),
         None,
     );
-    let stop = world.lock().rng.between(Duration::ZERO, d * 3 / 10);
-    let token = leadership.cancellation_token();
-    let w = world.clone();
-    leadership.spawn(async move {
-        token.cancelled().await;
-        w.wait_runnable(who.contender, false).await;
-        sleep(stop).await;
-        w.end_interval(who, EndCause::Stopped);
-    });
+    crate::contender::spawn_work(world, leadership, who, d);
     let (own, hold_down, min_tenure) = match bug {
         Some(PreemptionBug::NoHoldDown) => (priority, Duration::ZERO, spec.min_tenure),
         Some(PreemptionBug::NoMinTenure) => (priority, spec.hold_down, Duration::ZERO),

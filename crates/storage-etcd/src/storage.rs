@@ -138,6 +138,15 @@ impl EtcdStorage {
         }))
     }
 
+    /// After a put that succeeded under `lease`: the lease the key held
+    /// before, if another, is revoked in the background.
+    fn retire_replaced_lease(&self, response: &TxnResponse, lease: i64) {
+        let previous = previous_lease(response);
+        if previous != lease {
+            self.revoke_later(previous);
+        }
+    }
+
     /// Revokes a lease no key uses any more, in the background. Failing is
     /// harmless: the lease expires by itself.
     fn revoke_later(&self, lease: i64) {
@@ -278,10 +287,7 @@ impl TtlStorage for EtcdStorage {
                 .or_else([TxnOp::get(key.clone(), None)]);
             let response = self.txn(WHAT, txn, lease).await?;
             if response.succeeded() {
-                let previous = previous_lease(&response);
-                if previous != lease {
-                    self.revoke_later(previous);
-                }
+                self.retire_replaced_lease(&response, lease);
                 return Ok(true);
             }
             if current_value(&response).as_deref() != Some(old) {
@@ -400,10 +406,7 @@ impl TtlStorage for EtcdStorage {
                 .or_else([TxnOp::get(key.clone(), None)]);
             let response = self.txn(WHAT, txn, lease).await?;
             if response.succeeded() {
-                let previous = previous_lease(&response);
-                if previous != lease {
-                    self.revoke_later(previous);
-                }
+                self.retire_replaced_lease(&response, lease);
                 return Ok(Counted::Written(next));
             }
             let holds = current_value(&response);
