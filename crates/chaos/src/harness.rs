@@ -487,7 +487,7 @@ impl Ctx<'_> {
                         continue;
                     };
                     push(&self.records, &leader, Event::Cut);
-                    proxy.cut();
+                    proxy.cut().await;
                     self.pass(slots, d * 3 / 2).await?;
                     // The slot may hold a fresh process by now (the killer
                     // ended the old one): the path is restored either way.

@@ -1,6 +1,11 @@
 //! A TCP fault proxy: forwards a local port to an upstream address until it
 //! is cut. A cut drops every live connection and blackholes new ones (they
 //! are accepted and held, never forwarded) until the path is restored.
+//!
+//! [`FaultProxy::cut`] returns only once no connection forwards any more: a
+//! reply that was in flight when the cut was asked for cannot reach its
+//! client after `cut` returns (a test that checks "nothing passes the cut"
+//! would otherwise race the forwarding tasks).
 
 use std::{io, net::SocketAddr};
 
@@ -16,6 +21,8 @@ use tokio::{
 pub struct FaultProxy {
     local: SocketAddr,
     cut: watch::Sender<bool>,
+    /// How many connections are forwarding (or about to).
+    live: watch::Sender<usize>,
     accept: JoinHandle<()>,
 }
 
@@ -29,8 +36,14 @@ impl FaultProxy {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let local = listener.local_addr()?;
         let (cut, cut_rx) = watch::channel(false);
-        let accept = tokio::spawn(accept_loop(listener, upstream, cut_rx));
-        Ok(FaultProxy { local, cut, accept })
+        let (live, _) = watch::channel(0usize);
+        let accept = tokio::spawn(accept_loop(listener, upstream, cut_rx, live.clone()));
+        Ok(FaultProxy {
+            local,
+            cut,
+            live,
+            accept,
+        })
     }
 
     /// The address clients connect to.
@@ -39,8 +52,12 @@ impl FaultProxy {
     }
 
     /// Cuts the path: live connections are dropped, new ones blackholed.
-    pub fn cut(&self) {
+    /// Returns once no connection forwards any more.
+    pub async fn cut(&self) {
         self.cut.send_replace(true);
+        let mut live = self.live.subscribe();
+        // The sender lives in `self`: the wait ends only at zero.
+        let _ = live.wait_for(|n| *n == 0).await;
     }
 
     /// Restores the path: new connections are forwarded again (blackholed
@@ -64,7 +81,12 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, upstream: SocketAddr, cut: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    cut: watch::Receiver<bool>,
+    live: watch::Sender<usize>,
+) {
     loop {
         let (client, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -74,11 +96,31 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, cut: watch::Re
             }
         };
         let cut = cut.clone();
+        // Counted before the flag is read: a `cut` that sees zero live
+        // connections was asked for before any later connection looks.
+        let counted = Live::count(&live);
         if *cut.borrow() {
+            drop(counted);
             tokio::spawn(blackhole(client, cut));
         } else {
-            tokio::spawn(forward(client, upstream, cut));
+            tokio::spawn(forward(client, upstream, cut, counted));
         }
+    }
+}
+
+/// One forwarding connection in the proxy's count, until dropped.
+struct Live(watch::Sender<usize>);
+
+impl Live {
+    fn count(live: &watch::Sender<usize>) -> Live {
+        live.send_modify(|n| *n += 1);
+        Live(live.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -89,8 +131,17 @@ async fn blackhole(client: TcpStream, mut cut: watch::Receiver<bool>) {
 }
 
 /// Forwards until either side closes or the path is cut.
-async fn forward(mut client: TcpStream, upstream: SocketAddr, mut cut: watch::Receiver<bool>) {
-    let mut server = match TcpStream::connect(upstream).await {
+async fn forward(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    mut cut: watch::Receiver<bool>,
+    counted: Live,
+) {
+    let connected = tokio::select! {
+        connected = TcpStream::connect(upstream) => connected,
+        _ = cut.wait_for(|is_cut| *is_cut) => return,
+    };
+    let mut server = match connected {
         Ok(server) => server,
         Err(err) => {
             tracing::warn!(%err, %upstream, "proxy could not reach upstream");
@@ -103,7 +154,9 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr, mut cut: watch::Re
         _ = copy_bidirectional(&mut client, &mut server) => {}
         _ = cut.wait_for(|is_cut| *is_cut) => {}
     }
-    // Dropping both streams closes them.
+    // Both streams close before the count drops.
+    drop((client, server));
+    drop(counted);
 }
 
 #[cfg(test)]
@@ -130,7 +183,7 @@ mod tests {
         let mut live = TcpStream::connect(proxy.local_addr()).await.unwrap();
         assert_eq!(round_trip(&mut live, b"ping").await.unwrap(), b"ping");
 
-        proxy.cut();
+        proxy.cut().await;
         assert!(proxy.is_cut());
         // The live connection is dropped: reading sees EOF or an error.
         let mut buf = [0u8; 4];

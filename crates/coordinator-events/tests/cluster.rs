@@ -26,9 +26,9 @@ async fn wait_payloads(p: &Probe, dest: &str, n: usize) -> Vec<String> {
     p.payloads(dest)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Valkey: run `cargo xtask test-drivers --engine valkey`"]
-async fn three_pods_all_receive_what_any_of_them_publishes() {
+/// A fresh prefix, and pods pod-1..3 as processes, each subscribed to
+/// `acme`, with the position each subscription started at.
+async fn three_subscribed_to_acme() -> (String, Vec<Probe>, Vec<u64>) {
     let (url, prefix) = (valkey_url(), prefix());
     let mut pods = Vec::new();
     for id in ["pod-1", "pod-2", "pod-3"] {
@@ -38,6 +38,13 @@ async fn three_pods_all_receive_what_any_of_them_publishes() {
     for p in &mut pods {
         starts.push(p.subscribe("acme").await);
     }
+    (prefix, pods, starts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey: run `cargo xtask test-drivers --engine valkey`"]
+async fn three_pods_all_receive_what_any_of_them_publishes() {
+    let (prefix, mut pods, starts) = three_subscribed_to_acme().await;
     // the map lists all three
     let client = valkey().await;
     let key = format!("{prefix}:subscribers:acme");
@@ -80,15 +87,7 @@ async fn three_pods_all_receive_what_any_of_them_publishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey: run `cargo xtask test-drivers --engine valkey`"]
 async fn a_killed_pod_leaves_no_entry_past_its_ttl_and_the_others_keep_receiving() {
-    let (url, prefix) = (valkey_url(), prefix());
-    let mut pods = Vec::new();
-    for id in ["pod-1", "pod-2", "pod-3"] {
-        pods.push(Probe::start(&url, &prefix, id).await);
-    }
-    let mut starts = Vec::new();
-    for p in &mut pods {
-        starts.push(p.subscribe("acme").await);
-    }
+    let (prefix, mut pods, starts) = three_subscribed_to_acme().await;
     let client = valkey().await;
     let key = format!("{prefix}:subscribers:acme");
 
@@ -150,16 +149,16 @@ async fn a_pod_cut_from_valkey_is_told_at_once_and_sees_the_exact_gap() {
         .trim_end_matches('/')
         .parse()
         .expect("VALKEY_URL as redis://host:port");
-    let proxy = CutProxy::start(upstream).await;
+    let proxy = FaultProxy::start(upstream).await.unwrap();
     let mut a = Probe::start(&url, &prefix, "pod-a").await;
     let mut b = Probe::start(&url, &prefix, "pod-b").await;
-    let mut c = Probe::start(&proxy.url(), &prefix, "pod-c").await;
+    let mut c = Probe::start(&proxy_url(&proxy), &prefix, "pod-c").await;
     let start_b = b.subscribe("acme").await;
     let start_c = c.subscribe("acme").await;
     a.publish("acme", "before").await;
     assert_eq!(wait_payloads(&c, "acme", 1).await, ["before"]);
 
-    proxy.cut();
+    proxy.cut().await;
     let cut = Instant::now();
     // told at once: not silence
     let told = c
@@ -390,17 +389,7 @@ async fn untrusted_channel_messages_and_entries_are_dropped() {
             .unwrap();
     }
     // a malformed entry in the map is not listed
-    let _: i64 = client
-        .custom(
-            fred::cmd!("ZADD"),
-            vec![
-                keys.subscribers(&d),
-                "99999999999999".into(),
-                "bad\u{7}id".into(),
-            ],
-        )
-        .await
-        .unwrap();
+    add_map_entry(&client, &keys.subscribers(&d), "bad\u{7}id").await;
     assert_eq!(
         a.events
             .subscribers(&d)
@@ -482,10 +471,10 @@ async fn the_cut_fixture_really_cuts() {
         .trim_end_matches('/')
         .parse()
         .unwrap();
-    let proxy = CutProxy::start(upstream).await;
-    let c = valkey_at(&proxy.url()).await;
+    let proxy = FaultProxy::start(upstream).await.unwrap();
+    let c = valkey_at(&proxy_url(&proxy)).await;
     let _: String = c.ping(None).await.unwrap();
-    proxy.cut();
+    proxy.cut().await;
     for _ in 0..3 {
         assert!(
             c.ping::<Value>(None).await.is_err(),

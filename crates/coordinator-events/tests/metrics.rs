@@ -90,17 +90,8 @@ async fn published_delivered_dropped_subscribers_and_latency_are_recorded() {
         .await
         .unwrap();
     // a pod listed in the map but not subscribed: unreached at publish
-    let _: i64 = client
-        .custom(
-            fred::cmd!("ZADD"),
-            vec![
-                a.events.keys().unwrap().subscribers(&d),
-                "99999999999999".into(),
-                "ghost".into(),
-            ],
-        )
-        .await
-        .unwrap();
+    let map = a.events.keys().unwrap().subscribers(&d);
+    add_map_entry(&client, &map, "ghost").await;
     let p = a.events.publish(&d, "x").await.unwrap();
     assert_eq!((p.pods, p.reached), (3, 2));
     // "x" came after the junk on both pods' connections: once both have

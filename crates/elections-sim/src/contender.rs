@@ -25,20 +25,7 @@ use crate::{
 /// a hand-over after a while.
 pub(crate) async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Who) {
     let d = world.lease;
-    let storage = SimStorage {
-        world: world.clone(),
-        who,
-    };
-    let killer = Arc::new(SimKiller {
-        world: world.clone(),
-        who,
-    });
-    // A deterministic instance id keeps the run reproducible.
-    let instance = (who.contender as u64) << 32 | u64::from(who.incarnation);
-    let elections = Elections::builder(storage)
-        .killer(killer)
-        .instance_id(instance)
-        .build();
+    let elections = elections_of(&world, who);
     let value = format!("c{}-i{}", who.contender, who.incarnation);
     loop {
         for key in keys.iter() {
@@ -94,6 +81,24 @@ pub(crate) async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Wh
 }
 
 /// One hand-over attempt; false when refused (still leading).
+/// The elections instance of contender `who`: the simulated store and
+/// killer, and a deterministic instance id (the run stays reproducible).
+pub(crate) fn elections_of(world: &Arc<World>, who: Who) -> Elections {
+    let storage = SimStorage {
+        world: world.clone(),
+        who,
+    };
+    let killer = Arc::new(SimKiller {
+        world: world.clone(),
+        who,
+    });
+    let instance = (who.contender as u64) << 32 | u64::from(who.incarnation);
+    Elections::builder(storage)
+        .killer(killer)
+        .instance_id(instance)
+        .build()
+}
+
 /// The work of a leadership: runs until the handle fires; stopping takes a
 /// while (up to 0.3 d, and may be paused). Tracked, so a release or
 /// hand-over waits for it.

@@ -10,14 +10,15 @@
 
 use std::{sync::Arc, time::Duration};
 
-use elections::{Candidate, Elections, HandOverError, Leadership, Preemption};
+use elections::{Candidate, HandOverError, Leadership, Preemption};
 use tokio::time::{Instant, sleep};
 use ttl_storage::Key;
 
 use crate::{
+    contender,
     history::Who,
     preemptions::{Preempted, PreemptionBug, PrioritySpec, Stand},
-    world::{SimKiller, SimStorage, World},
+    world::World,
 };
 
 /// A priority contender process for `key`.
@@ -31,19 +32,7 @@ pub(crate) async fn priority_contender(
     let d = world.lease;
     let c = who.contender;
     let priority = spec.priorities[c];
-    let storage = SimStorage {
-        world: world.clone(),
-        who,
-    };
-    let killer = Arc::new(SimKiller {
-        world: world.clone(),
-        who,
-    });
-    let instance = (c as u64) << 32 | u64::from(who.incarnation);
-    let elections = Elections::builder(storage)
-        .killer(killer)
-        .instance_id(instance)
-        .build();
+    let elections = contender::elections_of(&world, who);
     let value = format!("c{c}-i{}", who.incarnation);
     let Ok(k) = Key::new(key) else { return };
     loop {
@@ -122,7 +111,7 @@ async fn lead(
         leadership.fencing_token(),
         None,
     );
-    crate::contender::spawn_work(world, leadership, who, d);
+    contender::spawn_work(world, leadership, who, d);
     let (own, hold_down, min_tenure) = match bug {
         Some(PreemptionBug::NoHoldDown) => (priority, Duration::ZERO, spec.min_tenure),
         Some(PreemptionBug::NoMinTenure) => (priority, spec.hold_down, Duration::ZERO),

@@ -50,7 +50,10 @@ mod time_left;
 
 pub use ctx::{Ctx, MARGIN_VAR, Mode, sleep};
 pub use faults::{Fault, FaultyStorage, Op};
-pub use time_left::{assert_entry_time_left, assert_time_left, assert_time_left_round_trip};
+pub use time_left::{
+    assert_engine_expiry_follows_ttl, assert_entry_time_left, assert_time_left,
+    assert_time_left_round_trip,
+};
 
 /// Expands to one `#[tokio::test]` per suite case, in a module `elections_suite`.
 ///

@@ -178,6 +178,45 @@ where
     }
 }
 
+/// What a client sends first, seen on the wire: listens on a loopback
+/// port, runs `open(port)` against it, and returns its outcome, the client's
+/// first `first` bytes (to which the listener answers `reply`), and what
+/// the client sent after that answer until it closed (at most 2 s).
+///
+/// For the no-fallback cases: a TLS URL's first bytes are a ClientHello or
+/// an SSLRequest, and nothing (no user name, no command) follows a refusal.
+pub async fn what_a_client_sends_first<T, F>(
+    first: usize,
+    reply: &'static [u8],
+    open: impl FnOnce(u16) -> F,
+) -> (T, Vec<u8>, Vec<u8>)
+where
+    F: Future<Output = T>,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|err| panic!("cannot bind a local port: {err}"));
+    let port = listener
+        .local_addr()
+        .unwrap_or_else(|err| panic!("no local address: {err}"))
+        .port();
+    let sniff = tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.expect("the client connects");
+        let mut head = vec![0u8; first];
+        conn.read_exact(&mut head)
+            .await
+            .expect("the client's first bytes");
+        conn.write_all(reply).await.expect("the answer");
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), conn.read_to_end(&mut rest)).await;
+        (head, rest)
+    });
+    let outcome = open(port).await;
+    let (head, rest) = sniff.await.expect("the listener");
+    (outcome, head, rest)
+}
+
 /// `open` (a TLS URL to a server that speaks plaintext) fails within
 /// `bound` (never hangs) as [`ErrorKind::Permanent`] (a configuration
 /// mistake, never a plaintext session), saying once that the server does

@@ -351,3 +351,65 @@ pub async fn tokens_beyond_i64_are_exact_or_refused(fence: DynFence) {
         }
     }
 }
+
+/// The case of a driver's guarded write of a key of the caller's (etcd's
+/// and Valkey's `set(resource, token, key, value)`, beside the register of
+/// [`Fence::write`](crate::Fence::write)): tokens at or above the highest
+/// seen for `resource` are accepted, a lower one is refused and leaves the
+/// key unchanged (`read(key)` reads it from the engine), and sixteen racing
+/// writers of `<key>/race` leave the highest token's value.
+pub async fn guarded_key_case<Set, SetFut, Read, ReadFut>(
+    resource: &str,
+    key: &str,
+    set: Set,
+    read: Read,
+) where
+    Set: Fn(String, u64, String, Vec<u8>) -> SetFut + Clone + Send + 'static,
+    SetFut: std::future::Future<Output = ttl_storage::Result<FenceOutcome>> + Send + 'static,
+    Read: Fn(String) -> ReadFut,
+    ReadFut: std::future::Future<Output = Option<Vec<u8>>>,
+{
+    let write =
+        |token: u64, value: &[u8]| set(resource.to_owned(), token, key.to_owned(), value.to_vec());
+    let big = (1u64 << 60) + 1;
+    for (token, value, outcome, then) in [
+        (5, "five", FenceOutcome::Accepted, "five"),
+        (3, "three", FenceOutcome::Rejected { highest: 5 }, "five"),
+        (5, "again", FenceOutcome::Accepted, "again"),
+        (10, "ten", FenceOutcome::Accepted, "ten"),
+        (9, "nine", FenceOutcome::Rejected { highest: 10 }, "ten"),
+        (big, "big", FenceOutcome::Accepted, "big"),
+        (
+            big - 1,
+            "big-1",
+            FenceOutcome::Rejected { highest: big },
+            "big",
+        ),
+    ] {
+        assert_eq!(
+            write(token, value.as_bytes()).await.unwrap(),
+            outcome,
+            "token {token}"
+        );
+        assert_eq!(
+            read(key.to_owned()).await.as_deref(),
+            Some(then.as_bytes()),
+            "after token {token}"
+        );
+    }
+
+    // Racing writers: the highest token always has the last word.
+    let (other, race) = (format!("{resource}/race"), format!("{key}/race"));
+    let writes: Vec<_> = (1..=16u64)
+        .map(|token| {
+            let (set, other, race) = (set.clone(), other.clone(), race.clone());
+            tokio::spawn(
+                async move { set(other, token, race, token.to_string().into_bytes()).await },
+            )
+        })
+        .collect();
+    for write in writes {
+        write.await.unwrap().unwrap();
+    }
+    assert_eq!(read(race).await.as_deref(), Some(&b"16"[..]));
+}

@@ -24,6 +24,15 @@
 //! assert_eq!(snapshot.gauge("leader", &[("key", "k")]), Some(1.0));
 //! assert_eq!(snapshot.counter("calls_total", &[("outcome", "failed")]), 0);
 //! ```
+//!
+//! [`Snapshot::of`] does the same for async work, on a runtime of its own:
+//!
+//! ```
+//! let snapshot = metrics_snapshot::Snapshot::of(async {
+//!     metrics::counter!("calls_total").increment(1);
+//! });
+//! assert_eq!(snapshot.counter("calls_total", &[]), 1);
+//! ```
 
 pub use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::{CompositeKey, MetricKind};
@@ -33,6 +42,24 @@ use metrics_util::{CompositeKey, MetricKind};
 pub struct Snapshot(Vec<(CompositeKey, DebugValue)>);
 
 impl Snapshot {
+    /// Runs `work` to completion on a current-thread runtime of its own,
+    /// with a fresh debugging recorder installed for this thread, and
+    /// returns everything it recorded.
+    ///
+    /// # Panics
+    ///
+    /// When the runtime cannot be built (a test helper: the test fails).
+    pub fn of(work: impl std::future::Future<Output = ()>) -> Self {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|err| panic!("cannot build a runtime: {err}"));
+        metrics::with_local_recorder(&recorder, || runtime.block_on(work));
+        Self::take(&snapshotter)
+    }
+
     /// Takes a snapshot (which drains the recorder's counters).
     pub fn take(snapshotter: &Snapshotter) -> Self {
         let metrics = snapshotter.snapshot().into_vec().into_iter();

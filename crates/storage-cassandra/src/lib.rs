@@ -85,7 +85,7 @@
 //!   `tablets = {'enabled': false}` (and without that option on Cassandra).
 //!   An existing keyspace with tablets fails at the first operation with a
 //!   permanent `Invalid` error.
-//! - TLS (feature `tls`, rustls) verifies node certificates against a CA
+//! - TLS (feature `tls`, on by default; rustls) verifies node certificates against a CA
 //!   file; the certificates must name the node's IP address. Client
 //!   certificates are not supported.
 //!

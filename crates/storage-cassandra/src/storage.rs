@@ -8,7 +8,7 @@ use scylla::{
     client::{
         execution_profile::ExecutionProfile, session::Session, session_builder::SessionBuilder,
     },
-    errors::ExecutionError,
+    errors::{ExecutionError, NewSessionError},
     policies::load_balancing::DefaultPolicy,
     response::query_result::QueryResult,
     serialize::row::SerializeRow,
@@ -110,13 +110,10 @@ impl CassandraStorage {
         builder = builder
             .keepalive_interval(config.connect_timeout.min(Duration::from_secs(2)))
             .keepalive_timeout(config.request_timeout);
-        let session = builder.build().await.map_err(|err| {
-            StorageError::with_source(
-                classify_new_session(&err),
-                format!("connecting to {:?} failed", config.contact_points),
-                err,
-            )
-        })?;
+        let session = match builder.build().await {
+            Ok(session) => session,
+            Err(err) => return Err(session_failed(&config, err).await),
+        };
         if config.create_schema && !existing {
             schema::create(&session, &config).await?;
         }
@@ -368,6 +365,38 @@ fn cell_time_left(ttl: Option<i32>) -> TimeLeft {
         None => TimeLeft::Never,
         Some(secs) => TimeLeft::About(Duration::from_secs(u64::try_from(secs).unwrap_or(0))),
     }
+}
+
+/// A CQL `OPTIONS` request (protocol v4, stream 0, no body): what a native
+/// port answers in plaintext with a `SUPPORTED` frame.
+const CQL_OPTIONS: &[u8] = &[0x04, 0, 0, 0, 0x05, 0, 0, 0, 0];
+
+/// The error of a failed first connection. A TLS session to a node whose
+/// native port speaks plaintext fails vaguely (a broken connection, or a
+/// timeout); a plaintext `OPTIONS` to the same address tells it, and then
+/// that is what is said (a configuration mistake: permanent).
+async fn session_failed(config: &CassandraConfig, err: NewSessionError) -> StorageError {
+    let what = format!("connecting to {:?}", config.contact_points);
+    if config.tls.is_some() {
+        for point in &config.contact_points {
+            let Some((host, port)) = point
+                .rsplit_once(':')
+                .and_then(|(host, port)| Some((host.trim_matches(['[', ']']), port.parse().ok()?)))
+            else {
+                continue;
+            };
+            let limit = config.connect_timeout.min(Duration::from_secs(2));
+            if ttl_storage::kit::tls::answers_in_plaintext(host, port, CQL_OPTIONS, limit).await {
+                tracing::debug!(%point, %err, "the node answered a plaintext OPTIONS: it does not speak TLS");
+                return StorageError::permanent(format!(
+                    "{what} failed: the node at {point} does not speak TLS (its native port \
+                     answers in plaintext); drop tls=true, or enable client encryption on \
+                     the cluster"
+                ));
+            }
+        }
+    }
+    StorageError::with_source(classify_new_session(&err), format!("{what} failed"), err)
 }
 
 #[cfg(test)]

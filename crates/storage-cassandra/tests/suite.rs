@@ -261,4 +261,36 @@ mod cassandra_driver {
             .unwrap();
         assert_eq!(reader.get(&key).await.unwrap(), Some(b"v".to_vec()));
     }
+
+    /// Connection failures said plainly (issue 37): a refused port is
+    /// transient; `tls=true` against the plaintext native port is
+    /// permanent and says once that the node does not speak TLS. (The
+    /// engine xtask starts admits everyone, so a wrong password cannot be
+    /// shown against it: the classification of the driver's auth errors is
+    /// unit-tested in `classify.rs`.)
+    #[tokio::test]
+    async fn refused_connection_is_transient() {
+        elections_testsuite::network::refused_connection_is_transient(|port| async move {
+            CassandraStorage::from_url(&format!("scylla://127.0.0.1:{port}/ks?connect_timeout=1s"))
+                .await
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
+    async fn tls_to_a_plaintext_node_fails_plainly() {
+        let ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ca.pem");
+        let (base, query) = uri().split_once('?').map_or_else(
+            || (uri(), String::new()),
+            |(base, query)| (base.to_owned(), query.to_owned()),
+        );
+        let url = format!("{base}?{query}&tls=true&tls_ca_file={ca}&connect_timeout=2s");
+        let said = elections_testsuite::network::tls_to_a_plaintext_server_fails_plainly(
+            CassandraStorage::from_url(&url),
+            Duration::from_secs(30),
+        )
+        .await;
+        assert!(said.contains("tls=true"), "{said}");
+    }
 }

@@ -83,7 +83,9 @@ impl DynamoDbStorage {
             return Err(ConnectError::MissingRegion);
         }
         let client = Client::new(&sdk_config);
-        table::ensure(&client, &config.table, create).await?;
+        if let Err(err) = table::ensure(&client, &config.table, create).await {
+            return Err(plaintext_endpoint(&config, err).await);
+        }
         Ok(DynamoDbStorage {
             client,
             table: config.table,
@@ -331,4 +333,36 @@ fn retry_policy(max_attempts: u32) -> ExponentialBuilder {
         .with_factor(2.0)
         .with_jitter()
         .with_max_times(usize::try_from(max_attempts.saturating_sub(1)).unwrap_or(usize::MAX))
+}
+
+/// The error of a failed first request, said plainly when the `https://`
+/// endpoint speaks plaintext: the SDK says "dispatch failure" or an I/O
+/// error; a plaintext `HEAD /` to the same address tells it (a diagnosis,
+/// never a fallback), and a configuration mistake is permanent.
+async fn plaintext_endpoint(config: &DynamoDbConfig, err: ConnectError) -> ConnectError {
+    let Some(endpoint) = config.endpoint.as_deref() else {
+        return err;
+    };
+    let Some(rest) = endpoint.strip_prefix("https://") else {
+        return err;
+    };
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => match port.parse::<u16>() {
+            Ok(port) => (host, port),
+            Err(_) => return err,
+        },
+        _ => (authority, 443),
+    };
+    let host = host.trim_matches(['[', ']']);
+    let limit = config.connect_timeout.min(Duration::from_secs(2));
+    let greeting = b"HEAD / HTTP/1.0\r\n\r\n";
+    if !ttl_storage::kit::tls::answers_in_plaintext(host, port, greeting, limit).await {
+        return err;
+    }
+    tracing::debug!(%endpoint, %err, "the endpoint answered plaintext HTTP: it does not speak TLS");
+    ConnectError::Storage(StorageError::permanent(format!(
+        "connecting to {endpoint} failed: the server does not speak TLS (it answers plaintext \
+         HTTP); use an http:// endpoint for it, or enable TLS on the server"
+    )))
 }

@@ -521,3 +521,49 @@ async fn a_swap_never_shortens_a_record_anchored_after_it() {
     assert!(s.compare_and_swap(&key, b"v", b"w", secs(5)).await.unwrap());
     assert_eq!(s.get(&key).await.unwrap().as_deref(), Some(&b"w"[..]));
 }
+
+/// Connection failures said plainly (issue 37): a refused endpoint is
+/// transient; an `https://` endpoint at DynamoDB Local's plaintext port is
+/// permanent and says once that the server does not speak TLS. (DynamoDB
+/// Local accepts any credentials, so a wrong secret key cannot be shown
+/// here; on AWS it is the SDK's `UnrecognizedClientException`, permanent.)
+mod connection {
+    use elections_testsuite::network;
+    use ttl_storage::StorageError;
+
+    use super::*;
+
+    async fn open(endpoint: String) -> Result<DynamoDbStorage, StorageError> {
+        let config = DynamoDbConfig::builder("connection_case")
+            .endpoint(endpoint)
+            .region("us-east-1")
+            .credentials("local", "local", None)
+            .connect_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        DynamoDbStorage::connect(config)
+            .await
+            .map_err(|err| match err {
+                ConnectError::Storage(err) => err,
+                other => panic!("not a storage error: {other}"),
+            })
+    }
+
+    #[tokio::test]
+    async fn refused_endpoint_is_transient() {
+        network::refused_connection_is_transient(|port| open(format!("http://127.0.0.1:{port}")))
+            .await;
+    }
+
+    #[tokio::test]
+    #[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
+    async fn https_to_a_plaintext_endpoint_fails_plainly() {
+        let plain = server_addr();
+        let said = network::tls_to_a_plaintext_server_fails_plainly(
+            open(format!("https://{plain}")),
+            Duration::from_secs(20),
+        )
+        .await;
+        assert!(said.contains(&plain.to_string()), "{said}");
+    }
+}

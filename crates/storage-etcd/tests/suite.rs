@@ -19,7 +19,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use elections_testsuite::network;
 use storage_etcd::EtcdStorage;
-use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
+use ttl_storage::{DynTtlStorage, ErrorKind, Key, Ttl, TtlStorage};
 
 fn base_url() -> String {
     network::env_url("ETCD_URL", "etcd", "etcd://host:2379")
@@ -76,10 +76,6 @@ where
     request().await.unwrap()
 }
 
-fn ttl(secs: u64) -> Ttl {
-    Ttl::from_secs(secs).unwrap()
-}
-
 /// Records are keys under the prefix attached to a lease of the TTL;
 /// `Ttl::NEVER` writes no lease; a swap moves the key to a fresh lease.
 #[tokio::test]
@@ -102,41 +98,29 @@ async fn records_are_prefixed_keys_on_leases() {
             response.kvs().first().map(|kv| kv.lease())
         }
     };
-    assert!(s.insert_if_not_exists(&k, b"v", ttl(20)).await.unwrap());
-    let first = lease_of(&s).await.unwrap();
-    assert_ne!(first, 0);
-    let client = s.client().clone();
-    let left = unsent_retry(|| {
-        let mut client = client.clone();
-        async move { client.lease_time_to_live(first, None).await }
-    })
-    .await
-    .ttl();
-    assert!((18..=20).contains(&left), "lease TTL left {left}");
-    elections_testsuite::assert_entry_time_left(
+    // what the engine says is left: the TTL of the key's lease
+    let engine_left = || async {
+        let lease = lease_of(&s).await.unwrap_or(0);
+        if lease == 0 {
+            return None;
+        }
+        let client = s.client().clone();
+        let left = unsent_retry(|| {
+            let mut client = client.clone();
+            async move { client.lease_time_to_live(lease, None).await }
+        })
+        .await
+        .ttl();
+        Some(Duration::from_secs(u64::try_from(left).unwrap_or(0)))
+    };
+    elections_testsuite::assert_engine_expiry_follows_ttl(
         &s,
         &k,
-        b"v",
+        engine_left,
         Duration::from_secs(18)..=Duration::from_secs(20),
+        Duration::from_millis(2_500),
     )
     .await;
-
-    assert!(
-        s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    assert_eq!(lease_of(&s).await, Some(0), "Ttl::NEVER attaches no lease");
-    assert_eq!(
-        s.get_entry(&k).await.unwrap().unwrap().time_left,
-        TimeLeft::Never
-    );
-
-    assert!(s.compare_and_swap(&k, b"w", b"x", ttl(1)).await.unwrap());
-    assert_ne!(lease_of(&s).await, Some(0));
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
-    assert_eq!(s.get(&k).await.unwrap(), None);
-    assert!(s.insert_if_not_exists(&k, b"y", ttl(5)).await.unwrap());
 }
 
 /// A member that refuses connections is a transient error at connect time.
@@ -246,63 +230,20 @@ async fn fence_set_guards_the_callers_key() {
             response.kvs().first().map(|kv| kv.value().to_vec())
         }
     };
-    assert_eq!(
-        fence.set(&resource, 5, &data, b"five").await.unwrap(),
-        FenceOutcome::Accepted
-    );
-    assert_eq!(
-        fence.set(&resource, 3, &data, b"three").await.unwrap(),
-        FenceOutcome::Rejected { highest: 5 }
-    );
-    assert_eq!(read(data.clone()).await.as_deref(), Some(&b"five"[..]));
-    assert_eq!(
-        fence.set(&resource, 5, &data, b"again").await.unwrap(),
-        FenceOutcome::Accepted
-    );
-    assert_eq!(
-        fence.set(&resource, 10, &data, b"ten").await.unwrap(),
-        FenceOutcome::Accepted
-    );
-    assert_eq!(
-        fence.set(&resource, 9, &data, b"nine").await.unwrap(),
-        FenceOutcome::Rejected { highest: 10 }
-    );
-    let big = (1u64 << 60) + 1;
-    assert_eq!(
-        fence.set(&resource, big, &data, b"big").await.unwrap(),
-        FenceOutcome::Accepted
-    );
-    assert_eq!(
-        fence
-            .set(&resource, big - 1, &data, b"big-1")
-            .await
-            .unwrap(),
-        FenceOutcome::Rejected { highest: big }
-    );
+    let set = {
+        let fence = fence.clone();
+        move |resource: String, token: u64, key: String, value: Vec<u8>| {
+            let fence = fence.clone();
+            async move { fence.set(&resource, token, &key, &value).await }
+        }
+    };
+    fence::suite::guarded_key_case(&resource, &data, set, read).await;
+    // exact beyond 2^53, up to the last token
     assert_eq!(
         fence.set(&resource, u64::MAX, &data, b"max").await.unwrap(),
         FenceOutcome::Accepted
     );
     assert_eq!(read(data.clone()).await.as_deref(), Some(&b"max"[..]));
-
-    // Racing writers: the highest token always wins the last word.
-    let other = format!("{resource}/race");
-    let race = format!("{data}/race");
-    let writes: Vec<_> = (1..=16u64)
-        .map(|token| {
-            let fence = fence.clone();
-            let (other, race) = (other.clone(), race.clone());
-            tokio::spawn(async move {
-                fence
-                    .set(&other, token, &race, token.to_string().as_bytes())
-                    .await
-            })
-        })
-        .collect();
-    for write in writes {
-        write.await.unwrap().unwrap();
-    }
-    assert_eq!(read(race).await.as_deref(), Some(&b"16"[..]));
 }
 
 /// Issue 34, case 7: a renewal applied late never moves the expiry earlier.

@@ -24,8 +24,9 @@
 //! | `compare_and_delete` | `WITH gone AS (DELETE ... WHERE key = $1 AND value = $v AND <live> RETURNING key) SELECT pg_notify(<channel>, key) FROM gone` |
 //! | `get` | `SELECT value ... WHERE key = $1 AND <live>` |
 //! | `get_entry` (`vvm-host status`) | `SELECT value, expires_at - now() ...` in milliseconds, on the server's clock |
+//! | `write_counted` (a take-over and its fencing token) | `WITH rec AS (<insert or swap> RETURNING 1), cnt AS (INSERT <counter> SELECT ... FROM rec ON CONFLICT (key) DO UPDATE SET value = <current + 1, at least the floor>) SELECT ... FROM cnt`: the counter advances under its row lock, from the latest committed value; a counter that cannot advance aborts the statement |
 //!
-//! The answer is the number of rows the statement changed (1 or 0).
+//! The answer of a write is the rows it changed (1 or 0).
 //!
 //! ## Watching (`TtlStorage::watch`)
 //!

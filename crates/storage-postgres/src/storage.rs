@@ -5,11 +5,11 @@ use std::{sync::Arc, time::Duration};
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio::task::JoinHandle;
-use tokio_postgres::{NoTls, Statement, types::ToSql};
+use tokio_postgres::{NoTls, Row, Statement, types::ToSql};
 use ttl_storage::waiters::Waiters;
 use ttl_storage::{
-    Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch,
-    WatchUnsupported, check_value,
+    Counted, CountedWrite, Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage,
+    Watch, WatchUnsupported, check_value,
 };
 
 use crate::{
@@ -18,75 +18,15 @@ use crate::{
     pooler, schema, watch,
 };
 
+mod counted;
+mod statements;
+
+use statements::Statements;
+
 /// How much longer than the server's `statement_timeout` the client waits
 /// before it gives up on an answer: the server's own cancellation (a clean
 /// "not applied") should normally arrive first.
 const CLIENT_TIMEOUT_MARGIN: Duration = Duration::from_millis(500);
-
-/// The statements, for one table. `now()` is the start of the
-/// statement's transaction on the *server's* clock; each statement is its
-/// own transaction, so every liveness decision uses one server instant.
-/// A written expiry counts from `clock_timestamp()` instead, read when the
-/// row is written: a statement that waited for another writer's row lock
-/// (and re-checked its `WHERE` on the new row) is anchored after that
-/// writer's commit, so a swap applied late never moves the expiry earlier
-/// than one already acknowledged (`now()` would anchor it at its start,
-/// possibly before the writer it waited for).
-#[derive(Debug)]
-struct Statements {
-    insert: String,
-    cas: String,
-    cad: String,
-    get: String,
-    /// The value and its time to live in milliseconds (`NULL`: never).
-    entry: String,
-    /// The record's time to live in milliseconds, on the server's clock
-    /// (`NULL`: never expires; no row: no live record).
-    remaining: String,
-}
-
-impl Statements {
-    /// The statements on `table`; compare-and-delete notifies `channel`.
-    fn new(table: &str, channel: &str) -> Self {
-        // $n::bigint seconds; 0 means "never expires" (NULL).
-        let expiry = |n: u8| {
-            format!(
-                "CASE WHEN ${n}::bigint = 0 THEN NULL \
-                 ELSE clock_timestamp() + ${n}::bigint * interval '1 second' END"
-            )
-        };
-        let live = "(expires_at IS NULL OR expires_at > now())";
-        Statements {
-            insert: format!(
-                "INSERT INTO {table} AS r (key, value, expires_at) VALUES ($1, $2, {}) \
-                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at \
-                 WHERE r.expires_at IS NOT NULL AND r.expires_at <= now()",
-                expiry(3)
-            ),
-            cas: format!(
-                "UPDATE {table} SET value = $3, expires_at = {} \
-                 WHERE key = $1 AND value = $2 AND {live}",
-                expiry(4)
-            ),
-            // The notification is sent when the statement's transaction
-            // commits, that is with the delete; its row count is the
-            // number of rows deleted.
-            cad: format!(
-                "WITH gone AS (DELETE FROM {table} WHERE key = $1 AND value = $2 AND {live} \
-                 RETURNING key) SELECT pg_notify('{channel}', key) FROM gone"
-            ),
-            get: format!("SELECT value FROM {table} WHERE key = $1 AND {live}"),
-            entry: format!(
-                "SELECT value, (extract(epoch FROM expires_at - now()) * 1000)::float8 \
-                 FROM {table} WHERE key = $1 AND {live}"
-            ),
-            remaining: format!(
-                "SELECT (extract(epoch FROM expires_at - now()) * 1000)::float8 \
-                 FROM {table} WHERE key = $1 AND {live}"
-            ),
-        }
-    }
-}
 
 /// A [`TtlStorage`] on PostgreSQL: one table, each operation one atomic
 /// statement on a pooled connection. See the [crate docs](crate).
@@ -349,12 +289,18 @@ impl PostgresStorage {
         }
     }
 
-    /// Runs one conditional write and returns the number of rows it changed.
-    async fn write(&self, what: &str, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+    /// Runs one conditional write and returns the rows it returned (one
+    /// per row it changed, for the plain writes).
+    async fn write(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
         let client = self.client(what).await?;
         let statement = self.prepare(&client, what, sql).await?;
         let limit = self.answer_limit();
-        match tokio::time::timeout(limit, client.execute(&statement, params)).await {
+        match tokio::time::timeout(limit, client.query(&statement, params)).await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(err)) => {
                 let kind = classify(&err, Op::Write);
@@ -384,7 +330,7 @@ impl TtlStorage for PostgresStorage {
                 &[&key.as_str(), &value, &ttl_secs(ttl)],
             )
             .await?;
-        Ok(rows == 1)
+        Ok(rows.len() == 1)
     }
 
     async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
@@ -397,7 +343,7 @@ impl TtlStorage for PostgresStorage {
                 &[&key.as_str(), &old, &new, &ttl_secs(ttl)],
             )
             .await?;
-        Ok(rows == 1)
+        Ok(rows.len() == 1)
     }
 
     async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
@@ -409,7 +355,13 @@ impl TtlStorage for PostgresStorage {
                 &[&key.as_str(), &value],
             )
             .await?;
-        Ok(rows == 1)
+        Ok(rows.len() == 1)
+    }
+
+    /// One statement: the record's write and the counter's advance as
+    /// data-modifying `WITH` parts (see `storage/counted.rs`).
+    async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
+        self.counted(write).await
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
@@ -567,14 +519,32 @@ mod tests {
             &sql.get,
             &sql.entry,
             &sql.remaining,
+            &sql.counted_insert,
+            &sql.counted_swap,
         ] {
             assert!(statement.contains("now()"), "{statement}");
             assert!(statement.contains("s.t"), "{statement}");
         }
         // Written expiries count from the row's write.
-        for statement in [&sql.insert, &sql.cas] {
+        for statement in [
+            &sql.insert,
+            &sql.cas,
+            &sql.counted_insert,
+            &sql.counted_swap,
+        ] {
             assert!(statement.contains("clock_timestamp() + $"), "{statement}");
         }
+        // The counted forms: the counter after the record's parameters.
+        assert!(
+            sql.counted_insert.contains("SELECT $4,"),
+            "{}",
+            sql.counted_insert
+        );
+        assert!(
+            sql.counted_swap.contains("SELECT $5,"),
+            "{}",
+            sql.counted_swap
+        );
         assert!(sql.insert.contains("ON CONFLICT (key) DO UPDATE"));
         assert_eq!(ttl_secs(Ttl::NEVER), 0);
         assert_eq!(ttl_secs(Ttl::from_secs(20).unwrap()), 20);

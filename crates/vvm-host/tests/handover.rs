@@ -58,32 +58,7 @@ fn handover(storage: &str, to: Option<&str>) -> (i32, String, String) {
     if let Some(to) = to {
         command.args(["--to", to]);
     }
-    let out = command.arg(NAME).stdin(Stdio::null()).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// The candidates `vvm-host status --json` lists.
-fn candidates(storage: &str) -> usize {
-    let out = Command::new(bin())
-        .args(["status", "--json", "--storage", storage, NAME])
-        .output()
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    json.pointer("/keys/0/candidates")
-        .and_then(|c| c.as_array().map(Vec::len))
-        .unwrap_or(0)
-}
-
-fn wait_for_candidates(storage: &str, n: usize) {
-    let deadline = Instant::now() + LIMIT;
-    while candidates(storage) < n {
-        assert!(Instant::now() < deadline, "{n} candidates never listed");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    text(&command.arg(NAME).stdin(Stdio::null()).output().unwrap())
 }
 
 fn assert_silent(node: &Node, what: &str) {
@@ -109,9 +84,9 @@ fn handover_to_a_named_candidate_then_to_the_longest_waiting_then_refused() {
     wait_for_line(&watched, "alpha");
 
     let mut bravo = node(&storage, "bravo");
-    wait_for_candidates(&storage, 1);
+    wait_for_candidates(&storage, NAME, 1);
     let mut charlie = node(&storage, "charlie");
-    wait_for_candidates(&storage, 2);
+    wait_for_candidates(&storage, NAME, 2);
 
     // To charlie by name: charlie leads, bravo keeps waiting, alpha exits 0.
     let asked = Instant::now();
@@ -144,7 +119,7 @@ fn handover_to_a_named_candidate_then_to_the_longest_waiting_then_refused() {
     wait_for_line(&watched, "charlie");
 
     // No --to: bravo, the candidate that has waited longest.
-    wait_for_candidates(&storage, 1);
+    wait_for_candidates(&storage, NAME, 1);
     let asked = Instant::now();
     let (code, out, err) = handover(&storage, None);
     assert_eq!(code, 0, "handover: {out}{err}");

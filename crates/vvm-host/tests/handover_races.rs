@@ -9,7 +9,7 @@
 mod common;
 
 use std::{
-    process::{Child, Command, Output, Stdio},
+    process::{Child, Command, Stdio},
     sync::mpsc,
     time::{Duration, Instant},
 };
@@ -60,6 +60,16 @@ impl Node {
     }
 }
 
+/// alpha (3 s to stop its command) leading `common::NAME`, and bravo (1 s)
+/// listed as its candidate.
+fn alpha_leading_bravo_waiting(storage: &str) -> (Node, Node) {
+    let mut alpha = node(storage, common::NAME, "alpha", 3);
+    alpha.wait_for("leading alpha");
+    let bravo = node(storage, common::NAME, "bravo", 1);
+    wait_for_candidates(storage, common::NAME, 1);
+    (alpha, bravo)
+}
+
 fn node(storage: &str, lock: &str, name: &str, stop: u32) -> Node {
     let mut child = Command::new(bin())
         .args(["run", "--address", name, "--log", "info"])
@@ -97,34 +107,6 @@ fn handover(storage: &str, lock: &str, args: &[&str]) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     command
-}
-
-fn text(out: &Output) -> (i32, String, String) {
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Candidates of `lock` as `vvm-host status --json` lists them.
-fn candidates(storage: &str, lock: &str) -> usize {
-    let out = Command::new(bin())
-        .args(["status", "--json", "--storage", storage, lock])
-        .output()
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    json.pointer("/keys/0/candidates")
-        .and_then(|c| c.as_array().map(Vec::len))
-        .unwrap_or(0)
-}
-
-fn wait_for_candidates(storage: &str, lock: &str, n: usize) {
-    let deadline = Instant::now() + LIMIT;
-    while candidates(storage, lock) < n {
-        assert!(Instant::now() < deadline, "{n} candidates never listed");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn redb(dir: &tempfile::TempDir) -> String {
@@ -232,10 +214,7 @@ fn case2_locks_named_like_records_are_independent_locks() {
 fn case3_a_request_is_served_once_when_its_leader_dies_before_answering() {
     let dir = tempfile::tempdir().unwrap();
     let storage = redb(&dir);
-    let mut alpha = node(&storage, common::NAME, "alpha", 3);
-    alpha.wait_for("leading alpha");
-    let mut bravo = node(&storage, common::NAME, "bravo", 1);
-    wait_for_candidates(&storage, common::NAME, 1);
+    let (mut alpha, mut bravo) = alpha_leading_bravo_waiting(&storage);
     let mut charlie = node(&storage, common::NAME, "charlie", 1);
     wait_for_candidates(&storage, common::NAME, 2);
 
@@ -301,10 +280,7 @@ fn case3_a_request_is_served_once_when_its_leader_dies_before_answering() {
 fn case5_to_a_candidate_that_left_is_never_handed_to_another() {
     let dir = tempfile::tempdir().unwrap();
     let storage = redb(&dir);
-    let mut alpha = node(&storage, common::NAME, "alpha", 3);
-    alpha.wait_for("leading alpha");
-    let mut bravo = node(&storage, common::NAME, "bravo", 1);
-    wait_for_candidates(&storage, common::NAME, 1);
+    let (mut alpha, mut bravo) = alpha_leading_bravo_waiting(&storage);
     let _charlie = node(&storage, common::NAME, "charlie", 1);
     wait_for_candidates(&storage, common::NAME, 2);
 
@@ -347,10 +323,7 @@ fn case8_a_withdrawn_request_is_never_served() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let storage = redb(&dir);
-        let mut alpha = node(&storage, common::NAME, "alpha", 3);
-        alpha.wait_for("leading alpha");
-        let mut bravo = node(&storage, common::NAME, "bravo", 1);
-        wait_for_candidates(&storage, common::NAME, 1);
+        let (mut alpha, mut bravo) = alpha_leading_bravo_waiting(&storage);
         let (code, out, err) = text(&handover(&storage, common::NAME, args).output().unwrap());
         eprintln!("{args:?}: exit {code}: {out}{err}");
         std::thread::sleep(Duration::from_secs(5));

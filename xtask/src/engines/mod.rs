@@ -425,10 +425,44 @@ pub(crate) fn wait_ready(
     }
 }
 
-/// A free TCP port on the loopback interface.
+/// A free TCP port on the loopback interface for a server to listen on,
+/// never handed out twice by this process, and below the kernel's
+/// ephemeral range.
+///
+/// A port from `bind(0)` is an ephemeral one: between its release here and
+/// the server's own bind, any outgoing connection (a contender's, a
+/// client's) may take it as its source port, and the server exits with
+/// "address in use" (one CI run lost a Sentinel set's replica that way).
+/// Ports below `ip_local_port_range` are never picked for outgoing
+/// connections; the counter keeps this process's servers apart, and its
+/// start (from the pid) keeps two processes apart most of the time; a
+/// port something already listens on is skipped.
 pub(crate) fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FLOOR: u32 = 10_000;
+    let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|low| *low > FLOOR + 1_000)
+        .unwrap_or(32_768);
+    let span = ceiling - FLOOR;
+    let _ = NEXT.compare_exchange(
+        0,
+        std::process::id() % span + 1,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..span {
+        let port = FLOOR + NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port in {FLOOR}..{ceiling}")
 }
 
 /// What the container route (`crate::docker`) shares with the process

@@ -63,7 +63,7 @@ impl Fleet<'_> {
                 Fault::Cut => {
                     let slot = &self.pods[pod];
                     let name = slot.proc.as_ref().map_or("-".into(), |p| p.name.clone());
-                    slot.proxy.cut();
+                    slot.proxy.cut().await;
                     self.faults.cuts += 1;
                     self.note(&format!("cut pod {name} from Valkey"));
                     self.pass(hold).await?;

@@ -275,11 +275,28 @@ pub async fn run(config: FleetConfig) -> anyhow::Result<FleetReport> {
     })
 }
 
-/// A free loopback port (bound, then released).
+/// A loopback port for a pod, kept across its restarts: free now, and in
+/// 10 000..30 000, below the kernel's ephemeral range (from 32 768 by
+/// default), so that no outgoing connection can take it while the pod is
+/// down, as one from `bind(0)` could (the restarted pod would then fail
+/// with "address in use"). Handed out once per process; the start of the
+/// walk follows the pid, so that two runs at once rarely meet.
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
-        .local_addr()?
-        .port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static WALKED: AtomicU32 = AtomicU32::new(0);
+    let offset = std::process::id() % 20_000;
+    for _ in 0..20_000 {
+        let step = WALKED.fetch_add(1, Ordering::Relaxed);
+        let port = 10_000 + (offset + step) % 20_000;
+        let port = u16::try_from(port).unwrap_or(10_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        "no free port in 10000..30000",
+    ))
 }
 
 impl Fleet<'_> {

@@ -105,6 +105,29 @@ fn script(body: &str) -> Script {
     Script::from_lua(format!("{CLOCK}{body}"))
 }
 
+/// Runs `script` over `dests`, [`CHUNK`] destinations a call, with the keys
+/// `keys_of` names for each and the arguments `member`, `ttl_ms`.
+async fn per_chunk(
+    client: &Client,
+    script: &Script,
+    dests: &[DestinationId],
+    member: &MemberId,
+    ttl_ms: u64,
+    keys_of: impl Fn(&DestinationId) -> Vec<String>,
+) -> Result<()> {
+    for chunk in dests.chunks(CHUNK) {
+        let k: Vec<String> = chunk.iter().flat_map(&keys_of).collect();
+        let _: Value = script
+            .evalsha_with_reload(
+                client,
+                k,
+                vec![member.as_str().to_owned(), ttl_ms.to_string()],
+            )
+            .await?;
+    }
+    Ok(())
+}
+
 impl Scripts {
     pub(crate) fn new() -> Self {
         Self {
@@ -126,21 +149,10 @@ impl Scripts {
         member: &MemberId,
         ttl_ms: u64,
     ) -> Result<()> {
-        for chunk in dests.chunks(CHUNK) {
-            let k: Vec<String> = chunk
-                .iter()
-                .flat_map(|d| [keys.subscribers(d), keys.counter(d), keys.channel(d)])
-                .collect();
-            let _: Value = self
-                .enter
-                .evalsha_with_reload(
-                    client,
-                    k,
-                    vec![member.as_str().to_owned(), ttl_ms.to_string()],
-                )
-                .await?;
-        }
-        Ok(())
+        per_chunk(client, &self.enter, dests, member, ttl_ms, |d| {
+            vec![keys.subscribers(d), keys.counter(d), keys.channel(d)]
+        })
+        .await
     }
 
     /// Renews `member`'s entries for `dests`.
@@ -152,18 +164,10 @@ impl Scripts {
         member: &MemberId,
         ttl_ms: u64,
     ) -> Result<()> {
-        for chunk in dests.chunks(CHUNK) {
-            let k: Vec<String> = chunk.iter().map(|d| keys.subscribers(d)).collect();
-            let _: Value = self
-                .renew
-                .evalsha_with_reload(
-                    client,
-                    k,
-                    vec![member.as_str().to_owned(), ttl_ms.to_string()],
-                )
-                .await?;
-        }
-        Ok(())
+        per_chunk(client, &self.renew, dests, member, ttl_ms, |d| {
+            vec![keys.subscribers(d)]
+        })
+        .await
     }
 
     /// Removes `member`'s entry for `dest`.

@@ -1,7 +1,7 @@
 //! Shared fixtures: a real Valkey (`VALKEY_URL`), pods in this process
 //! (a `Member` with its heartbeat and `Events`), pods as processes
-//! (`events-probe`, killed for real), a TCP proxy that cuts one pod from
-//! Valkey, and the checker of the delivery promise.
+//! (`events-probe`, killed for real), chaos's TCP fault proxy that cuts one
+//! pod from Valkey, and the checker of the delivery promise.
 
 #![allow(
     dead_code,
@@ -12,10 +12,9 @@
 )]
 
 mod probe;
-mod proxy;
 
+pub use chaos::proxy::FaultProxy;
 pub use probe::Probe;
-pub use proxy::CutProxy;
 
 use std::time::Duration;
 
@@ -181,4 +180,21 @@ pub fn assert_contiguous(start: u64, seen: &[Seen]) {
             Seen::Interrupted | Seen::Resumed => {}
         }
     }
+}
+
+/// `redis://` through `proxy`.
+pub fn proxy_url(proxy: &FaultProxy) -> String {
+    format!("redis://{}", proxy.local_addr())
+}
+
+/// Adds `member` to the subscription map `key` by hand, with an entry that
+/// never lapses (a ghost, or a malformed id).
+pub async fn add_map_entry(client: &ValkeyClient, key: &str, member: &str) {
+    let _: i64 = client
+        .custom(
+            fred::cmd!("ZADD"),
+            vec![key.to_owned(), "99999999999999".into(), member.to_owned()],
+        )
+        .await
+        .unwrap();
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use coordinator::strategy::{PickContext, Strategy};
-use coordinator::{AddressPolicy, CacheConfig, MemberRecord, ResolveOptions};
+use coordinator::{
+    AddressPolicy, CacheConfig, DestinationId, MemberRecord, ResolveOptions, ValkeyClient,
+};
 
 use crate::common::*;
 
@@ -176,43 +178,23 @@ async fn a_pod_restarted_under_the_same_id_refuses_routes_from_before_its_restar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn an_address_policy_mismatch_never_reassigns_a_live_owner() {
-    let p = prefix();
-    let valkey = valkey().await;
-    let zz = TestPod::start(&p, "zz", fenced()).await;
-    let aa = TestPod::start(&p, "aa", fenced()).await;
-    // c1 forwards to aa's port only; c2 to any address
-    let port = aa.addr.port();
-    let c1 = TestCoordinator::start(
-        &p,
-        CoordinatorOptions {
-            member_addresses: AddressPolicy::default().allow_ports(port..=port),
-            ..warm()
-        },
-    )
-    .await;
-    let c2 = TestCoordinator::start(&p, warm()).await;
-    let http = Http::new();
-    let d = dest("tenant-x");
-    zz.member.add_to_destination(&d).await.unwrap();
-    assert_eq!(
-        http.send("GET", &url(&c2, "tenant-x")).await,
-        (StatusCode::OK, "zz".into())
-    );
+    let m = Mismatch::start().await;
+    let (valkey, aa, c1, c2, http, d) = (&m.valkey, &m.aa, &m.c1, &m.c2, &m.http, &m.d);
 
     // c1 cannot forward to zz: it must not take tenant-x from it
-    let (status, body) = http.send("GET", &url(&c1, "tenant-x")).await;
+    let (status, body) = http.send("GET", &url(c1, "tenant-x")).await;
     assert_eq!(
         (status, aa.hits()),
         (StatusCode::SERVICE_UNAVAILABLE, 0),
         "c1 reassigned the live zz's destination: {body}"
     );
     assert!(body.contains("no_live_member"), "{body}");
-    let (status, _) = http.send("DELETE", &url(&c1, "tenant-x")).await;
+    let (status, _) = http.send("DELETE", &url(c1, "tenant-x")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "nor deregister it");
-    let set = smembers(&valkey, &c2.registry.keys().destination(&d)).await;
+    let set = smembers(valkey, &c2.registry.keys().destination(d)).await;
     assert_eq!(set.into_iter().collect::<Vec<_>>(), ["zz"]);
     assert_eq!(
-        http.send("GET", &url(&c2, "tenant-x")).await,
+        http.send("GET", &url(c2, "tenant-x")).await,
         (StatusCode::OK, "zz".into())
     );
     assert_eq!(aa.hits(), 0);
@@ -221,31 +203,12 @@ async fn an_address_policy_mismatch_never_reassigns_a_live_owner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn an_address_policy_mismatch_never_binds_a_second_pod_next_to_a_live_owner() {
-    let p = prefix();
-    let valkey = valkey().await;
-    let zz = TestPod::start(&p, "zz", fenced()).await;
-    let aa = TestPod::start(&p, "aa", fenced()).await;
-    let port = aa.addr.port();
-    let c1 = TestCoordinator::start(
-        &p,
-        CoordinatorOptions {
-            member_addresses: AddressPolicy::default().allow_ports(port..=port),
-            ..warm()
-        },
-    )
-    .await;
-    let c2 = TestCoordinator::start(&p, warm()).await;
-    let http = Http::new();
-    let d = dest("tenant-x");
-    zz.member.add_to_destination(&d).await.unwrap();
-    assert_eq!(
-        http.send("GET", &url(&c2, "tenant-x")).await,
-        (StatusCode::OK, "zz".into())
-    );
+    let m = Mismatch::start().await;
+    let (valkey, aa, c1, c2, http, d) = (&m.valkey, &m.aa, &m.c1, &m.c2, &m.http, &m.d);
     // c1 sees no member it may forward to: *pick and register* provisions
     // on aa, but must not bind aa next to the live zz
-    let (status, body) = http.send("PUT", &url(&c1, "tenant-x")).await;
-    let set = smembers(&valkey, &c2.registry.keys().destination(&d)).await;
+    let (status, body) = http.send("PUT", &url(c1, "tenant-x")).await;
+    let set = smembers(valkey, &c2.registry.keys().destination(d)).await;
     assert_eq!(
         set.iter().map(String::as_str).collect::<Vec<_>>(),
         ["zz"],
@@ -254,7 +217,7 @@ async fn an_address_policy_mismatch_never_binds_a_second_pod_next_to_a_live_owne
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body.contains("bound_elsewhere"), "{body}");
     assert_eq!(
-        http.send("GET", &url(&c2, "tenant-x")).await,
+        http.send("GET", &url(c2, "tenant-x")).await,
         (StatusCode::OK, "zz".into())
     );
     assert_eq!(aa.hits(), 1, "only the PUT");
@@ -322,4 +285,52 @@ async fn a_pod_that_leaves_a_destination_refuses_routes_from_before_it_left() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn a_pod_that_answered_a_delete_of_its_destination_refuses_routes_from_before_it() {
     owner_leaves("deleted", Leave::Deleted).await;
+}
+
+/// Pods zz (owning tenant-x, as c2 has seen) and aa; coordinator c1 may
+/// forward to aa's port only, c2 to any address.
+struct Mismatch {
+    valkey: ValkeyClient,
+    /// Kept running for the test's length.
+    _zz: TestPod,
+    aa: TestPod,
+    c1: TestCoordinator,
+    c2: TestCoordinator,
+    http: Http,
+    d: DestinationId,
+}
+
+impl Mismatch {
+    async fn start() -> Mismatch {
+        let p = prefix();
+        let valkey = valkey().await;
+        let zz = TestPod::start(&p, "zz", fenced()).await;
+        let aa = TestPod::start(&p, "aa", fenced()).await;
+        let port = aa.addr.port();
+        let c1 = TestCoordinator::start(
+            &p,
+            CoordinatorOptions {
+                member_addresses: AddressPolicy::default().allow_ports(port..=port),
+                ..warm()
+            },
+        )
+        .await;
+        let c2 = TestCoordinator::start(&p, warm()).await;
+        let http = Http::new();
+        let d = dest("tenant-x");
+        zz.member.add_to_destination(&d).await.unwrap();
+        assert_eq!(
+            http.send("GET", &url(&c2, "tenant-x")).await,
+            (StatusCode::OK, "zz".into())
+        );
+        Mismatch {
+            valkey,
+            _zz: zz,
+            aa,
+            c1,
+            c2,
+            http,
+            d,
+        }
+    }
 }

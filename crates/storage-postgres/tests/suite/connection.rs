@@ -89,24 +89,16 @@ async fn tls_round_trip_and_certificate_check() {
 /// no startup message (which would carry the user name) follows.
 #[tokio::test]
 async fn ssl_request_first_and_no_plaintext_fallback() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let server = tokio::spawn(async move {
-        let (mut conn, _) = listener.accept().await.unwrap();
-        let mut request = [0u8; 8];
-        conn.read_exact(&mut request).await.unwrap();
-        conn.write_all(b"N").await.unwrap();
-        let mut rest = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(2), conn.read_to_end(&mut rest)).await;
-        (request, rest)
-    });
-    let url =
-        format!("postgres://app:secret@127.0.0.1:{port}/db?sslmode=verify-full&connect_timeout=2s");
-    let err = PostgresStorage::from_url(&url).await.unwrap_err();
+    let (opened, request, rest) = network::what_a_client_sends_first(8, b"N", |port| async move {
+        PostgresStorage::from_url(&format!(
+            "postgres://app:secret@127.0.0.1:{port}/db?sslmode=verify-full&connect_timeout=2s"
+        ))
+        .await
+    })
+    .await;
+    let err = opened.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
     assert!(!err.to_string().contains("secret"), "{err}");
-    let (request, rest) = server.await.unwrap();
     // Length 8, then the SSLRequest code 80877103.
     assert_eq!(request, [0, 0, 0, 8, 4, 210, 22, 47]);
     assert!(

@@ -84,20 +84,16 @@ async fn tls_round_trip_and_certificate_check() {
 /// answers).
 #[tokio::test]
 async fn rediss_sends_a_tls_client_hello_first() {
-    use tokio::io::AsyncReadExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let sniff = tokio::spawn(async move {
-        let (mut conn, _) = listener.accept().await.unwrap();
-        let mut first = [0u8; 3];
-        conn.read_exact(&mut first).await.unwrap();
-        first
-    });
     let ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/ca.pem");
-    let url = format!("rediss://:secret@127.0.0.1:{port}?tls_ca_file={ca}&connect_timeout=1s");
-    let err = ValkeyStorage::from_url(&url).await.unwrap_err();
+    let (opened, first, _) = network::what_a_client_sends_first(3, b"", |port| async move {
+        ValkeyStorage::from_url(&format!(
+            "rediss://:secret@127.0.0.1:{port}?tls_ca_file={ca}&connect_timeout=1s"
+        ))
+        .await
+    })
+    .await;
+    let err = opened.unwrap_err();
     assert!(!err.to_string().contains("secret"), "{err}");
-    let first = sniff.await.unwrap();
     // TLS record type 22 (handshake), protocol 3.x; a RESP command starts with '*'.
     assert_eq!(
         first[0], 0x16,

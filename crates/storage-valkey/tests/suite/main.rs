@@ -24,7 +24,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use elections_testsuite::network;
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface};
 use storage_valkey::ValkeyStorage;
-use ttl_storage::{DynTtlStorage, ErrorKind, Key, TimeLeft, Ttl, TtlStorage};
+use ttl_storage::{DynTtlStorage, ErrorKind, Key, Ttl, TtlStorage};
 
 fn base_url() -> String {
     network::env_url("VALKEY_URL", "valkey", "redis://host:6379")
@@ -107,36 +107,21 @@ async fn records_are_prefixed_keys_with_px_ttl() {
     let k = key("px");
     let raw = format!("ttl:{k}");
     assert_eq!(s.server_key(&k), raw);
-    assert!(s.insert_if_not_exists(&k, b"v", ttl(20)).await.unwrap());
-    let pttl: i64 = s.client().pttl(raw.as_str()).await.unwrap();
-    assert!((19_000..=20_000).contains(&pttl), "PTTL {pttl}");
-    let stored: Vec<u8> = s.client().get(raw.as_str()).await.unwrap();
-    assert_eq!(stored, b"v");
-    // get_entry reports the same PTTL.
-    elections_testsuite::assert_entry_time_left(
+    let engine_left = || async {
+        let pttl: i64 = s.client().pttl(raw.as_str()).await.unwrap();
+        // -1: no expiry (the key exists: the case reads only live keys)
+        u64::try_from(pttl).ok().map(Duration::from_millis)
+    };
+    elections_testsuite::assert_engine_expiry_follows_ttl(
         &s,
         &k,
-        b"v",
+        engine_left,
         Duration::from_secs(19)..=Duration::from_secs(20),
+        Duration::from_millis(1_300),
     )
     .await;
-
-    assert!(
-        s.compare_and_swap(&k, b"v", b"w", Ttl::NEVER)
-            .await
-            .unwrap()
-    );
-    let pttl: i64 = s.client().pttl(raw.as_str()).await.unwrap();
-    assert_eq!(pttl, -1, "a swap to Ttl::NEVER removes the expiry");
-    let entry = s.get_entry(&k).await.unwrap().unwrap();
-    assert_eq!(entry.time_left, TimeLeft::Never);
-
-    assert!(s.compare_and_swap(&k, b"w", b"x", ttl(1)).await.unwrap());
-    let pttl: i64 = s.client().pttl(raw.as_str()).await.unwrap();
-    assert!((1..=1_000).contains(&pttl), "PTTL {pttl}");
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
-    assert_eq!(s.get(&k).await.unwrap(), None);
-    assert!(s.insert_if_not_exists(&k, b"y", ttl(5)).await.unwrap());
+    let stored: Vec<u8> = s.client().get(raw.as_str()).await.unwrap();
+    assert_eq!(stored, b"y", "the record is the key's plain value");
 }
 
 /// The `prefix` parameter moves every key.
@@ -199,58 +184,24 @@ async fn scripts_survive_script_flush() {
 #[tokio::test]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn fence_set_guards_the_callers_key() {
-    use storage_valkey::fence::{FenceOutcome, ValkeyFence};
+    use storage_valkey::fence::ValkeyFence;
     let s = connect().await;
     let fence = ValkeyFence::new(&s);
     let resource = key("fence").to_string();
     let data = format!("suite-fenced:{resource}");
-    let read = || async {
-        s.client()
-            .get::<Option<Vec<u8>>, _>(data.as_str())
+    let storage = &s;
+    let read = move |key: String| async move {
+        storage
+            .client()
+            .get::<Option<Vec<u8>>, _>(key.as_str())
             .await
             .unwrap()
     };
-    assert_eq!(
-        fence.set(&resource, 5, &data, b"five").await.unwrap(),
-        FenceOutcome::Accepted
-    );
-    assert_eq!(
-        fence.set(&resource, 3, &data, b"three").await.unwrap(),
-        FenceOutcome::Rejected { highest: 5 }
-    );
-    assert_eq!(read().await.as_deref(), Some(&b"five"[..]));
-    let big = (1u64 << 60) + 1;
-    assert_eq!(
-        fence.set(&resource, big, &data, b"big").await.unwrap(),
-        FenceOutcome::Accepted
-    );
-    assert_eq!(
-        fence
-            .set(&resource, big - 1, &data, b"big-1")
-            .await
-            .unwrap(),
-        FenceOutcome::Rejected { highest: big }
-    );
-    assert_eq!(read().await.as_deref(), Some(&b"big"[..]));
-
-    // Racing writers: the highest token always wins the last word.
-    let other = format!("{resource}/race");
-    let writes: Vec<_> = (1..=16u64)
-        .map(|token| {
-            let fence = fence.clone();
-            let (other, data) = (other.clone(), format!("{data}/race"));
-            tokio::spawn(async move {
-                fence
-                    .set(&other, token, &data, token.to_string().as_bytes())
-                    .await
-            })
-        })
-        .collect();
-    for write in writes {
-        write.await.unwrap().unwrap();
-    }
-    let last: Option<Vec<u8>> = s.client().get(format!("{data}/race")).await.unwrap();
-    assert_eq!(last.as_deref(), Some(&b"16"[..]));
+    let set = move |resource: String, token: u64, key: String, value: Vec<u8>| {
+        let fence = fence.clone();
+        async move { fence.set(&resource, token, &key, &value).await }
+    };
+    fence::suite::guarded_key_case(&resource, &data, set, read).await;
 }
 
 /// With `wait_replicas`, a write counts only once that many replicas have

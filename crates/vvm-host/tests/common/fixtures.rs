@@ -68,17 +68,21 @@ pub fn is_root() -> bool {
     nix::unistd::Uid::effective().is_root()
 }
 
+/// Every process directory of `/proc`, with its pid.
+fn proc_entries() -> impl Iterator<Item = (i32, std::fs::DirEntry)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            Some((pid, entry))
+        })
+}
+
 /// The pids whose parent is `parent` (from `/proc`).
 pub fn children_of(parent: u32) -> Vec<i32> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for (pid, entry) in proc_entries() {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
@@ -238,14 +242,7 @@ pub fn own_cgroup_in_shell() -> String {
 pub fn processes_with(var: &str, value: &str) -> Vec<i32> {
     let needle = format!("{var}={value}");
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for (pid, entry) in proc_entries() {
         let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
             continue;
         };

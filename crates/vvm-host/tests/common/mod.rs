@@ -5,7 +5,7 @@ pub mod fixtures;
 
 use std::{
     io::{BufRead, BufReader, Read},
-    process::{Child, Command, ExitStatus, Stdio},
+    process::{Child, Command, ExitStatus, Output, Stdio},
     sync::mpsc,
     thread,
     time::{Duration, Instant},
@@ -286,4 +286,34 @@ pub fn last_write(fault_file: &std::path::Path) -> std::time::SystemTime {
         .parse()
         .unwrap();
     std::time::UNIX_EPOCH + Duration::from_nanos(nanos)
+}
+
+/// A finished command's exit code (-1 when signalled), stdout and stderr.
+pub fn text(out: &Output) -> (i32, String, String) {
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Candidates of `lock` as `vvm-host status --json` lists them.
+pub fn candidates(storage: &str, lock: &str) -> usize {
+    let out = Command::new(bin())
+        .args(["status", "--json", "--storage", storage, lock])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    json.pointer("/keys/0/candidates")
+        .and_then(|c| c.as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+/// Waits (at most [`LIMIT`]) until `status` lists `n` candidates of `lock`.
+pub fn wait_for_candidates(storage: &str, lock: &str, n: usize) {
+    let deadline = Instant::now() + LIMIT;
+    while candidates(storage, lock) < n {
+        assert!(Instant::now() < deadline, "{n} candidates never listed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

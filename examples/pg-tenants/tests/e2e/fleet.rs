@@ -1,5 +1,6 @@
 //! The test harness: a fleet of real `pg-pod` and `pg-coordinator`
-//! processes on free ports, a fresh Valkey key prefix and fresh tenant ids,
+//! processes, each on the port it bound itself (`--listen 127.0.0.1:0`,
+//! read back from its log), a fresh Valkey key prefix and fresh tenant ids,
 //! every process killed when the fleet is dropped; and the calls the tests
 //! make through it.
 
@@ -31,40 +32,22 @@ pub(crate) fn random_hex() -> String {
     coordinator::RequestId::generate().as_str()[..12].to_owned()
 }
 
-/// A port for a child to listen on, never handed out twice in this test
-/// process and below the kernel's ephemeral range.
-///
-/// Binding port 0 and passing the number on races: between the probe and
-/// the child's own bind, another fleet's probe or any outgoing connection
-/// (Valkey, PostgreSQL, HTTP) can take the same ephemeral port, and the
-/// child's `/healthz` is then answered by a stranger (one CI run saw a
-/// fleet wait 90 s for a pod that had exited with "address in use").
-/// Ports below `ip_local_port_range` are never picked for outgoing
-/// connections, and the counter keeps the fleets of this process apart.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let floor = 20_000u16;
-    let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
-        .filter(|low| *low > floor + 1_000)
-        .unwrap_or(32_768);
-    let span = ceiling - floor;
-    // start at a per-process offset so two test runs at once rarely meet
-    let _ = NEXT.compare_exchange(
-        0,
-        (std::process::id() % u32::from(span)) as u16 + 1,
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-    );
-    for _ in 0..span {
-        let port = floor + NEXT.fetch_add(1, Ordering::Relaxed) % span;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
+/// `text` without terminal colour sequences (`ESC [ … m`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
         }
     }
-    panic!("no free port in {floor}..{ceiling}")
+    out
 }
 
 /// Settings of one fleet.
@@ -135,6 +118,35 @@ impl Procs {
             .expect("no such process");
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    /// The address child `name` bound, from the `key=` field of its log
+    /// line containing `marker`.
+    ///
+    /// The children bind port 0 themselves: a port picked by the test and
+    /// handed on can be taken by anything in between (one CI run saw a pod
+    /// exit with "address in use").
+    fn bound_address(&mut self, name: &str, marker: &str, key: &str) -> String {
+        let path = self.dir.join(format!("{name}.log"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let log = strip_ansi(&std::fs::read_to_string(&path).unwrap_or_default());
+            let found = log.lines().filter(|l| l.contains(marker)).find_map(|l| {
+                let at = l.find(key)? + key.len();
+                l[at..].split_whitespace().next().map(str::to_owned)
+            });
+            if let Some(address) = found {
+                return address.trim_start_matches("http://").to_owned();
+            }
+            if let Some(exit) = self.exited() {
+                panic!("{exit} before it served:\n{log}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not log {marker:?} within 60 s:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn exited(&mut self) -> Option<String> {
@@ -231,11 +243,10 @@ impl Fleet {
         let mut pod_urls = Vec::new();
         for i in 1..=3 {
             let id = format!("pod-{i}");
-            let url = format!("127.0.0.1:{}", free_port());
             let args = args(&[
                 ("valkey-url", valkey_url.clone()),
                 ("pg-url", pg_url.clone()),
-                ("listen", url.clone()),
+                ("listen", "127.0.0.1:0".into()),
                 ("pod-id", id.clone()),
                 ("prefix", prefix.clone()),
                 ("pool-size", opts.pool_size.to_string()),
@@ -255,14 +266,16 @@ impl Fleet {
             ]);
             procs.spawn(&id, env!("CARGO_BIN_EXE_pg-pod"), &args);
             pods.push(id);
-            pod_urls.push(format!("http://{url}"));
+        }
+        for id in &pods {
+            let bound = procs.bound_address(id, "pod serving", "bound=");
+            pod_urls.push(format!("http://{bound}"));
         }
         let mut coordinators = Vec::new();
         for i in 1..=opts.coordinators {
-            let url = format!("127.0.0.1:{}", free_port());
             let args = args(&[
                 ("valkey-url", valkey_url.clone()),
-                ("listen", url.clone()),
+                ("listen", "127.0.0.1:0".into()),
                 ("prefix", prefix.clone()),
                 ("strategy", opts.strategy.into()),
                 ("cache-ttl-ms", opts.cache_ttl_ms.to_string()),
@@ -276,7 +289,8 @@ impl Fleet {
                 _ => format!("coordinator-{i}"),
             };
             procs.spawn(&name, env!("CARGO_BIN_EXE_pg-coordinator"), &args);
-            coordinators.push(format!("http://{url}"));
+            let bound = procs.bound_address(&name, "coordinator serving", "listen=");
+            coordinators.push(format!("http://{bound}"));
         }
         let (pg, conn) = tokio_postgres::connect(&pg_url, tokio_postgres::NoTls)
             .await
