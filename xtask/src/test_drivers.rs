@@ -290,7 +290,7 @@ fn run_suite(
     test_args: &[String],
     outcome: &mut Outcome,
 ) -> anyhow::Result<()> {
-    let skip = skips::for_suite(engine, package, test, &binary.executable)?;
+    let skip = skips::for_suite(engine, &running.env, package, test, &binary.executable)?;
     outcome.skipped += skip.count;
     outcome.skip_notes.extend(skip.notes);
     // As `cargo test` runs it: from the package's directory.

@@ -118,6 +118,30 @@ pub(crate) fn classify_new_session(err: &NewSessionError) -> ErrorKind {
     }
 }
 
+/// What a node said when it refused the login (bad credentials), or that
+/// it asks for one the URL does not give: the words for the one line an
+/// operator reads, in place of the driver's nested pool error.
+pub(crate) fn login_refused(err: &NewSessionError) -> Option<String> {
+    let NewSessionError::MetadataError(MetadataError::ConnectionPoolError(
+        ConnectionPoolError::Broken {
+            last_connection_error: ConnectionError::ConnectionSetupRequestError(setup),
+        },
+    )) = err
+    else {
+        return None;
+    };
+    match setup.get_error() {
+        ConnectionSetupRequestErrorKind::DbError(DbError::AuthenticationError, message) => {
+            Some(format!("the node refused the login: {message}"))
+        }
+        ConnectionSetupRequestErrorKind::MissingAuthentication => Some(
+            "the node asks for a login and the URL gives none (scylla://USER:PASSWORD@host/...)"
+                .to_owned(),
+        ),
+        _ => None,
+    }
+}
+
 /// Classifies a failure to open a connection.
 pub(crate) fn classify_connection(err: &ConnectionError) -> ErrorKind {
     match err {

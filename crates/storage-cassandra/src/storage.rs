@@ -22,7 +22,7 @@ use ttl_storage::{
 
 use crate::{
     classify::{
-        Op, classify_execution, classify_new_session, classify_prepare, describe,
+        Op, classify_execution, classify_new_session, classify_prepare, describe, login_refused,
         serial_read_retryable,
     },
     config::CassandraConfig,
@@ -395,6 +395,10 @@ async fn session_failed(config: &CassandraConfig, err: NewSessionError) -> Stora
                 ));
             }
         }
+    }
+    if let Some(refused) = login_refused(&err) {
+        tracing::debug!(%err, "the node refused the login");
+        return StorageError::permanent(format!("{what} failed: {refused}"));
     }
     StorageError::with_source(classify_new_session(&err), format!("{what} failed"), err)
 }

@@ -152,9 +152,15 @@ pub(crate) fn to_storage<E: OperationError>(
     match classify(&err, op) {
         Failure::ConditionFailed => Ok(false),
         Failure::Error(kind) => {
-            let detail = match err.code() {
-                Some(code) => format!("{what}: {code}"),
-                None => format!("{what}: {err}"),
+            // The service's own words with its code (an unknown access key
+            // is `UnrecognizedClientException: The Access Key ID or
+            // security token is invalid.`), said once.
+            let detail = match (err.code(), err.message()) {
+                (Some(code), Some(message)) if !message.is_empty() => {
+                    format!("{what}: {code}: {message}")
+                }
+                (Some(code), _) => format!("{what}: {code}"),
+                (None, _) => format!("{what}: {err}"),
             };
             Err(StorageError::with_source(kind, detail, err))
         }

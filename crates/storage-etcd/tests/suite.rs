@@ -177,6 +177,43 @@ async fn etcds_to_plaintext_member_fails() {
     assert!(!said.contains("tonic::"), "{said}");
 }
 
+/// A wrong password is a permanent error that says the member's reason
+/// once and never shows the password; the right one logs in (the member
+/// does check passwords). Needs a member with authentication on:
+/// `cargo xtask test-drivers --engine etcd` starts one (`ETCD_AUTH_URL`).
+#[tokio::test]
+#[ignore = "needs etcd with authentication on: run `cargo xtask test-drivers --engine etcd`"]
+async fn wrong_password_is_permanent() {
+    let right = std::env::var("ETCD_AUTH_URL").unwrap_or_else(|_| {
+        panic!(
+            "ETCD_AUTH_URL is not set: `cargo xtask test-drivers --engine etcd` sets it; with your \
+             own member set ETCD_AUTH_URL=etcd://user:password@host:2379"
+        )
+    });
+    let s = connect_url(&right).await;
+    let k = key("auth");
+    assert!(
+        s.insert_if_not_exists(&k, b"v", Ttl::from_secs(30).unwrap())
+            .await
+            .unwrap()
+    );
+    let mut wrong = url::Url::parse(&right).unwrap();
+    wrong.set_password(Some("hunter2")).unwrap();
+    let Err(err) = tokio::time::timeout(
+        Duration::from_secs(30),
+        EtcdStorage::from_url(wrong.as_str()),
+    )
+    .await
+    .expect("a wrong password is answered, not waited out") else {
+        panic!("logged in with a wrong password");
+    };
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+    let said = err.to_string();
+    assert!(said.contains("connecting to"), "{said}");
+    assert_eq!(said.matches("authentication failed").count(), 1, "{said}");
+}
+
 fn server_addr() -> SocketAddr {
     network::server_addr(&base_url(), 2379)
 }

@@ -73,7 +73,7 @@ pub(super) fn scylla(_work_dir: &Path) -> anyhow::Result<Started> {
 
 fn cql_engine(running: Running) -> anyhow::Result<Started> {
     let port = running.port(9042)?;
-    running.wait_ready(CQL_LIMIT, || shared::cql_ping(loopback(port)).is_ok())?;
+    running.wait_ready(CQL_LIMIT, || shared::cql_ping(loopback(port), None).is_ok())?;
     let keyspace = shared::CASSANDRA_KEYSPACE;
     let uri =
         format!("scylla://127.0.0.1:{port}/{keyspace}?replication=simple:1&create_schema=true");

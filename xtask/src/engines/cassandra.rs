@@ -2,7 +2,9 @@
 //! Central (`org.apache.cassandra:cassandra-all` and its runtime
 //! dependencies, fetched once with `mvn dependency:copy-dependencies` and
 //! cached under the work dir), the node is a single-node cluster on the
-//! loopback interface with free ports, a small heap and fresh data each run.
+//! loopback interface with free ports, a small heap and fresh data each run;
+//! clients log in (`PasswordAuthenticator`, the default superuser), so the
+//! suite shows a wrong password failing plainly.
 
 use std::{
     fs,
@@ -103,15 +105,17 @@ pub(crate) fn start(work_dir: &Path) -> anyhow::Result<Started> {
     let node = Node::local(native_port, storage_port);
     let mut child = spawn_node(&lib, &run, &node)?;
     let addr = SocketAddr::from(([127, 0, 0, 1], native_port));
+    // Ready once the superuser can log in (the role is made at start-up).
     let waited = wait_ready("cassandra", &mut child, READY_LIMIT, || {
-        cql_ping(addr).is_ok()
+        cql_ping(addr, Some(SUPERUSER)).is_ok()
     });
+    let (user, password) = SUPERUSER;
     let started = Started::local(
         child,
         vec![(
             "SCYLLA_URI".into(),
             format!(
-                "scylla://127.0.0.1:{native_port}/{KEYSPACE}?replication=simple:1&create_schema=true"
+                "scylla://{user}:{password}@127.0.0.1:{native_port}/{KEYSPACE}?replication=simple:1&create_schema=true"
             ),
         )],
     );
@@ -153,10 +157,20 @@ pub(crate) struct Node {
     /// The address of a dead node this one replaces (it takes over its
     /// tokens and streams their data: `-Dcassandra.replace_address_first_boot`).
     pub(crate) replaces: Option<&'static str>,
+    /// Clients log in (`PasswordAuthenticator`; the default superuser,
+    /// [`SUPERUSER`], made at once and hashed cheaply); otherwise anyone
+    /// may connect (`AllowAllAuthenticator`).
+    pub(crate) password_auth: bool,
 }
 
+/// The superuser Cassandra makes on first start under
+/// `PasswordAuthenticator` (user, password).
+pub(crate) const SUPERUSER: (&str, &str) = ("cassandra", "cassandra");
+
 impl Node {
-    /// A lone node on 127.0.0.1 (its own seed) with Cassandra's defaults.
+    /// A lone node on 127.0.0.1 (its own seed) with Cassandra's defaults,
+    /// clients logging in as [`SUPERUSER`] (so a wrong password can be
+    /// shown to fail plainly).
     pub(crate) fn local(native_port: u16, storage_port: u16) -> Node {
         Node {
             address: "127.0.0.1",
@@ -168,6 +182,7 @@ impl Node {
             jmx_port: None,
             bootstrap: false,
             replaces: None,
+            password_auth: true,
         }
     }
 }
@@ -205,6 +220,12 @@ pub(crate) fn spawn_node(lib: &Path, run: &Path, node: &Node) -> anyhow::Result<
     }
     if let Some(dead) = node.replaces {
         cmd.arg(format!("-Dcassandra.replace_address_first_boot={dead}"));
+    }
+    if node.password_auth {
+        // The superuser at once (not after 10 s), its password hashed with
+        // bcrypt's fewest rounds: a login costs the suite no time.
+        cmd.arg("-Dcassandra.superuser_setup_delay_ms=0")
+            .arg("-Dcassandra.auth_bcrypt_gensalt_log2_rounds=4");
     }
     cmd.arg(format!("-javaagent:{}", jamm.display()))
         .arg(format!("-Dcassandra.config=file://{}", yaml.display()))
@@ -333,7 +354,7 @@ rpc_address: {address}
 storage_port: {storage_port}
 start_native_transport: true
 native_transport_port: {native_port}
-authenticator: AllowAllAuthenticator
+authenticator: {authenticator}
 authorizer: AllowAllAuthorizer
 data_file_directories:
   - {data_dir}
@@ -357,6 +378,11 @@ request_timeout: 10000ms
         address = node.address,
         storage_port = node.storage_port,
         native_port = node.native_port,
+        authenticator = if node.password_auth {
+            "PasswordAuthenticator"
+        } else {
+            "AllowAllAuthenticator"
+        },
         data_dir = d("data"),
         commitlog = d("commitlog"),
         hints = d("hints"),
@@ -424,9 +450,10 @@ pub(crate) fn log_tail(system_log: &Path, console: &Path) -> String {
     out
 }
 
-/// A real CQL round trip over the native protocol (v4): STARTUP, then
+/// A real CQL round trip over the native protocol (v4): STARTUP (and, when
+/// the node asks for it, a login as `login`: SASL PLAIN), then
 /// `SELECT release_version FROM system.local`, expecting a RESULT.
-pub(crate) fn cql_ping(addr: SocketAddr) -> anyhow::Result<()> {
+pub(crate) fn cql_ping(addr: SocketAddr, login: Option<(&str, &str)>) -> anyhow::Result<()> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
@@ -436,8 +463,23 @@ pub(crate) fn cql_ping(addr: SocketAddr) -> anyhow::Result<()> {
     put_string(&mut startup, "CQL_VERSION");
     put_string(&mut startup, "3.0.0");
     let (opcode, _) = request(&mut stream, 1, OPCODE_STARTUP, &startup)?;
-    if opcode != OPCODE_READY {
-        bail!("STARTUP answered with opcode {opcode:#x}");
+    match (opcode, login) {
+        (OPCODE_READY, _) => {}
+        (OPCODE_AUTHENTICATE, Some((user, password))) => {
+            let token = format!("\0{user}\0{password}");
+            let mut body = Vec::new();
+            body.extend_from_slice(&u32::try_from(token.len())?.to_be_bytes());
+            body.extend_from_slice(token.as_bytes());
+            let (opcode, answer) = request(&mut stream, 2, OPCODE_AUTH_RESPONSE, &body)?;
+            if opcode != OPCODE_AUTH_SUCCESS {
+                bail!(
+                    "login as {user} answered with opcode {opcode:#x}: {}",
+                    String::from_utf8_lossy(&answer)
+                );
+            }
+        }
+        (OPCODE_AUTHENTICATE, None) => bail!("the node asks for a login"),
+        (opcode, _) => bail!("STARTUP answered with opcode {opcode:#x}"),
     }
 
     let query = "SELECT release_version FROM system.local";
@@ -446,7 +488,7 @@ pub(crate) fn cql_ping(addr: SocketAddr) -> anyhow::Result<()> {
     body.extend_from_slice(query.as_bytes());
     body.extend_from_slice(&1u16.to_be_bytes()); // consistency ONE
     body.push(0); // no flags
-    let (opcode, answer) = request(&mut stream, 2, OPCODE_QUERY, &body)?;
+    let (opcode, answer) = request(&mut stream, 3, OPCODE_QUERY, &body)?;
     if opcode != OPCODE_RESULT {
         bail!(
             "QUERY answered with opcode {opcode:#x}: {}",
@@ -458,6 +500,9 @@ pub(crate) fn cql_ping(addr: SocketAddr) -> anyhow::Result<()> {
 
 const OPCODE_STARTUP: u8 = 0x01;
 const OPCODE_READY: u8 = 0x02;
+const OPCODE_AUTHENTICATE: u8 = 0x03;
+const OPCODE_AUTH_RESPONSE: u8 = 0x0f;
+const OPCODE_AUTH_SUCCESS: u8 = 0x10;
 const OPCODE_QUERY: u8 = 0x07;
 const OPCODE_RESULT: u8 = 0x08;
 
@@ -509,6 +554,6 @@ mod tests {
     #[test]
     fn ping_fails_without_a_server() {
         let port = free_port().unwrap();
-        assert!(cql_ping(SocketAddr::from(([127, 0, 0, 1], port))).is_err());
+        assert!(cql_ping(SocketAddr::from(([127, 0, 0, 1], port)), None).is_err());
     }
 }

@@ -152,6 +152,7 @@ fn node(i: usize) -> Node {
         jmx_port: Some(JMX_PORTS[i]),
         bootstrap: false,
         replaces: None,
+        password_auth: false,
     }
 }
 
@@ -175,7 +176,7 @@ fn wait_all_up(cluster: &mut Cluster, lib: &Path) -> anyhow::Result<()> {
         for (i, up) in cql_up.iter_mut().enumerate() {
             if !*up {
                 let addr: SocketAddr = format!("{}:{NATIVE_PORT}", ADDRESSES[i]).parse()?;
-                if cql_ping(addr).is_ok() {
+                if cql_ping(addr, None).is_ok() {
                     *up = true;
                     println!(
                         "cassandra-3: {} answered CQL after {:.1}s",
@@ -421,7 +422,7 @@ fn wait_cql(
 ) -> anyhow::Result<bool> {
     let started = Instant::now();
     loop {
-        if cql_ping(addr).is_ok() {
+        if cql_ping(addr, None).is_ok() {
             return Ok(true);
         }
         if let Some(status) = child.try_wait()? {

@@ -7,7 +7,10 @@
 //! short TTLs need), also serving clients with TLS on a third port (a
 //! throwaway CA made with `openssl`), waits until `/health` answers `true`,
 //! and returns `ETCD_URL=etcd://127.0.0.1:<port>` and
-//! `ETCD_TLS_URL=etcds://127.0.0.1:<port>?tls_ca_file=<ca.pem>`.
+//! `ETCD_TLS_URL=etcds://127.0.0.1:<port>?tls_ca_file=<ca.pem>`. A second,
+//! separate member has authentication on (a `root` user, through the JSON
+//! gateway): `ETCD_AUTH_URL=etcd://root:<password>@127.0.0.1:<port>`, for the
+//! wrong-password case.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -68,10 +71,21 @@ pub(crate) fn start_with_env(work_dir: &Path, env: &[(String, String)]) -> Resul
         super::kill_tree(&mut child);
         return Err(err.context(format!("see {}", log_path.display())));
     }
+    let auth = match start_with_auth(&binary, work_dir) {
+        Ok(auth) => auth,
+        Err(err) => {
+            super::kill_tree(&mut child);
+            return Err(err);
+        }
+    };
     let env = vec![
         (
             "ETCD_URL".to_string(),
             format!("etcd://127.0.0.1:{client_port}"),
+        ),
+        (
+            "ETCD_AUTH_URL".to_string(),
+            format!("etcd://root:{ROOT_PASSWORD}@127.0.0.1:{}", auth.port),
         ),
         (
             "ETCD_TLS_URL".to_string(),
@@ -81,7 +95,81 @@ pub(crate) fn start_with_env(work_dir: &Path, env: &[(String, String)]) -> Resul
             ),
         ),
     ];
-    Ok(Started::local(child, env).with_guard(DataDir(data)))
+    Ok(Started::local_many(vec![child, auth.child], env)
+        .with_guard(DataDir(data))
+        .with_guard(DataDir(auth.data)))
+}
+
+/// The password of the `root` user of the member with authentication on.
+const ROOT_PASSWORD: &str = "xtask-root";
+
+/// The member with authentication on.
+struct AuthMember {
+    child: std::process::Child,
+    port: u16,
+    data: PathBuf,
+}
+
+/// Starts a member of its own (plaintext, loopback) and turns
+/// authentication on: `root` with [`ROOT_PASSWORD`] and the `root` role,
+/// then `auth enable`, through etcd's JSON gateway (no `etcdctl` needed).
+fn start_with_auth(binary: &Path, work_dir: &Path) -> Result<AuthMember> {
+    let port = free_port()?;
+    let peer_url = format!("http://127.0.0.1:{}", free_port()?);
+    let client_url = format!("http://127.0.0.1:{port}");
+    let data = work_dir.join(format!("etcd-data-{port}"));
+    let log_path = work_dir.join(format!("etcd-{port}.log"));
+    let log =
+        File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+    let mut child = Command::new(binary)
+        .args(["--name", "xtask-auth"])
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &peer_url])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("xtask-auth={peer_url}")])
+        .log_to(log)?
+        .spawn()
+        .with_context(|| format!("cannot run {}", binary.display()))?;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let enabled =
+        wait_ready("etcd (auth)", &mut child, READY_TIMEOUT, || healthy(addr)).and_then(|_| {
+            post(
+                addr,
+                "/v3/auth/user/add",
+                &format!(r#"{{"name":"root","password":"{ROOT_PASSWORD}"}}"#),
+            )?;
+            post(
+                addr,
+                "/v3/auth/user/grant",
+                r#"{"user":"root","role":"root"}"#,
+            )?;
+            post(addr, "/v3/auth/enable", "{}")
+        });
+    if let Err(err) = enabled {
+        super::kill_tree(&mut child);
+        return Err(err.context(format!("see {}", log_path.display())));
+    }
+    Ok(AuthMember { child, port, data })
+}
+
+/// One JSON request to etcd's gateway; an error unless it answers 200.
+fn post(addr: SocketAddr, path: &str, body: &str) -> Result<()> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    if !answer.starts_with("HTTP/1.0 200") && !answer.starts_with("HTTP/1.1 200") {
+        bail!("etcd answered POST {path} with: {answer}");
+    }
+    Ok(())
 }
 
 /// Removes the member's data directory when the engine stops.

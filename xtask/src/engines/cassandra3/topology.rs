@@ -224,6 +224,7 @@ fn replacement() -> Node {
         jmx_port: Some(REPLACEMENT_JMX),
         bootstrap: true,
         replaces: Some(ADDRESSES[DEAD]),
+        password_auth: false,
     }
 }
 
@@ -239,6 +240,7 @@ fn joiner() -> Node {
         jmx_port: Some(JOINER_JMX),
         bootstrap: true,
         replaces: None,
+        password_auth: false,
     }
 }
 

@@ -2,6 +2,13 @@
 //! real DynamoDB (Local): run with `cargo xtask test-drivers --engine dynamodb`,
 //! or point `DYNAMODB_ENDPOINT` at a DynamoDB and run
 //! `cargo test -p storage-dynamodb --test suite -- --ignored --test-threads 16`.
+//!
+//! The shared network cases (`elections_testsuite::network`) it runs: a
+//! refused endpoint, `https://` to a plaintext endpoint, a lost answer, a
+//! renewal applied late (both expiry modes), credentials the server does
+//! not recognise. Those that do not apply: the watch across connections and
+//! the dead feed (DynamoDB has no watch; standbys poll), and the TLS round
+//! trip (DynamoDB Local serves plaintext only).
 
 // Test helpers outside #[test] functions panic on purpose.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -399,171 +406,4 @@ mod observed_lease {
     );
 }
 
-/// A storage on `table` in `mode` whose requests go through `proxy`, with
-/// a request timeout longer than the proxy's hold.
-async fn through_proxy(
-    proxy: &elections_testsuite::proxy::Proxy,
-    table: &str,
-    mode: ExpiryMode,
-) -> DynamoDbStorage {
-    let config = builder(table, true)
-        .endpoint(format!("http://{}", proxy.addr))
-        .request_timeout(Duration::from_secs(20))
-        .expiry_mode(mode)
-        .build()
-        .unwrap();
-    DynamoDbStorage::connect(config).await.unwrap()
-}
-
-/// The DynamoDB Local the suite talks to, for the proxy.
-fn server_addr() -> std::net::SocketAddr {
-    let endpoint = std::env::var("DYNAMODB_ENDPOINT").unwrap();
-    let url = url::Url::parse(&endpoint).unwrap();
-    let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
-    let port = url.port_or_known_default().unwrap();
-    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-        .unwrap()
-        .next()
-        .unwrap()
-}
-
-/// Issue 34, case 7: a renewal applied late never moves the expiry earlier
-/// (wall-clock mode). The held renewal computed `exp_ms = now + TTL` before
-/// the proxy held it; it lands after a renewal read its clock 2.5 s later
-/// and was acknowledged. See the shared case.
-#[tokio::test]
-#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
-async fn renewal_applied_late_never_moves_the_expiry_earlier() {
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
-    let held = through_proxy(&proxy, TABLE, ExpiryMode::WallClock).await;
-    let direct = DynamoDbStorage::connect(config(TABLE, true)).await.unwrap();
-    elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
-        &held,
-        &direct,
-        &proxy,
-        &fresh_key("late-renewal"),
-        0,
-    )
-    .await;
-}
-
-/// The same in observed-lease mode: a late write is a new version, so every
-/// observer starts a full lease from the moment it sees it.
-#[tokio::test]
-#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
-async fn renewal_applied_late_never_moves_the_expiry_earlier_observed_lease() {
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
-    let held = through_proxy(&proxy, "ttl_storage_observed", ExpiryMode::ObservedLease).await;
-    let direct = observed_storage().await;
-    elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
-        &held,
-        &direct,
-        &proxy,
-        &fresh_key("late-renewal-observed"),
-        0,
-    )
-    .await;
-}
-
-/// A swap that would shorten a record written after it read its clock is
-/// refused: a renewal (`v -> v`) answers true and writes nothing (the
-/// record already lives longer), a swap to another value is a transient
-/// error until this clock passes the record's anchor. Written by hand: the record's `at_ms`
-/// lies 3 s in the future, as a write anchored after this swap's would.
-#[tokio::test]
-#[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
-async fn a_swap_never_shortens_a_record_anchored_after_it() {
-    use aws_sdk_dynamodb::{primitives::Blob, types::AttributeValue};
-    let s = DynamoDbStorage::connect(config(TABLE, true)).await.unwrap();
-    let key = fresh_key("anchored-later");
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    let started = Instant::now();
-    let (at, exp) = (now_ms + 3_000, now_ms + 3_000 + 10_000);
-    s.client()
-        .put_item()
-        .table_name(TABLE)
-        .item("pk", AttributeValue::S(key.as_str().to_string()))
-        .item("val", AttributeValue::B(Blob::new(b"v".to_vec())))
-        .item("at_ms", AttributeValue::N(at.to_string()))
-        .item("exp_ms", AttributeValue::N(exp.to_string()))
-        .item(
-            "expires_at",
-            AttributeValue::N((exp / 1000 + 1).to_string()),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert!(s.compare_and_swap(&key, b"v", b"v", secs(5)).await.unwrap());
-    let entry = s.get_entry(&key).await.unwrap().unwrap();
-    let TimeLeft::About(left) = entry.time_left else {
-        panic!("{entry:?}")
-    };
-    assert!(
-        left > Duration::from_secs(11),
-        "the renewal shortened a record anchored after it: {left:?} left"
-    );
-    // To another value: refused (transient, after the driver's retries),
-    // the record unchanged; once this clock has passed `at_ms`, written.
-    let err = s
-        .compare_and_swap(&key, b"v", b"w", secs(5))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ttl_storage::ErrorKind::Transient, "{err}");
-    assert_eq!(s.get(&key).await.unwrap().as_deref(), Some(&b"v"[..]));
-    tokio::time::sleep_until((started + Duration::from_millis(3_100)).into()).await;
-    assert!(s.compare_and_swap(&key, b"v", b"w", secs(5)).await.unwrap());
-    assert_eq!(s.get(&key).await.unwrap().as_deref(), Some(&b"w"[..]));
-}
-
-/// Connection failures said plainly (issue 37): a refused endpoint is
-/// transient; an `https://` endpoint at DynamoDB Local's plaintext port is
-/// permanent and says once that the server does not speak TLS. (DynamoDB
-/// Local accepts any credentials, so a wrong secret key cannot be shown
-/// here; on AWS it is the SDK's `UnrecognizedClientException`, permanent.)
-mod connection {
-    use elections_testsuite::network;
-    use ttl_storage::StorageError;
-
-    use super::*;
-
-    async fn open(endpoint: String) -> Result<DynamoDbStorage, StorageError> {
-        let config = DynamoDbConfig::builder("connection_case")
-            .endpoint(endpoint)
-            .region("us-east-1")
-            .credentials("local", "local", None)
-            .connect_timeout(Duration::from_secs(1))
-            .build()
-            .unwrap();
-        DynamoDbStorage::connect(config)
-            .await
-            .map_err(|err| match err {
-                ConnectError::Storage(err) => err,
-                other => panic!("not a storage error: {other}"),
-            })
-    }
-
-    #[tokio::test]
-    async fn refused_endpoint_is_transient() {
-        network::refused_connection_is_transient(|port| open(format!("http://127.0.0.1:{port}")))
-            .await;
-    }
-
-    #[tokio::test]
-    #[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
-    async fn https_to_a_plaintext_endpoint_fails_plainly() {
-        let plain = server_addr();
-        let said = network::tls_to_a_plaintext_server_fails_plainly(
-            open(format!("https://{plain}")),
-            Duration::from_secs(20),
-        )
-        .await;
-        assert!(said.contains(&plain.to_string()), "{said}");
-    }
-}
+mod network;
