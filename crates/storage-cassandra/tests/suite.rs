@@ -133,16 +133,15 @@ mod cassandra_driver {
             .unwrap()
             .next()
             .unwrap();
-        let proxy = elections_testsuite::proxy::Proxy::start(server)
-            .await
-            .unwrap();
-        url.set_port(Some(proxy.addr.port())).unwrap();
-        url.query_pairs_mut().append_pair("timeout", "20s");
-        let held = CassandraStorage::from_url(url.as_str()).await.unwrap();
+        let through = |proxy: std::net::SocketAddr| async move {
+            url.set_port(Some(proxy.port())).unwrap();
+            url.query_pairs_mut().append_pair("timeout", "20s");
+            CassandraStorage::from_url(url.as_str()).await.unwrap()
+        };
         elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
-            &held,
+            server,
             &direct,
-            &proxy,
+            through,
             &key("late-renewal"),
             0,
         )

@@ -402,12 +402,12 @@ mod observed_lease {
 /// A storage on `table` in `mode` whose requests go through `proxy`, with
 /// a request timeout longer than the proxy's hold.
 async fn through_proxy(
-    proxy: &elections_testsuite::proxy::Proxy,
+    proxy: std::net::SocketAddr,
     table: &str,
     mode: ExpiryMode,
 ) -> DynamoDbStorage {
     let config = builder(table, true)
-        .endpoint(format!("http://{}", proxy.addr))
+        .endpoint(format!("http://{proxy}"))
         .request_timeout(Duration::from_secs(20))
         .expiry_mode(mode)
         .build()
@@ -434,15 +434,11 @@ fn server_addr() -> std::net::SocketAddr {
 #[tokio::test]
 #[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier() {
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
-    let held = through_proxy(&proxy, TABLE, ExpiryMode::WallClock).await;
     let direct = DynamoDbStorage::connect(config(TABLE, true)).await.unwrap();
     elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
-        &held,
+        server_addr(),
         &direct,
-        &proxy,
+        |proxy| through_proxy(proxy, TABLE, ExpiryMode::WallClock),
         &fresh_key("late-renewal"),
         0,
     )
@@ -454,15 +450,11 @@ async fn renewal_applied_late_never_moves_the_expiry_earlier() {
 #[tokio::test]
 #[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier_observed_lease() {
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
-    let held = through_proxy(&proxy, "ttl_storage_observed", ExpiryMode::ObservedLease).await;
     let direct = observed_storage().await;
     elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
-        &held,
+        server_addr(),
         &direct,
-        &proxy,
+        |proxy| through_proxy(proxy, "ttl_storage_observed", ExpiryMode::ObservedLease),
         &fresh_key("late-renewal-observed"),
         0,
     )
