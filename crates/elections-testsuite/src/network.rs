@@ -298,10 +298,11 @@ pub const LATE_RENEWAL_HOLD: Duration = Duration::from_millis(2_500);
 /// Issue 34, case 7: a renewal applied late never moves the expiry earlier
 /// than a renewal already acknowledged.
 ///
-/// `held` reaches the engine through `proxy`, `direct` does not (two
-/// clients standing for one process whose two attempts were reordered on
-/// the way, as follower forwarding in an etcd cluster or a retransmitted
-/// packet does). `direct` inserts `key` with a 5 s TTL; `held` renews it
+/// `direct` is a connection to the engine at `server`; the case starts a
+/// [`Proxy`] to `server` and opens `held` through it with
+/// `open_held(proxy address)` (two clients standing for one process whose
+/// two attempts were reordered on the way, as follower forwarding in an
+/// etcd cluster or a retransmitted packet does). `direct` inserts `key` with a 5 s TTL; `held` renews it
 /// (`v -> v`) once through the proxy to warm its connection up (prepared
 /// statements, loaded scripts), then renews again while the proxy holds its
 /// request back, after letting `answers_before_write` answers through (etcd:
@@ -317,13 +318,18 @@ pub const LATE_RENEWAL_HOLD: Duration = Duration::from_millis(2_500);
 ///
 /// `held` must wait longer than the hold for an answer (a request timeout
 /// of 10 s or more).
-pub async fn renewal_applied_late_never_moves_the_expiry_earlier(
-    held: &impl TtlStorage,
+pub async fn renewal_applied_late_never_moves_the_expiry_earlier<S, F>(
+    server: SocketAddr,
     direct: &impl TtlStorage,
-    proxy: &Proxy,
+    open_held: impl FnOnce(SocketAddr) -> F,
     key: &Key,
     answers_before_write: usize,
-) {
+) where
+    S: TtlStorage,
+    F: Future<Output = S>,
+{
+    let proxy = proxy_to(server).await;
+    let held = open_held(proxy.addr).await;
     let secs = 5;
     let ttl = Ttl::from_secs(secs).unwrap_or_else(|err| panic!("{err}"));
     assert!(ok(direct.insert_if_not_exists(key, b"v", ttl).await));

@@ -126,25 +126,27 @@ mod cassandra_driver {
         .await;
     }
 
-    /// The node of `uri()` behind a proxy, and a storage that reaches it
-    /// through the proxy with requests timing out after `timeout` (a lone
-    /// node: the driver keeps the address it was given for it).
+    /// The address of `uri()`'s node, for a proxy in front of it.
     #[allow(clippy::unwrap_used)]
-    async fn through_proxy(timeout: &str) -> (elections_testsuite::proxy::Proxy, CassandraStorage) {
-        let mut url = url::Url::parse(&uri()).unwrap();
+    fn server_addr() -> std::net::SocketAddr {
+        let url = url::Url::parse(&uri()).unwrap();
         let host = url.host_str().unwrap().trim_matches(['[', ']']).to_string();
         let port = url.port().unwrap_or(9042);
-        let server = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+        std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
             .unwrap()
             .next()
-            .unwrap();
-        let proxy = elections_testsuite::proxy::Proxy::start(server)
-            .await
-            .unwrap();
-        url.set_port(Some(proxy.addr.port())).unwrap();
+            .unwrap()
+    }
+
+    /// A storage that reaches `uri()`'s node through the proxy at `proxy`,
+    /// its requests timing out after `timeout` (a lone node: the driver
+    /// keeps the address it was given for it).
+    #[allow(clippy::unwrap_used)]
+    async fn through(proxy: std::net::SocketAddr, timeout: &str) -> CassandraStorage {
+        let mut url = url::Url::parse(&uri()).unwrap();
+        url.set_port(Some(proxy.port())).unwrap();
         url.query_pairs_mut().append_pair("timeout", timeout);
-        let storage = CassandraStorage::from_url(url.as_str()).await.unwrap();
-        (proxy, storage)
+        CassandraStorage::from_url(url.as_str()).await.unwrap()
     }
 
     /// A lightweight transaction whose answer is lost (the proxy swallows
@@ -154,7 +156,8 @@ mod cassandra_driver {
     #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
     async fn lost_answer_of_a_write_is_outcome_unknown() {
         let direct = CassandraStorage::from_url(&uri()).await.unwrap();
-        let (proxy, s) = through_proxy("3s").await;
+        let proxy = elections_testsuite::network::proxy_to(server_addr()).await;
+        let s = through(proxy.addr, "3s").await;
         let k = key("lost");
         let ttl = Ttl::from_secs(60).unwrap();
         assert!(s.insert_if_not_exists(&k, b"a", ttl).await.unwrap());
@@ -171,11 +174,10 @@ mod cassandra_driver {
     #[ignore = "needs Cassandra/ScyllaDB: run `cargo xtask test-drivers`"]
     async fn renewal_applied_late_never_moves_the_expiry_earlier() {
         let direct = CassandraStorage::from_url(&uri()).await.unwrap();
-        let (proxy, held) = through_proxy("20s").await;
         elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
-            &held,
+            server_addr(),
             &direct,
-            &proxy,
+            |proxy| through(proxy, "20s"),
             &key("late-renewal"),
             0,
         )

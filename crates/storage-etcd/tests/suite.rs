@@ -291,12 +291,10 @@ async fn fence_set_guards_the_callers_key() {
 #[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     let direct = connect_url(&base_url()).await;
-    let proxy = network::proxy_to(server_addr()).await;
-    let held = connect_url(&format!("etcd://{}?timeout=20s", proxy.addr)).await;
     network::renewal_applied_late_never_moves_the_expiry_earlier(
-        &held,
+        server_addr(),
         &direct,
-        &proxy,
+        |proxy| async move { connect_url(&format!("etcd://{proxy}?timeout=20s")).await },
         &key("late-renewal"),
         1,
     )

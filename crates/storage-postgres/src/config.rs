@@ -126,15 +126,7 @@ impl PostgresConfig {
         PostgresConfigBuilder::default()
     }
 
-    /// The server's host name or IP address.
-    pub fn host(&self) -> &str {
-        &self.host
-    }
-
-    /// The server's port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
+    ttl_storage::server_getters!();
 
     /// Every server as `(host, port)`, the first one first: the driver
     /// connects to the first of them that accepts writes
@@ -255,17 +247,7 @@ impl Default for PostgresConfigBuilder {
 }
 
 impl PostgresConfigBuilder {
-    /// The server's host name or IP address (required).
-    pub fn host(mut self, host: impl Into<String>) -> Self {
-        self.host = Some(host.into());
-        self
-    }
-
-    /// The server's port (default [`DEFAULT_PORT`]).
-    pub fn port(mut self, port: u16) -> Self {
-        self.port = port;
-        self
-    }
+    ttl_storage::server_setters!(DEFAULT_PORT);
 
     /// Another server of the same cluster (a standby that may be promoted),
     /// tried after the ones before it; repeatable. The driver always asks

@@ -165,7 +165,7 @@ fn shared_case(path: &Path, watch: bool, rounds: usize) -> Vec<Duration> {
     handovers(&events)
 }
 
-async fn child(spec: &str) {
+async fn child(spec: String) {
     let mut parts = spec.splitn(4, ':');
     let id = parts.next().unwrap();
     let watch: bool = parts.next().unwrap().parse().unwrap();
@@ -191,31 +191,26 @@ async fn child(spec: &str) {
 }
 
 fn main() {
-    main_with_children(
-        CHILD_ENV,
-        |spec| async move { child(&spec).await },
-        || async {
-            let dir = tempfile::tempdir().unwrap();
-            println!(
-                "graceful handover: leader's release -> standby holds the key (retry pause {}, lease {})",
-                fmt(PAUSE),
-                fmt(LEASE)
-            );
-            report_head();
-            report("mem, 2 tasks, watch", mem_case(100).await);
-            let path = dir.path().join("handover.redb");
-            drop(SharedRedbStorage::open(&path).await.unwrap());
-            let watched = {
-                let path = path.clone();
-                tokio::task::spawn_blocking(move || shared_case(&path, true, 100))
-                    .await
-                    .unwrap()
-            };
-            report("shared redb, 2 processes, watch", watched);
-            let polled = tokio::task::spawn_blocking(move || shared_case(&path, false, 8))
+    main_with_children(CHILD_ENV, child, |dir| async move {
+        println!(
+            "graceful handover: leader's release -> standby holds the key (retry pause {}, lease {})",
+            fmt(PAUSE),
+            fmt(LEASE)
+        );
+        report_head();
+        report("mem, 2 tasks, watch", mem_case(100).await);
+        let path = dir.join("handover.redb");
+        drop(SharedRedbStorage::open(&path).await.unwrap());
+        let watched = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || shared_case(&path, true, 100))
                 .await
-                .unwrap();
-            report("shared redb, 2 processes, polling (no watch)", polled);
-        },
-    );
+                .unwrap()
+        };
+        report("shared redb, 2 processes, watch", watched);
+        let polled = tokio::task::spawn_blocking(move || shared_case(&path, false, 8))
+            .await
+            .unwrap();
+        report("shared redb, 2 processes, polling (no watch)", polled);
+    });
 }

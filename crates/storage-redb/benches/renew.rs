@@ -89,7 +89,7 @@ fn across_processes(path: &Path) -> (Vec<Duration>, Duration) {
     (samples, started.elapsed())
 }
 
-async fn child(spec: &str) {
+async fn child(spec: String) {
     let (id, path) = spec.split_once(':').unwrap();
     let storage: DynTtlStorage = Arc::new(SharedRedbStorage::open(path).await.unwrap());
     let key = Key::new(format!("renew/process/{id}")).unwrap();
@@ -104,52 +104,46 @@ fn report(name: &str, mut samples: Vec<Duration>, elapsed: Duration) {
 }
 
 fn main() {
-    main_with_children(
-        CHILD_ENV,
-        |spec| async move { child(&spec).await },
-        || async {
-            let dir = tempfile::tempdir().unwrap();
-            println!(
-                "renewal = compare_and_swap(k, v, v, ttl), durable; {} per case",
-                fmt(RUN)
-            );
-            println!(
-                "{:<44} {:>9} {:>9} {:>9} {:>10}",
-                "case", "p50", "p99", "max", "renewals/s"
-            );
-            for tasks in [1, 16] {
-                let single = RedbStorage::open(dir.path().join(format!("single-{tasks}.redb")))
-                    .await
-                    .unwrap();
-                let (samples, elapsed) = in_process(Arc::new(single.clone()), tasks).await;
-                report(
-                    &format!("redb (one process), {tasks} task(s)"),
-                    samples,
-                    elapsed,
-                );
-                single.close().await.unwrap();
-
-                let shared =
-                    SharedRedbStorage::open(dir.path().join(format!("shared-{tasks}.redb")))
-                        .await
-                        .unwrap();
-                let (samples, elapsed) = in_process(Arc::new(shared), tasks).await;
-                report(
-                    &format!("shared redb, 1 process, {tasks} task(s)"),
-                    samples,
-                    elapsed,
-                );
-            }
-            let path = dir.path().join("shared-processes.redb");
-            drop(SharedRedbStorage::open(&path).await.unwrap());
-            let (samples, elapsed) = tokio::task::spawn_blocking(move || across_processes(&path))
+    main_with_children(CHILD_ENV, child, |dir| async move {
+        println!(
+            "renewal = compare_and_swap(k, v, v, ttl), durable; {} per case",
+            fmt(RUN)
+        );
+        println!(
+            "{:<44} {:>9} {:>9} {:>9} {:>10}",
+            "case", "p50", "p99", "max", "renewals/s"
+        );
+        for tasks in [1, 16] {
+            let single = RedbStorage::open(dir.join(format!("single-{tasks}.redb")))
                 .await
                 .unwrap();
+            let (samples, elapsed) = in_process(Arc::new(single.clone()), tasks).await;
             report(
-                &format!("shared redb, {PROCESSES} processes x 1 task"),
+                &format!("redb (one process), {tasks} task(s)"),
                 samples,
                 elapsed,
             );
-        },
-    );
+            single.close().await.unwrap();
+
+            let shared = SharedRedbStorage::open(dir.join(format!("shared-{tasks}.redb")))
+                .await
+                .unwrap();
+            let (samples, elapsed) = in_process(Arc::new(shared), tasks).await;
+            report(
+                &format!("shared redb, 1 process, {tasks} task(s)"),
+                samples,
+                elapsed,
+            );
+        }
+        let path = dir.join("shared-processes.redb");
+        drop(SharedRedbStorage::open(&path).await.unwrap());
+        let (samples, elapsed) = tokio::task::spawn_blocking(move || across_processes(&path))
+            .await
+            .unwrap();
+        report(
+            &format!("shared redb, {PROCESSES} processes x 1 task"),
+            samples,
+            elapsed,
+        );
+    });
 }

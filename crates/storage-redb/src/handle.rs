@@ -22,17 +22,49 @@ use crate::{
     writer::{Pending, Writer},
 };
 
+/// An open, checked storage file and this process's queue of writes to
+/// it: the state of an exclusive handle, and the core of a shared one's.
+pub(crate) struct OpenFile {
+    /// The open database.
+    pub(crate) db: Database,
+    /// The identity of the open file, which its path must still name.
+    pub(crate) identity: FileIdentity,
+    /// The queue of this process's writes.
+    pub(crate) writer: Writer,
+    /// The path the file was opened at.
+    pub(crate) path: PathBuf,
+}
+
+impl OpenFile {
+    /// Wraps an open, checked database; its writes are group-committed
+    /// `max_batch` at most at a time.
+    pub(crate) fn new(
+        db: Database,
+        identity: FileIdentity,
+        path: PathBuf,
+        max_batch: usize,
+    ) -> Self {
+        OpenFile {
+            db,
+            identity,
+            writer: Writer::new(max_batch),
+            path,
+        }
+    }
+}
+
 /// The state of one open file that a handle's clones and blocking tasks
 /// share.
 pub(crate) trait FileState: Send + Sync + 'static {
-    /// The open database.
-    fn db(&self) -> &Database;
-    /// The identity of the open file, which its path must still name.
-    fn identity(&self) -> &FileIdentity;
-    /// The queue of this process's writes.
-    fn writer(&self) -> &Writer;
-    /// Applies and commits the queued writes, if any. Blocks.
-    fn drain(&self);
+    /// The open file and its write queue.
+    fn file(&self) -> &OpenFile;
+
+    /// Applies and commits the queued writes, if any. Blocks. By default
+    /// the batch is committed as it is, with nothing beside it.
+    fn drain(&self) {
+        let file = self.file();
+        file.writer.drain(&file.db, &file.identity);
+    }
 }
 
 /// Queues a conditional write and waits for its committed answer.
@@ -42,7 +74,7 @@ pub(crate) async fn write<S: FileState>(
     op: Op,
 ) -> Result<Answer> {
     let (reply, answer) = oneshot::channel();
-    state.writer().push(Pending { op, reply });
+    state.file().writer.push(Pending { op, reply });
     let state = Arc::clone(state);
     // Not awaited: the answer comes through `reply`, possibly from the task
     // of another operation of the same batch.
@@ -64,12 +96,12 @@ pub(crate) async fn read<S: FileState>(
     let key = key.as_str().to_owned();
     let checked = Arc::clone(&state);
     let lost = tasks
-        .spawn_blocking(move || checked.identity().check())
+        .spawn_blocking(move || checked.file().identity.check())
         .await
         .unwrap_or_else(|_| Err(StorageError::transient("the identity check was cancelled")));
     lost?;
     blocking(tasks, "read", move || {
-        ops::get_record(state.db(), &key, record::now_millis()?)
+        ops::get_record(&state.file().db, &key, record::now_millis()?)
     })
     .await
 }

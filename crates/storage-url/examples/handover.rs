@@ -27,9 +27,8 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use async_trait::async_trait;
 use elections::Elections;
-use ttl_storage::{DynTtlStorage, Key, Ttl, TtlStorage};
+use ttl_storage::{DynTtlStorage, Key, TtlStorage};
 
 /// The retry pause of a waiting contender (vvm-host's default).
 const PAUSE: Duration = Duration::from_secs(1);
@@ -44,56 +43,29 @@ const GAP: Duration = Duration::from_millis(50);
 /// next poll finds the key free before this one contends again.
 const POLLING_GAP: Duration = Duration::from_millis(1500);
 
-/// A storage without the watch capability: what polling costs.
-struct Polling(DynTtlStorage);
-
-#[async_trait]
-impl TtlStorage for Polling {
-    async fn insert_if_not_exists(
-        &self,
-        key: &Key,
-        value: &[u8],
-        ttl: Ttl,
-    ) -> ttl_storage::Result<bool> {
-        self.0.insert_if_not_exists(key, value, ttl).await
-    }
-    async fn compare_and_swap(
-        &self,
-        key: &Key,
-        old: &[u8],
-        new: &[u8],
-        ttl: Ttl,
-    ) -> ttl_storage::Result<bool> {
-        self.0.compare_and_swap(key, old, new, ttl).await
-    }
-    async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> ttl_storage::Result<bool> {
-        self.0.compare_and_delete(key, value).await
-    }
-    async fn get(&self, key: &Key) -> ttl_storage::Result<Option<Vec<u8>>> {
-        self.0.get(key).await
-    }
-}
-
-/// Acquires `key`, pausing between attempts as the launcher does: the
-/// pause ends early when the storage's watch says the key may be free.
+/// Acquires `key`, pausing between attempts as the launcher does: when
+/// `watch`, the pause ends early when the storage's watch says the key may
+/// be free; else it is a plain pause (polling, what watching replaces).
 async fn acquire(
     elections: &Elections,
     storage: &DynTtlStorage,
     key: &Key,
     value: &str,
+    watch: bool,
 ) -> Result<elections::Leadership, Box<dyn Error + Send + Sync>> {
     loop {
         if let Some(leadership) = elections.acquire_leadership(key, value, LEASE).await? {
             return Ok(leadership);
         }
-        match storage.watch(key) {
-            Ok(watch) => {
+        let watched = if watch { storage.watch(key).ok() } else { None };
+        match watched {
+            Some(watched) => {
                 tokio::select! {
-                    () = watch => {}
+                    () = watched => {}
                     () = tokio::time::sleep(PAUSE) => {}
                 }
             }
-            Err(_) => tokio::time::sleep(PAUSE).await,
+            None => tokio::time::sleep(PAUSE).await,
         }
     }
 }
@@ -101,13 +73,14 @@ async fn acquire(
 /// (contender, "ACQ" | "REL", instant) in the order they happened.
 type Events = Arc<Mutex<Vec<(usize, &'static str, Instant)>>>;
 
-/// One contender: acquire, hold, release (recording both instants), `gap`,
-/// again, `rounds` times.
+/// One contender: acquire (watching the key or polling), hold, release
+/// (recording both instants), `gap`, again, `rounds` times.
 async fn contend(
     storage: DynTtlStorage,
     key: Key,
     id: usize,
     rounds: usize,
+    watch: bool,
     gap: Duration,
     events: Events,
 ) -> Result<(), Box<dyn Error + Send + Sync>> {
@@ -119,7 +92,7 @@ async fn contend(
         }
     };
     for _ in 0..rounds {
-        let _leadership = acquire(&elections, &storage, &key, &value).await?;
+        let _leadership = acquire(&elections, &storage, &key, &value, watch).await?;
         record("ACQ");
         tokio::time::sleep(HOLD).await;
         record("REL");
@@ -171,20 +144,16 @@ async fn case(
             Some(storage) => storage.clone(),
             None => url.open().await?,
         };
-        let storage: DynTtlStorage = if watch {
-            if opened.watch(&key).is_err() {
-                return Err(format!("{url}: the driver does not support watch").into());
-            }
-            opened
-        } else {
-            Arc::new(Polling(opened))
-        };
+        if watch && opened.watch(&key).is_err() {
+            return Err(format!("{url}: the driver does not support watch").into());
+        }
         let gap = if watch { GAP } else { POLLING_GAP };
         tasks.push(tokio::spawn(contend(
-            storage,
+            opened,
             key.clone(),
             id,
             rounds,
+            watch,
             gap,
             events.clone(),
         )));

@@ -71,15 +71,7 @@ impl ValkeyConfig {
         ValkeyConfigBuilder::default()
     }
 
-    /// The server's host name or IP address.
-    pub fn host(&self) -> &str {
-        &self.host
-    }
-
-    /// The server's port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
+    ttl_storage::server_getters!();
 
     /// The database selected after connecting (`None`: the server's default, 0).
     pub fn database(&self) -> Option<u8> {
@@ -178,17 +170,7 @@ impl Default for ValkeyConfigBuilder {
 }
 
 impl ValkeyConfigBuilder {
-    /// The server's host name or IP address (required).
-    pub fn host(mut self, host: impl Into<String>) -> Self {
-        self.host = Some(host.into());
-        self
-    }
-
-    /// The server's port (default [`DEFAULT_PORT`]).
-    pub fn port(mut self, port: u16) -> Self {
-        self.port = port;
-        self
-    }
+    ttl_storage::server_setters!(DEFAULT_PORT);
 
     /// The database to `SELECT` after connecting.
     pub fn database(mut self, database: u8) -> Self {

@@ -38,17 +38,9 @@ impl Drop for Node {
 }
 
 fn node(storage: &str, address: &str) -> Node {
-    let mut child = Command::new(bin())
-        .args(["run", "--address", address, "--log", "info"])
-        .args(["--storage", storage, "--leadership-duration", "6s"])
-        .args([NAME, "--", "sh", "-c", SCRIPT])
-        .env("VVM_HOST_ADDRESS_FOR_TEST", address)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (out, _all) = lines(child.stdout.take().unwrap());
+    let rest = [NAME, "--", "sh", "-c", SCRIPT];
+    let env = ("VVM_HOST_ADDRESS_FOR_TEST", address);
+    let (child, out) = spawn_node(storage, address, &rest, env);
     Node { child, out }
 }
 

@@ -71,25 +71,9 @@ fn alpha_leading_bravo_waiting(storage: &str) -> (Node, Node) {
 }
 
 fn node(storage: &str, lock: &str, name: &str, stop: u32) -> Node {
-    let mut child = Command::new(bin())
-        .args(["run", "--address", name, "--log", "info"])
-        .args(["--storage", storage, "--leadership-duration", "6s"])
-        .args([
-            "--grace-period",
-            "10s",
-            lock,
-            "--",
-            "sh",
-            "-c",
-            &script(stop),
-        ])
-        .env("N", name)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (out, _all) = lines(child.stdout.take().unwrap());
+    let script = script(stop);
+    let rest = ["--grace-period", "10s", lock, "--", "sh", "-c", &script];
+    let (child, out) = spawn_node(storage, name, &rest, ("N", name));
     Node {
         child,
         out,

@@ -32,7 +32,7 @@ use crate::hub::{Dest, Hub};
 use crate::keys::EventKeys;
 use crate::telemetry;
 use crate::wire;
-use scripts::Scripts;
+use scripts::{Entries, Scripts};
 
 /// Messages the Valkey client queues for the dispatcher before it
 /// overflows (then every destination is re-marked: gaps, not silence).
@@ -186,6 +186,17 @@ impl Cluster {
         u64::try_from(self.member.config().ttl.as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// This pod's entries of the subscription map, for the scripts that
+    /// write them.
+    fn entries(&self) -> Entries<'_> {
+        Entries {
+            client: &self.client,
+            keys: &self.keys,
+            member: self.member.id(),
+            ttl_ms: self.ttl_ms(),
+        }
+    }
+
     /// Subscribes the pod to `dest`'s channel, unless it is already.
     pub(crate) async fn link(&self, dest: &Arc<Dest>) -> Result<()> {
         let _gate = self.gate.read().await;
@@ -198,13 +209,7 @@ impl Cluster {
         let entered = async {
             self.sub.ssubscribe(self.keys.channel(&dest.id)).await?;
             self.scripts
-                .enter(
-                    &self.client,
-                    &self.keys,
-                    std::slice::from_ref(&dest.id),
-                    self.member.id(),
-                    self.ttl_ms(),
-                )
+                .enter(&self.entries(), std::slice::from_ref(&dest.id))
                 .await?;
             Ok::<_, Error>(())
         }

@@ -105,23 +105,31 @@ fn script(body: &str) -> Script {
     Script::from_lua(format!("{CLOCK}{body}"))
 }
 
+/// Whose entries of the subscription map a script writes, and through
+/// what: the connection, the key layout, the member and how long its
+/// entries live.
+pub(crate) struct Entries<'a> {
+    pub(crate) client: &'a Client,
+    pub(crate) keys: &'a EventKeys,
+    pub(crate) member: &'a MemberId,
+    pub(crate) ttl_ms: u64,
+}
+
 /// Runs `script` over `dests`, [`CHUNK`] destinations a call, with the keys
-/// `keys_of` names for each and the arguments `member`, `ttl_ms`.
+/// `keys_of` names for each and the arguments `of.member`, `of.ttl_ms`.
 async fn per_chunk(
-    client: &Client,
     script: &Script,
+    of: &Entries<'_>,
     dests: &[DestinationId],
-    member: &MemberId,
-    ttl_ms: u64,
     keys_of: impl Fn(&DestinationId) -> Vec<String>,
 ) -> Result<()> {
     for chunk in dests.chunks(CHUNK) {
         let k: Vec<String> = chunk.iter().flat_map(&keys_of).collect();
         let _: Value = script
             .evalsha_with_reload(
-                client,
+                of.client,
                 k,
-                vec![member.as_str().to_owned(), ttl_ms.to_string()],
+                vec![of.member.as_str().to_owned(), of.ttl_ms.to_string()],
             )
             .await?;
     }
@@ -139,35 +147,20 @@ impl Scripts {
         }
     }
 
-    /// Adds or renews `member`'s entries for `dests` and publishes a mark
-    /// on each destination's channel.
-    pub(crate) async fn enter(
-        &self,
-        client: &Client,
-        keys: &EventKeys,
-        dests: &[DestinationId],
-        member: &MemberId,
-        ttl_ms: u64,
-    ) -> Result<()> {
-        per_chunk(client, &self.enter, dests, member, ttl_ms, |d| {
+    /// Adds or renews the member's entries for `dests` and publishes a
+    /// mark on each destination's channel.
+    pub(crate) async fn enter(&self, of: &Entries<'_>, dests: &[DestinationId]) -> Result<()> {
+        let keys = of.keys;
+        per_chunk(&self.enter, of, dests, |d| {
             vec![keys.subscribers(d), keys.counter(d), keys.channel(d)]
         })
         .await
     }
 
-    /// Renews `member`'s entries for `dests`.
-    pub(crate) async fn renew(
-        &self,
-        client: &Client,
-        keys: &EventKeys,
-        dests: &[DestinationId],
-        member: &MemberId,
-        ttl_ms: u64,
-    ) -> Result<()> {
-        per_chunk(client, &self.renew, dests, member, ttl_ms, |d| {
-            vec![keys.subscribers(d)]
-        })
-        .await
+    /// Renews the member's entries for `dests`.
+    pub(crate) async fn renew(&self, of: &Entries<'_>, dests: &[DestinationId]) -> Result<()> {
+        let keys = of.keys;
+        per_chunk(&self.renew, of, dests, |d| vec![keys.subscribers(d)]).await
     }
 
     /// Removes `member`'s entry for `dest`.

@@ -235,16 +235,7 @@ async fn recover(cluster: &Cluster, hub: &Hub) -> bool {
 /// subscribers.
 async fn mark_all(cluster: &Cluster, hub: &Hub) -> crate::Result<()> {
     let ids: Vec<DestinationId> = hub.all().iter().map(|d| d.id.clone()).collect();
-    cluster
-        .scripts
-        .enter(
-            &cluster.client,
-            &cluster.keys,
-            &ids,
-            cluster.member.id(),
-            cluster.ttl_ms(),
-        )
-        .await
+    cluster.scripts.enter(&cluster.entries(), &ids).await
 }
 
 /// Renews this pod's entries after each successful heartbeat of its
@@ -265,16 +256,7 @@ pub(super) async fn renew(cluster: Arc<Cluster>, hub: Arc<Hub>, stop: Cancellati
         if ids.is_empty() {
             continue;
         }
-        let renewed = cluster
-            .scripts
-            .renew(
-                &cluster.client,
-                &cluster.keys,
-                &ids,
-                cluster.member.id(),
-                cluster.ttl_ms(),
-            )
-            .await;
+        let renewed = cluster.scripts.renew(&cluster.entries(), &ids).await;
         if let Err(err) = renewed {
             telemetry::valkey_error("renew", &err);
         }

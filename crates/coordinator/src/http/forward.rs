@@ -308,8 +308,7 @@ impl Forwarder {
         let sent = match (&self.inner.h1, address.is_tls()) {
             (Some(pool), false) => {
                 let target = connect_target(address);
-                let sent = tokio::time::timeout(timeout, pool.send(&target, req)).await;
-                sent.map(|r| r.map(|resp| resp.map(PodBody::pooled)))
+                tokio::time::timeout(timeout, pool.send(&target, req)).await
             }
             _ => {
                 let sent = tokio::time::timeout(timeout, self.inner.client.request(req)).await;

@@ -149,7 +149,7 @@ impl Http1Pool {
         self: &Arc<Self>,
         authority: &str,
         mut req: Request<OnceBody>,
-    ) -> Result<Response<PooledBody>, PoolError> {
+    ) -> Result<Response<PodBody>, PoolError> {
         if let Some(mut sender) = self.take_idle(authority)
             && sender.ready().await.is_ok()
         {
@@ -174,9 +174,9 @@ impl Http1Pool {
         authority: &str,
         sender: SendRequest<OnceBody>,
         resp: Response<Incoming>,
-    ) -> Response<PooledBody> {
+    ) -> Response<PodBody> {
         let (parts, inner) = resp.into_parts();
-        let mut body = PooledBody {
+        let mut body = PodBody {
             inner,
             conn: Some((sender, self.clone(), authority.to_owned())),
         };
@@ -185,14 +185,23 @@ impl Http1Pool {
     }
 }
 
-/// A pod's response body; its connection goes back to the pool when the
-/// body ends, and is closed if the body is dropped before its end.
-pub(crate) struct PooledBody {
+/// A pod's response body, streamed as it arrives (`Bytes` frames, no
+/// copies). Over plain HTTP/1.1 its connection goes back to the pool when
+/// it ends; dropping it before its end closes that connection.
+pub struct PodBody {
     inner: Incoming,
+    /// The pooled connection the body came on, given back when the body
+    /// ends; `None` for a body of the general client, or once given back
+    /// or failed.
     conn: Option<(SendRequest<OnceBody>, Arc<Http1Pool>, String)>,
 }
 
-impl PooledBody {
+impl PodBody {
+    /// A body of the general-purpose client: no connection to give back.
+    pub(crate) fn client(inner: Incoming) -> Self {
+        Self { inner, conn: None }
+    }
+
     fn release_if_ended(&mut self) {
         if self.inner.is_end_stream()
             && let Some((sender, pool, authority)) = self.conn.take()
@@ -202,7 +211,13 @@ impl PooledBody {
     }
 }
 
-impl http_body::Body for PooledBody {
+impl std::fmt::Debug for PodBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodBody").finish_non_exhaustive()
+    }
+}
+
+impl http_body::Body for PodBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
@@ -226,61 +241,6 @@ impl http_body::Body for PooledBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-/// A pod's response body, streamed as it arrives (`Bytes` frames, no
-/// copies). Over plain HTTP/1.1 its connection goes back to the pool when
-/// it ends; dropping it before its end closes that connection.
-pub struct PodBody(PodBodyKind);
-
-enum PodBodyKind {
-    Pooled(PooledBody),
-    Client(Incoming),
-}
-
-impl PodBody {
-    pub(crate) fn pooled(body: PooledBody) -> Self {
-        Self(PodBodyKind::Pooled(body))
-    }
-
-    pub(crate) fn client(body: Incoming) -> Self {
-        Self(PodBodyKind::Client(body))
-    }
-}
-
-impl std::fmt::Debug for PodBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PodBody").finish_non_exhaustive()
-    }
-}
-
-impl http_body::Body for PodBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match &mut self.0 {
-            PodBodyKind::Pooled(b) => std::pin::Pin::new(b).poll_frame(cx),
-            PodBodyKind::Client(b) => std::pin::Pin::new(b).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.0 {
-            PodBodyKind::Pooled(b) => b.is_end_stream(),
-            PodBodyKind::Client(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.0 {
-            PodBodyKind::Pooled(b) => b.size_hint(),
-            PodBodyKind::Client(b) => b.size_hint(),
-        }
     }
 }
 

@@ -71,45 +71,81 @@ async fn one_pod_serves(
     via1.1
 }
 
+/// The start of every case: pods zz (owning `name`) and aa behind the
+/// fence, c1 with the options `c1_options` makes (given aa), c2 with
+/// [`warm`]'s.
+struct Scene {
+    p: String,
+    valkey: ValkeyClient,
+    zz: TestPod,
+    aa: TestPod,
+    c1: TestCoordinator,
+    c2: TestCoordinator,
+    http: Http,
+    d: DestinationId,
+}
+
+impl Scene {
+    async fn start(name: &str, c1_options: impl FnOnce(&TestPod) -> CoordinatorOptions) -> Scene {
+        let p = prefix();
+        let valkey = valkey().await;
+        let zz = TestPod::start(&p, "zz", fenced()).await;
+        let aa = TestPod::start(&p, "aa", fenced()).await;
+        let c1 = TestCoordinator::start(&p, c1_options(&aa)).await;
+        let c2 = TestCoordinator::start(&p, warm()).await;
+        let http = Http::new();
+        let d = dest(name);
+        zz.member.add_to_destination(&d).await.unwrap();
+        Scene {
+            p,
+            valkey,
+            zz,
+            aa,
+            c1,
+            c2,
+            http,
+            d,
+        }
+    }
+
+    /// One call through c2, served by zz (the first one caches zz's route).
+    async fn c2_reaches_zz(&self) {
+        assert_eq!(
+            self.http.send("GET", &url(&self.c2, self.d.as_str())).await,
+            (StatusCode::OK, "zz".into())
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn a_claim_never_removes_an_owner_that_has_come_back() {
-    let p = prefix();
-    let valkey = valkey().await;
-    let mut zz = TestPod::start(&p, "zz", fenced()).await;
-    let aa = TestPod::start(&p, "aa", fenced()).await;
     let proxy = HoldProxy::start().await;
-    let c1 = TestCoordinator::start(
-        &p,
-        CoordinatorOptions {
-            valkey: Some(proxy.client().await),
-            ..warm()
-        },
-    )
+    let through_proxy = proxy.client().await;
+    let mut s = Scene::start("tenant-x", |_| CoordinatorOptions {
+        valkey: Some(through_proxy),
+        ..warm()
+    })
     .await;
-    let c2 = TestCoordinator::start(&p, warm()).await;
-    let http = Http::new();
-    let d = dest("tenant-x");
-    zz.member.add_to_destination(&d).await.unwrap();
     // c1 has run every script once (first touch of another destination)
-    c1.registry
+    s.c1.registry
         .route(&dest("warm-up"), ResolveOptions::default())
         .await
         .unwrap();
 
     // zz's record expires (its heartbeats stop; it stays reachable)
-    zz.stop_heartbeat().await;
-    assert!(member_record_expires(&valkey, &zz, Duration::from_secs(5)).await);
+    s.zz.stop_heartbeat().await;
+    assert!(member_record_expires(&s.valkey, &s.zz, Duration::from_secs(5)).await);
     // c1 reads tenant-x: zz is dead; c1 acts on that read only later
     let mut hold = proxy.hold_next_reply();
-    let (registry, target) = (c1.registry.clone(), d.clone());
+    let (registry, target) = (s.c1.registry.clone(), s.d.clone());
     let resolving =
         tokio::spawn(async move { registry.route(&target, ResolveOptions::default()).await });
     hold.held().await;
     // zz heartbeats again (its lease back, the epoch bumped); c2 routes a
     // call to it and caches the route
-    zz.restart_heartbeat();
-    let member = zz.member.clone();
+    s.zz.restart_heartbeat();
+    let member = s.zz.member.clone();
     assert!(
         eventually(Duration::from_secs(5), || {
             let m = member.clone();
@@ -117,45 +153,43 @@ async fn a_claim_never_removes_an_owner_that_has_come_back() {
         })
         .await
     );
-    assert_eq!(
-        http.send("GET", &url(&c2, "tenant-x")).await,
-        (StatusCode::OK, "zz".into())
-    );
+    s.c2_reaches_zz().await;
     // c1's claim runs now, on its read of zz as dead
     hold.release();
     let route = resolving.await.unwrap().unwrap();
-    assert_eq!(one_pod_serves(&http, "tenant-x", &c1, &c2).await, "zz");
+    assert_eq!(
+        one_pod_serves(&s.http, "tenant-x", &s.c1, &s.c2).await,
+        "zz"
+    );
     assert_eq!(
         route.route().map(|r| r.member.id.as_str()),
         Some("zz"),
         "c1 routed to the live owner: {route:?}"
     );
-    let set = smembers(&valkey, &c2.registry.keys().destination(&d)).await;
+    let set = smembers(&s.valkey, &s.c2.registry.keys().destination(&s.d)).await;
     assert_eq!(
         set.into_iter().collect::<Vec<_>>(),
         ["zz"],
         "zz was never removed"
     );
-    assert_eq!(aa.hits(), 0, "aa never served tenant-x");
+    assert_eq!(s.aa.hits(), 0, "aa never served tenant-x");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn a_pod_restarted_under_the_same_id_refuses_routes_from_before_its_restart() {
-    let p = prefix();
-    let valkey = valkey().await;
-    let mut zz = TestPod::start(&p, "zz", fenced()).await;
-    let aa = TestPod::start(&p, "aa", fenced()).await;
-    let c1 = TestCoordinator::start(&p, warm()).await;
-    let c2 = TestCoordinator::start(&p, warm()).await;
-    let http = Http::new();
-    let d = dest("tenant-x");
-    zz.member.add_to_destination(&d).await.unwrap();
-    // c2 caches (zz, epoch 1)
-    assert_eq!(
-        http.send("GET", &url(&c2, "tenant-x")).await,
-        (StatusCode::OK, "zz".into())
-    );
+    let scene = Scene::start("tenant-x", |_| warm()).await;
+    scene.c2_reaches_zz().await;
+    let Scene {
+        p,
+        valkey,
+        mut zz,
+        aa,
+        c1,
+        c2,
+        http,
+        ..
+    } = scene;
 
     // zz crashes; its record expires; c1 fails tenant-x over to aa
     let address = zz.addr;
@@ -178,37 +212,31 @@ async fn a_pod_restarted_under_the_same_id_refuses_routes_from_before_its_restar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn an_address_policy_mismatch_never_reassigns_a_live_owner() {
-    let m = Mismatch::start().await;
-    let (valkey, aa, c1, c2, http, d) = (&m.valkey, &m.aa, &m.c1, &m.c2, &m.http, &m.d);
-
+    let m = mismatch().await;
     // c1 cannot forward to zz: it must not take tenant-x from it
-    let (status, body) = http.send("GET", &url(c1, "tenant-x")).await;
+    let (status, body) = m.http.send("GET", &url(&m.c1, "tenant-x")).await;
     assert_eq!(
-        (status, aa.hits()),
+        (status, m.aa.hits()),
         (StatusCode::SERVICE_UNAVAILABLE, 0),
         "c1 reassigned the live zz's destination: {body}"
     );
     assert!(body.contains("no_live_member"), "{body}");
-    let (status, _) = http.send("DELETE", &url(c1, "tenant-x")).await;
+    let (status, _) = m.http.send("DELETE", &url(&m.c1, "tenant-x")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "nor deregister it");
-    let set = smembers(valkey, &c2.registry.keys().destination(d)).await;
+    let set = smembers(&m.valkey, &m.c2.registry.keys().destination(&m.d)).await;
     assert_eq!(set.into_iter().collect::<Vec<_>>(), ["zz"]);
-    assert_eq!(
-        http.send("GET", &url(c2, "tenant-x")).await,
-        (StatusCode::OK, "zz".into())
-    );
-    assert_eq!(aa.hits(), 0);
+    m.c2_reaches_zz().await;
+    assert_eq!(m.aa.hits(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers`"]
 async fn an_address_policy_mismatch_never_binds_a_second_pod_next_to_a_live_owner() {
-    let m = Mismatch::start().await;
-    let (valkey, aa, c1, c2, http, d) = (&m.valkey, &m.aa, &m.c1, &m.c2, &m.http, &m.d);
+    let m = mismatch().await;
     // c1 sees no member it may forward to: *pick and register* provisions
     // on aa, but must not bind aa next to the live zz
-    let (status, body) = http.send("PUT", &url(c1, "tenant-x")).await;
-    let set = smembers(valkey, &c2.registry.keys().destination(d)).await;
+    let (status, body) = m.http.send("PUT", &url(&m.c1, "tenant-x")).await;
+    let set = smembers(&m.valkey, &m.c2.registry.keys().destination(&m.d)).await;
     assert_eq!(
         set.iter().map(String::as_str).collect::<Vec<_>>(),
         ["zz"],
@@ -216,11 +244,8 @@ async fn an_address_policy_mismatch_never_binds_a_second_pod_next_to_a_live_owne
     );
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body.contains("bound_elsewhere"), "{body}");
-    assert_eq!(
-        http.send("GET", &url(c2, "tenant-x")).await,
-        (StatusCode::OK, "zz".into())
-    );
-    assert_eq!(aa.hits(), 1, "only the PUT");
+    m.c2_reaches_zz().await;
+    assert_eq!(m.aa.hits(), 1, "only the PUT");
 }
 
 /// How the owner leaves the destination.
@@ -235,44 +260,31 @@ enum Leave {
 /// zz owns `name` and c2 caches that; zz leaves; c1's first touch claims
 /// `name` for aa; then c2's cached route must not be served by zz.
 async fn owner_leaves(name: &str, how: Leave) {
-    let p = prefix();
-    let zz = TestPod::start(&p, "zz", fenced()).await;
-    let aa = TestPod::start(&p, "aa", fenced()).await;
-    let c1 = TestCoordinator::start(&p, warm()).await;
-    let c2 = TestCoordinator::start(&p, warm()).await;
-    let http = Http::new();
-    zz.member.add_to_destination(&dest(name)).await.unwrap();
-    // c2 caches (zz, epoch 1)
-    assert_eq!(
-        http.send("GET", &url(&c2, name)).await,
-        (StatusCode::OK, "zz".into())
-    );
+    let s = Scene::start(name, |_| warm()).await;
+    s.c2_reaches_zz().await;
     match how {
         Leave::ByItself => {
-            zz.member
-                .remove_from_destination(&dest(name))
-                .await
-                .unwrap();
+            s.zz.member.remove_from_destination(&s.d).await.unwrap();
         }
         // forwarded to zz, which answers 200; then the set is deleted
         Leave::Deleted => assert_eq!(
-            http.send("DELETE", &url(&c1, name)).await,
+            s.http.send("DELETE", &url(&s.c1, name)).await,
             (StatusCode::OK, "zz".into())
         ),
     }
     // first touch through c1 claims it for aa
     assert_eq!(
-        http.send("GET", &url(&c1, name)).await,
+        s.http.send("GET", &url(&s.c1, name)).await,
         (StatusCode::OK, "aa".into())
     );
     // c2's cached route to zz is from before zz left
-    assert_eq!(one_pod_serves(&http, name, &c1, &c2).await, "aa");
+    assert_eq!(one_pod_serves(&s.http, name, &s.c1, &s.c2).await, "aa");
     let served = match how {
         Leave::ByItself => 1,
         Leave::Deleted => 2,
     };
-    assert_eq!(zz.hits(), served, "zz served nothing after it left");
-    assert_eq!(aa.hits(), 3);
+    assert_eq!(s.zz.hits(), served, "zz served nothing after it left");
+    assert_eq!(s.aa.hits(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -289,48 +301,15 @@ async fn a_pod_that_answered_a_delete_of_its_destination_refuses_routes_from_bef
 
 /// Pods zz (owning tenant-x, as c2 has seen) and aa; coordinator c1 may
 /// forward to aa's port only, c2 to any address.
-struct Mismatch {
-    valkey: ValkeyClient,
-    /// Kept running for the test's length.
-    _zz: TestPod,
-    aa: TestPod,
-    c1: TestCoordinator,
-    c2: TestCoordinator,
-    http: Http,
-    d: DestinationId,
-}
-
-impl Mismatch {
-    async fn start() -> Mismatch {
-        let p = prefix();
-        let valkey = valkey().await;
-        let zz = TestPod::start(&p, "zz", fenced()).await;
-        let aa = TestPod::start(&p, "aa", fenced()).await;
+async fn mismatch() -> Scene {
+    let scene = Scene::start("tenant-x", |aa| {
         let port = aa.addr.port();
-        let c1 = TestCoordinator::start(
-            &p,
-            CoordinatorOptions {
-                member_addresses: AddressPolicy::default().allow_ports(port..=port),
-                ..warm()
-            },
-        )
-        .await;
-        let c2 = TestCoordinator::start(&p, warm()).await;
-        let http = Http::new();
-        let d = dest("tenant-x");
-        zz.member.add_to_destination(&d).await.unwrap();
-        assert_eq!(
-            http.send("GET", &url(&c2, "tenant-x")).await,
-            (StatusCode::OK, "zz".into())
-        );
-        Mismatch {
-            valkey,
-            _zz: zz,
-            aa,
-            c1,
-            c2,
-            http,
-            d,
+        CoordinatorOptions {
+            member_addresses: AddressPolicy::default().allow_ports(port..=port),
+            ..warm()
         }
-    }
+    })
+    .await;
+    scene.c2_reaches_zz().await;
+    scene
 }

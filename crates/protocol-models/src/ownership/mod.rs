@@ -140,18 +140,16 @@ impl Config {
     /// Every pair of fault kinds in one run, with 2 pods.
     pub const PAIRS: Config = Config {
         pods: 2,
-        max_epoch: 4,
         faults: 2,
-        lapses: 2,
+        ..Config::FULL
     };
 
     /// 2 pods, one fault, epochs up to 5, no lease lapses: deep enough for
     /// a deregistration whose `UNBIND` runs after the set changed twice.
     pub const DEEP: Config = Config {
-        pods: 2,
         max_epoch: 5,
-        faults: 1,
         lapses: 0,
+        ..Config::SMALL
     };
 
     /// A smaller check for debug-build tests: 2 pods, one fault, epochs up
@@ -160,8 +158,7 @@ impl Config {
     pub const SMALL: Config = Config {
         pods: 2,
         max_epoch: 3,
-        faults: 1,
-        lapses: 2,
+        ..Config::FULL
     };
 }
 

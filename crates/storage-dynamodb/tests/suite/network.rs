@@ -7,12 +7,12 @@ use super::*;
 /// A storage on `table` in `mode` whose requests go through `proxy`, with
 /// a request timeout longer than the proxy's hold.
 async fn through_proxy(
-    proxy: &elections_testsuite::proxy::Proxy,
+    proxy: std::net::SocketAddr,
     table: &str,
     mode: ExpiryMode,
 ) -> DynamoDbStorage {
     let config = builder(table, true)
-        .endpoint(format!("http://{}", proxy.addr))
+        .endpoint(format!("http://{proxy}"))
         .request_timeout(Duration::from_secs(20))
         .expiry_mode(mode)
         .build()
@@ -39,15 +39,11 @@ fn server_addr() -> std::net::SocketAddr {
 #[tokio::test]
 #[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier() {
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
-    let held = through_proxy(&proxy, TABLE, ExpiryMode::WallClock).await;
     let direct = DynamoDbStorage::connect(config(TABLE, true)).await.unwrap();
     elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
-        &held,
+        server_addr(),
         &direct,
-        &proxy,
+        |proxy| through_proxy(proxy, TABLE, ExpiryMode::WallClock),
         &fresh_key("late-renewal"),
         0,
     )
@@ -60,9 +56,7 @@ async fn renewal_applied_late_never_moves_the_expiry_earlier() {
 #[tokio::test]
 #[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
 async fn lost_answer_of_a_write_is_outcome_unknown() {
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
+    let proxy = elections_testsuite::network::proxy_to(server_addr()).await;
     let proxied = builder(TABLE, true)
         .endpoint(format!("http://{}", proxy.addr))
         .request_timeout(Duration::from_secs(2))
@@ -88,15 +82,11 @@ async fn lost_answer_of_a_write_is_outcome_unknown() {
 #[tokio::test]
 #[ignore = "needs DynamoDB: run `cargo xtask test-drivers`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier_observed_lease() {
-    let proxy = elections_testsuite::proxy::Proxy::start(server_addr())
-        .await
-        .unwrap();
-    let held = through_proxy(&proxy, "ttl_storage_observed", ExpiryMode::ObservedLease).await;
     let direct = observed_storage().await;
     elections_testsuite::network::renewal_applied_late_never_moves_the_expiry_earlier(
-        &held,
+        server_addr(),
         &direct,
-        &proxy,
+        |proxy| through_proxy(proxy, "ttl_storage_observed", ExpiryMode::ObservedLease),
         &fresh_key("late-renewal-observed"),
         0,
     )

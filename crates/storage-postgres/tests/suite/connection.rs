@@ -156,17 +156,18 @@ async fn lost_answers_and_lost_connections() {
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     let direct = connect_url(&base_url()).await;
-    let proxy = network::proxy_to(server_addr()).await;
-    let url = url_with(|u| {
-        u.set_port(Some(proxy.addr.port())).unwrap();
-        // connect_timeout: how long connecting waits for the listener.
-        u.set_query(Some("timeout=20s&connect_timeout=3s&pool_size=1"));
-    });
-    let held = connect_url(&url).await;
+    let through = |proxy: SocketAddr| async move {
+        let url = url_with(|u| {
+            u.set_port(Some(proxy.port())).unwrap();
+            // connect_timeout: how long connecting waits for the listener.
+            u.set_query(Some("timeout=20s&connect_timeout=3s&pool_size=1"));
+        });
+        connect_url(&url).await
+    };
     network::renewal_applied_late_never_moves_the_expiry_earlier(
-        &held,
+        server_addr(),
         &direct,
-        &proxy,
+        through,
         &key("late-renewal"),
         0,
     )

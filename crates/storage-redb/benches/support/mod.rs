@@ -6,6 +6,7 @@
 use std::{
     future::Future,
     io::{BufRead, BufReader},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     sync::mpsc,
     time::Duration,
@@ -54,11 +55,12 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
 /// The `main` of a benchmark that re-runs itself as children: in a child
 /// started by [`spawn_self`] (`env` set), runs `child` with the spec; without
 /// `--bench` (`cargo bench` passes it, `cargo test --benches` does not)
-/// only checks that the benchmark starts; else runs `bench`.
+/// only checks that the benchmark starts; else runs `bench` with a fresh
+/// temporary directory for its files, removed once it is done.
 pub(crate) fn main_with_children<C, B>(
     env: &str,
     child: impl FnOnce(String) -> C,
-    bench: impl FnOnce() -> B,
+    bench: impl FnOnce(PathBuf) -> B,
 ) where
     C: Future<Output = ()>,
     B: Future<Output = ()>,
@@ -67,7 +69,8 @@ pub(crate) fn main_with_children<C, B>(
     if let Ok(spec) = std::env::var(env) {
         runtime.block_on(child(spec));
     } else if std::env::args().any(|arg| arg == "--bench") {
-        runtime.block_on(bench());
+        let dir = tempfile::tempdir().unwrap();
+        runtime.block_on(bench(dir.path().to_path_buf()));
     }
 }
 

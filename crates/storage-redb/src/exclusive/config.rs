@@ -9,6 +9,7 @@ use super::state::Shared;
 use crate::{
     OpenError, RedbStorage,
     file_options::{FileOptions, file_option_setters, invalid, on_blocking_thread},
+    handle::OpenFile,
 };
 
 /// Options of a [`RedbStorage`]; [`RedbStorageBuilder::open`] opens the file.
@@ -127,7 +128,7 @@ impl RedbStorageBuilder {
         self.file.prepare(&path)?;
         let mode = redb::ConcurrencyMode::ExclusiveWriter;
         let (db, identity) = self.file.create(&path, self.check_integrity, mode)?;
-        Ok(Shared::new(db, identity, path, self.file.max_batch))
+        Ok(OpenFile::new(db, identity, path, self.file.max_batch))
     }
 }
 

@@ -1,51 +1,15 @@
 //! The state every handle of a [`RedbStorage`](crate::RedbStorage), its
-//! blocking tasks and its sweep share.
+//! blocking tasks and its sweep share: the open file alone.
 
-use std::path::PathBuf;
-
-use redb::Database;
-
-use crate::{handle::FileState, identity::FileIdentity, writer::Writer};
+use crate::handle::{FileState, OpenFile};
 
 /// The state every handle and every blocking task shares.
-pub(crate) struct Shared {
-    pub(crate) db: Database,
-    pub(crate) identity: FileIdentity,
-    pub(crate) writer: Writer,
-    pub(crate) path: PathBuf,
-}
+pub(crate) type Shared = OpenFile;
 
-impl Shared {
-    /// Wraps an open, checked database.
-    pub(crate) fn new(
-        db: Database,
-        identity: FileIdentity,
-        path: PathBuf,
-        max_batch: usize,
-    ) -> Self {
-        Shared {
-            db,
-            identity,
-            writer: Writer::new(max_batch),
-            path,
-        }
-    }
-}
-
-impl FileState for Shared {
-    fn db(&self) -> &Database {
-        &self.db
-    }
-
-    fn identity(&self) -> &FileIdentity {
-        &self.identity
-    }
-
-    fn writer(&self) -> &Writer {
-        &self.writer
-    }
-
-    fn drain(&self) {
-        self.writer.drain(&self.db, &self.identity);
+/// Its queued writes are committed as they are ([`FileState::drain`]'s
+/// default): no other process, nothing to announce.
+impl FileState for OpenFile {
+    fn file(&self) -> &OpenFile {
+        self
     }
 }

@@ -9,9 +9,9 @@ use crate::{
     OpenError, SharedRedbStorage,
     file_options::{FileOptions, file_option_setters, invalid, on_blocking_thread},
     fs_check,
+    handle::OpenFile,
     identity::FileIdentity,
     watch::{ChangeFeed, EventsFile},
-    writer::Writer,
 };
 
 /// Options of a [`SharedRedbStorage`]; [`SharedRedbStorageBuilder::open`]
@@ -131,11 +131,8 @@ impl SharedRedbStorageBuilder {
         };
         tracing::debug!(path = %path.display(), "opened shared storage file");
         Ok(SharedRedbStorage::new(Inner {
-            db,
-            identity,
-            path,
+            file: OpenFile::new(db, identity, path, self.file.max_batch),
             events,
-            writer: Writer::new(self.file.max_batch),
             sweep_limit: self.sweep_limit,
             feed,
         }))

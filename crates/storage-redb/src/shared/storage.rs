@@ -1,53 +1,39 @@
 //! [`SharedRedbStorage`]: a storage file several processes of one host use
 //! at once, through redb's multi-writer mode.
 
-use std::{
-    path::{Path, PathBuf},
-    sync::Arc,
-    time::Duration,
-};
+use std::{path::Path, sync::Arc, time::Duration};
 
-use redb::Database;
 use tokio_util::task::TaskTracker;
 use ttl_storage::{Key, Result};
 
 use crate::{
     CloseError,
-    handle::{self, CloseOnBlockingThread, FileState, ttl_storage_ops},
-    identity::FileIdentity,
+    handle::{self, CloseOnBlockingThread, FileState, OpenFile, ttl_storage_ops},
     ops::Op,
     record::{self, NEVER},
     watch::{ChangeFeed, EventsFile},
-    writer::{self, Failure, Pending, Writer},
+    writer::{self, Failure, Pending},
 };
 
 /// The state every clone and every blocking task of one handle shares.
 pub(crate) struct Inner {
-    pub(crate) db: Database,
-    pub(crate) identity: FileIdentity,
-    pub(crate) path: PathBuf,
+    pub(crate) file: OpenFile,
     pub(crate) events: EventsFile,
-    pub(crate) writer: Writer,
     pub(crate) sweep_limit: usize,
     pub(crate) feed: Option<ChangeFeed>,
 }
 
 impl FileState for Inner {
-    fn db(&self) -> &Database {
-        &self.db
+    fn file(&self) -> &OpenFile {
+        &self.file
     }
 
-    fn identity(&self) -> &FileIdentity {
-        &self.identity
-    }
-
-    fn writer(&self) -> &Writer {
-        &self.writer
-    }
-
+    /// Commits with the sweep of expired records, and announces removals
+    /// to the other processes.
     fn drain(&self) {
-        self.writer
-            .drain_with(&self.identity, |batch| commit_batch(self, batch));
+        self.file
+            .writer
+            .drain_with(&self.file.identity, |batch| commit_batch(self, batch));
     }
 }
 
@@ -101,7 +87,7 @@ pub struct SharedRedbStorage {
 impl std::fmt::Debug for SharedRedbStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedRedbStorage")
-            .field("path", &self.inner.path)
+            .field("path", &self.inner.file.path)
             .finish_non_exhaustive()
     }
 }
@@ -118,7 +104,7 @@ impl SharedRedbStorage {
 
     /// The storage file.
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        &self.inner.file.path
     }
 
     /// The events file beside it (`<path>.events`), written after every
@@ -142,14 +128,14 @@ impl SharedRedbStorage {
             _close,
             tasks,
         } = self;
-        let path = inner.path.clone();
+        let path = inner.file.path.clone();
         let Ok(mut close) = Arc::try_unwrap(_close) else {
             return Err(CloseError::InUse { path });
         };
         drop(close.0.take());
-        let Inner { db, feed, .. } = handle::take_state(tasks, inner, &path).await?;
+        let Inner { file, feed, .. } = handle::take_state(tasks, inner, &path).await?;
         drop(feed);
-        handle::close_database(path, db).await
+        handle::close_database(path, file.db).await
     }
 
     /// Queues a conditional write and waits for its committed answer.
@@ -169,7 +155,7 @@ fn commit_batch(
     inner: &Inner,
     batch: &[Pending],
 ) -> std::result::Result<Vec<crate::ops::Answer>, Failure> {
-    let outcome = writer::run(&inner.db, batch, Some(inner.sweep_limit))?;
+    let outcome = writer::run(&inner.file.db, batch, Some(inner.sweep_limit))?;
     if outcome.deleted
         && let Err(err) = inner.events.announce_removal()
     {

@@ -148,13 +148,14 @@ async fn lost_answers_and_lost_connections() {
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     let direct = connect().await;
-    let proxy = network::proxy_to(server_addr()).await;
-    let url = format!("redis://{}?timeout=20s", proxy.addr);
-    let held = ValkeyStorage::from_url(&url).await.unwrap();
+    let through = |proxy| async move {
+        let url = format!("redis://{proxy}?timeout=20s");
+        ValkeyStorage::from_url(&url).await.unwrap()
+    };
     network::renewal_applied_late_never_moves_the_expiry_earlier(
-        &held,
+        server_addr(),
         &direct,
-        &proxy,
+        through,
         &key("late-renewal"),
         0,
     )

@@ -5,7 +5,9 @@
 //!   rule (an answer lost after a write was sent: outcome unknown).
 //! - [`options`]: the connection options every driver has (timeouts, TLS
 //!   CA file, key prefix), parsed once from the query, and the
-//!   [`connect_setters!`](crate::connect_setters) that builders expose.
+//!   [`connect_setters!`](crate::connect_setters) that builders expose
+//!   (and [`server_setters!`](crate::server_setters) for a driver's one
+//!   server's host and port).
 //! - [`query`]: the values of URL query parameters (booleans, durations).
 //! - [`url`]: reading a storage URL (its parameters, each once unless
 //!   repeatable; percent-decoded user info) and rewriting it for the

@@ -7,7 +7,9 @@
 //! `options`, exposes its setters with [`connect_setters!`](crate::connect_setters)
 //! and checks it in `build` with [`ConnectOptions::check_timeouts`] and
 //! [`ConnectOptions::prefix_is_valid`]; its URL parser hands each query
-//! parameter to [`ConnectOptions::apply`] first.
+//! parameter to [`ConnectOptions::apply`] first. A driver of one server
+//! (host and port) exposes those with [`server_setters!`](crate::server_setters)
+//! and [`server_getters!`](crate::server_getters).
 
 use std::{path::PathBuf, time::Duration};
 
@@ -229,6 +231,75 @@ macro_rules! connect_getters {
         /// Prefix of every key written.
         pub fn prefix(&self) -> &str {
             &self.options.prefix
+        }
+    };
+}
+
+/// The public setters of a driver's builder for the one server it connects
+/// to, kept in its fields `host: Option<String>` and `port: u16`: `host`
+/// (required: `build` checks it is set) and `port` (its default, the
+/// driver's constant named here).
+///
+/// ```
+/// const DEFAULT_PORT: u16 = 7000;
+///
+/// struct Builder {
+///     host: Option<String>,
+///     port: u16,
+/// }
+///
+/// impl Builder {
+///     ttl_storage::server_setters!(DEFAULT_PORT);
+/// }
+///
+/// let builder = Builder { host: None, port: DEFAULT_PORT }.host("db1").port(7001);
+/// assert_eq!((builder.host.as_deref(), builder.port), (Some("db1"), 7001));
+/// ```
+#[macro_export]
+macro_rules! server_setters {
+    ($default_port:ident) => {
+        /// The server's host name or IP address (required).
+        pub fn host(mut self, host: impl Into<String>) -> Self {
+            self.host = Some(host.into());
+            self
+        }
+
+        #[doc = concat!("The server's port (default [`", stringify!($default_port), "`]).")]
+        pub fn port(mut self, port: u16) -> Self {
+            self.port = port;
+            self
+        }
+    };
+}
+
+/// The public getters of a driver's validated configuration for the one
+/// server it connects to, kept in its fields `host: String` and
+/// `port: u16`.
+///
+/// ```
+/// struct Config {
+///     host: String,
+///     port: u16,
+/// }
+///
+/// impl Config {
+///     ttl_storage::server_getters!();
+/// }
+///
+/// let config = Config { host: "db1".into(), port: 7000 };
+/// assert_eq!((config.host(), config.port()), ("db1", 7000));
+/// ```
+#[macro_export]
+macro_rules! server_getters {
+    () => {
+        /// The server's host name or IP address.
+        pub fn host(&self) -> &str {
+            &self.host
+        }
+
+        /// The server's port.
+        pub fn port(&self) -> u16 {
+            self.port
         }
     };
 }

@@ -153,6 +153,30 @@ pub fn spawn_piped(
     (child, out, err)
 }
 
+/// Spawns `vvm-host run --address <address>` on `storage` (info log, 6 s
+/// leadership) with `rest` after (options, the lock, `--` and its command)
+/// and `env` set; stdin closed, stderr dropped: `(child, stdout line by
+/// line)`.
+pub fn spawn_node(
+    storage: &str,
+    address: &str,
+    rest: &[&str],
+    env: (&str, &str),
+) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(bin())
+        .args(["run", "--address", address, "--log", "info"])
+        .args(["--storage", storage, "--leadership-duration", "6s"])
+        .args(rest)
+        .env(env.0, env.1)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (out, _all) = lines(child.stdout.take().unwrap());
+    (child, out)
+}
+
 pub fn wait_for_line(rx: &mpsc::Receiver<String>, what: &str) -> String {
     let deadline = Instant::now() + LIMIT;
     loop {
