@@ -6,22 +6,45 @@
 //! ## How it works
 //!
 //! Each record is one key, `<prefix><key>` (prefix `ttl/` by default). The
-//! TTL is an etcd **lease**: every expiring write grants a fresh lease of
-//! the TTL and attaches the key to it; when the lease expires, etcd deletes
-//! the key. [`ttl_storage::Ttl::NEVER`] writes without a lease. Every
-//! write is one transaction:
+//! TTL is an etcd **lease**, **one per TTL for all the records a storage
+//! holds** (an [`EtcdStorage`] and its clones), kept alive on demand: a
+//! renewal is a keep-alive of that lease and a read, not a write, so a
+//! process holding many records costs etcd about one keep-alive per round
+//! trip and one read-only transaction per 128 renewals. When the lease
+//! expires, etcd deletes its keys. [`ttl_storage::Ttl::NEVER`] writes
+//! without a lease.
 //!
-//! | operation | transaction |
+//! | operation | requests |
 //! |---|---|
-//! | `insert_if_not_exists` | `IF create_revision(key) = 0 THEN put(key, value, lease)` |
-//! | `compare_and_swap` | `IF value(key) = old AND mod_revision(key) <= grant revision THEN put(key, new, new lease) ELSE get(key)` |
+//! | `insert_if_not_exists` | keep-alive; `IF create_revision(key) = 0 THEN put(key, value, lease)` |
+//! | `compare_and_swap` renewal (`old == new`) | keep-alive; a batched read: the record must hold the value on this lease. On another lease (written by another storage): keep-alive, then `IF value = old AND mod_revision <= the read's revision THEN put(key, value, lease)` |
+//! | `compare_and_swap` | read; keep-alive; `IF value(key) = old AND mod_revision(key) <= the read's revision THEN put(key, new, lease) ELSE get(key)` |
 //! | `compare_and_delete` | `IF value(key) = value THEN delete(key)` |
 //! | `get` | a linearizable range read |
 //! | `get_entry` (`vvm-host status`) | the same read, then `LeaseTimeToLive` of the key's lease (whole seconds; no lease: never expires) |
 //! | `watch` | a read, then an etcd watch of the key from the next revision, delete events only |
 //!
-//! The lease a write replaced (or a lease granted for a write that did not
-//! apply) is revoked in the background; one that is not expires by itself.
+//! Keep-alives are coalesced: a caller waits for the one in flight and
+//! takes the next one's answer. A record attached to the lease lives at
+//! least its TTL after the call that wrote or renewed it started, because
+//! it is attached only after a keep-alive sent after that start was
+//! answered. It can live longer: a crashed process's records all expire a
+//! TTL after its **last** keep-alive, up to one renewal interval (`d/4`
+//! for `elections`) after a record's own last renewal. A record the caller
+//! stops renewing without deleting it (a release whose delete was lost) is
+//! deleted by the storage once no one renewed it for a whole TTL (`IF lease
+//! = L AND mod_revision = r THEN delete`), or, when that cannot be done for
+//! certain, the lease is retired: a new one is granted, live records move
+//! to it at their next renewal (one write each) and the old one lapses. So
+//! such a record expires at most two TTLs after its last renewal, and a
+//! storage holds one lease per TTL (two while one is retiring). Nothing is
+//! revoked: another storage's lease is never touched.
+//!
+//! **Upgrading** from earlier builds, which granted a lease per write:
+//! those revoke the lease of a record they replace, which would now be a
+//! whole process's shared lease. Do not run the two
+//! versions against the same keys at once (stop the old processes first,
+//! or give the new ones another `prefix=`).
 //!
 //! ## Guarantees
 //!
@@ -35,14 +58,16 @@
 //!   expired lease's keys through Raft, typically within half a second
 //!   after expiry.
 //! - **A swap applied late never moves the expiry earlier.** A lease's
-//!   TTL starts at its grant, before the transaction is sent; a delayed
-//!   transaction (a renewal's first attempt landing after its retry, two
-//!   transactions reordered by follower forwarding) would otherwise attach
-//!   a lease older than the record it replaces. The swap compares the
-//!   key's `mod_revision` with the revision in its grant's answer, so it
-//!   only replaces a record written before its lease started; when the
-//!   record was rewritten since with the value it expects (a concurrent
-//!   same-value swap), it grants again, at most three times.
+//!   TTL restarts at its keep-alive, before the transaction is sent; a
+//!   delayed transaction (a renewal's first attempt landing after its
+//!   retry, two transactions reordered by follower forwarding) would
+//!   otherwise attach a lease kept alive before the record it replaces
+//!   was written. A swap reads the record first and compares its
+//!   `mod_revision` with that read's revision, so it only replaces a record
+//!   written before its keep-alive; when the record was rewritten since
+//!   with the value it expects (a concurrent same-value swap), it reads
+//!   again, at most three times. A renewal of a record already on the
+//!   lease writes nothing, so nothing of it can land late.
 //! - **Errors** are classified: requests refused before proposal (no
 //!   leader, too many requests) are [`ttl_storage::ErrorKind::Transient`];
 //!   a write whose answer is lost (deadline exceeded, "request timed out",
@@ -96,9 +121,12 @@ mod config;
 mod driver;
 mod error;
 pub mod fence;
+mod lease;
+mod reads;
 mod storage;
 mod unsent;
 mod url;
+mod watch;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, EtcdConfig,

@@ -1,10 +1,13 @@
 //! [`EtcdStorage`]: the [`TtlStorage`] implementation.
 
 use async_trait::async_trait;
+use std::sync::Arc;
+
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, KeyValue,
-    PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, KeyValue, PutOptions, TlsOptions, Txn,
+    TxnOp, TxnOpResponse, TxnResponse,
 };
+use tokio::time::Instant;
 use ttl_storage::{
     Counted, CountedWrite, Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage,
     Watch, WatchUnsupported, check_value, counted::next_count,
@@ -13,6 +16,8 @@ use ttl_storage::{
 use crate::{
     config::EtcdConfig,
     error::{ConfigError, EtcdError, Op, classify, classify_connect, storage_error},
+    lease::Leases,
+    reads::Reads,
     unsent,
 };
 
@@ -23,6 +28,10 @@ use crate::{
 pub struct EtcdStorage {
     client: Client,
     config: EtcdConfig,
+    /// The shared leases, one per TTL.
+    leases: Arc<Leases>,
+    /// Reads batched into transactions (the renewals' reads).
+    reads: Reads,
 }
 
 impl std::fmt::Debug for EtcdStorage {
@@ -88,7 +97,14 @@ impl EtcdStorage {
             return Err(connect_failed(&config, &url, err).await);
         }
         tracing::debug!(%url, prefix = %config.options.prefix, "etcd storage connected");
-        Ok(EtcdStorage { client, config })
+        let leases = Arc::new(Leases::new(client.clone(), config.options.request_timeout));
+        let reads = Reads::start(client.clone());
+        Ok(EtcdStorage {
+            client,
+            config,
+            leases,
+            reads,
+        })
     }
 
     /// The configuration this storage was connected with.
@@ -106,129 +122,147 @@ impl EtcdStorage {
         format!("{}{}", self.config.options.prefix, key)
     }
 
-    /// A fresh lease of `ttl` for one write (no lease, for [`Ttl::NEVER`]).
-    /// Granting changes nothing a reader sees, so its errors are never
-    /// "unknown".
-    async fn grant(&self, what: &str, ttl: Ttl) -> Result<Option<Grant>> {
+    /// The shared lease of `ttl` (see [`crate::lease`]), kept alive by a
+    /// keep-alive sent at or after `after`; `None` for [`Ttl::NEVER`].
+    async fn lease(&self, what: &str, ttl: Ttl, after: Instant) -> Result<Option<(i64, i64)>> {
         if ttl.is_never() {
             return Ok(None);
         }
         let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-        let lease = unsent::retry(|| {
-            let mut client = self.client.clone();
-            async move { client.lease_grant(secs, None).await }
-        })
-        .await
-        .map_err(|err| {
-            storage_error(
-                classify(&err, Op::Read),
-                &format!("{what}: lease grant"),
-                err,
-            )
-        })?;
-        let Some(header) = lease.header() else {
-            self.revoke_later(lease.id());
-            return Err(StorageError::permanent(format!(
-                "{what}: the lease grant was answered without a response header"
-            )));
-        };
-        Ok(Some(Grant {
-            lease: lease.id(),
-            revision: header.revision(),
-        }))
+        let lease = self.leases.kept_alive_since(secs, after, what).await?;
+        Ok(Some((secs, lease)))
     }
 
-    /// After a put that succeeded under `lease`: the lease the key held
-    /// before, if another, is revoked in the background.
-    fn retire_replaced_lease(&self, response: &TxnResponse, lease: i64) {
-        let previous = previous_lease(response);
-        if previous != lease {
-            self.revoke_later(previous);
-        }
-    }
-
-    /// Revokes a lease no key uses any more, in the background. Failing is
-    /// harmless: the lease expires by itself.
-    fn revoke_later(&self, lease: i64) {
-        if lease == 0 {
-            return;
-        }
-        let mut client = self.client.clone();
-        tokio::spawn(async move {
-            if let Err(err) = client.lease_revoke(lease).await {
-                tracing::debug!(lease, %err, "revoking an unused lease failed; it will expire");
-            }
-        });
-    }
-
-    /// Runs a conditional transaction. When it certainly was not applied,
-    /// `fresh` (the lease granted for it) is revoked.
-    async fn txn(&self, what: &str, txn: Txn, fresh: i64) -> Result<TxnResponse> {
+    /// Runs a conditional transaction.
+    async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
         let sent = unsent::retry(|| {
             let mut client = self.client.clone();
             let txn = txn.clone();
             async move { client.txn(txn).await }
         });
         match sent.await {
-            Ok(response) => {
-                if !response.succeeded() {
-                    self.revoke_later(fresh);
-                }
-                Ok(response)
-            }
+            Ok(response) => Ok(response),
             Err(err) => {
                 let kind = classify(&err, Op::Write);
                 tracing::debug!(%err, ?kind, "{what} failed");
-                if kind != ErrorKind::OutcomeUnknown {
-                    self.revoke_later(fresh);
-                }
                 Err(storage_error(kind, what, err))
             }
         }
     }
-}
 
-/// The lease of the record a successful transaction replaced or deleted.
-fn previous_lease(response: &TxnResponse) -> i64 {
-    match response.op_responses().first() {
-        Some(TxnOpResponse::Put(put)) => put.prev_key().map_or(0, |kv| kv.lease()),
-        Some(TxnOpResponse::Delete(delete)) => delete.prev_kvs().first().map_or(0, |kv| kv.lease()),
-        _ => 0,
+    /// Runs `txn`, which attaches `key` to the shared lease `lease` (of
+    /// `secs`) when it succeeds, keeping [`Leases`]' account of the
+    /// records on it.
+    async fn attaching_txn(
+        &self,
+        what: &str,
+        txn: Txn,
+        key: &str,
+        attach: Option<(i64, i64)>,
+        since: Instant,
+    ) -> Result<TxnResponse> {
+        let Some((secs, lease)) = attach else {
+            return self.txn(what, txn).await;
+        };
+        let ours = (secs, lease, since);
+        let before = self.leases.pending(key, ours);
+        match self.txn(what, txn).await {
+            Ok(response) if response.succeeded() => {
+                let revision = response.header().map_or(0, |h| h.revision());
+                self.leases.confirm(key, ours, revision);
+                Ok(response)
+            }
+            Ok(response) => {
+                self.leases.undo(key, ours, before);
+                Ok(response)
+            }
+            Err(err) => {
+                if err.kind() != ErrorKind::OutcomeUnknown {
+                    self.leases.undo(key, ours, before);
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// A renewal, `compare_and_swap(v, v)`: a keep-alive of the shared
+    /// lease and a (batched) read that finds the record holding `value` on
+    /// it. A record on another lease (written by another storage, or on a
+    /// retired lease) is moved to ours by one transaction that compares
+    /// its `mod_revision` with the read's revision: it only replaces a
+    /// record written before the keep-alive that follows the read, so a
+    /// late move never makes the record expire earlier than a write
+    /// already acknowledged.
+    async fn renew(&self, key: &str, value: &[u8], ttl: Ttl) -> Result<bool> {
+        const WHAT: &str = "compare_and_swap";
+        let start = Instant::now();
+        for _ in 0..SAME_VALUE_ROUNDS {
+            let Some((secs, lease)) = self.lease(WHAT, ttl, start).await? else {
+                return Err(StorageError::permanent("renew: a TTL that never expires"));
+            };
+            let (kv, revision) = self.reads.read(key, WHAT).await?;
+            let Some(kv) = kv.filter(|kv| kv.value() == value) else {
+                self.leases.forget(key);
+                return Ok(false);
+            };
+            if kv.lease() == lease {
+                self.leases
+                    .confirm(key, (secs, lease, start), kv.mod_revision());
+                return Ok(true);
+            }
+            let attach = self.lease(WHAT, ttl, Instant::now()).await?;
+            let lease = attach.map_or(0, |(_, lease)| lease);
+            let txn = Txn::new()
+                .when([
+                    Compare::value(key, CompareOp::Equal, value),
+                    unchanged_since(key, revision),
+                ])
+                .and_then([TxnOp::put(
+                    key,
+                    value,
+                    Some(PutOptions::new().with_lease(lease)),
+                )])
+                .or_else([TxnOp::get(key, None)]);
+            let response = self.attaching_txn(WHAT, txn, key, attach, start).await?;
+            if response.succeeded() {
+                return Ok(true);
+            }
+            if current_value(&response).as_deref() != Some(value) {
+                self.leases.forget(key);
+                return Ok(false);
+            }
+            tracing::debug!(
+                key,
+                "renewal: the record was rewritten after the read; again"
+            );
+        }
+        Err(rewritten_each_round(WHAT))
     }
 }
 
-/// How many lease grants a swap tries when the record keeps being
-/// rewritten with the value it expects between its grant and its
-/// transaction (a concurrent swap of the same value, or a late one).
+/// How many rounds a swap tries when the record keeps being rewritten
+/// with the value it expects between its read and its transaction (a
+/// concurrent swap of the same value, or a late one).
 const SAME_VALUE_ROUNDS: usize = 3;
 
-/// A lease granted for one write, and the store's revision when it was
-/// granted.
-///
-/// The lease's TTL starts on the etcd leader when the grant is applied
-/// (through Raft, in order with every write), so a write's expiry is
-/// anchored at its grant, *before* the transaction that attaches it is
-/// sent. A transaction delayed on its way (a retried renewal whose first
-/// attempt lands after the second, transactions of one client reordered
-/// by follower forwarding) would otherwise land on a record written after
-/// its grant and move its expiry back to `grant + TTL`, earlier than a
-/// renewal already acknowledged. [`Grant::unchanged_since`] makes it fail
-/// instead: every write it replaces was applied before its lease started.
-#[derive(Debug, Clone, Copy)]
-struct Grant {
-    lease: i64,
-    /// The header revision of the grant's answer: every write applied
-    /// before the grant has a revision at most this one, every write
-    /// after it a higher one.
-    revision: i64,
+/// `mod_revision(key) <= revision`: the key was not written since a read
+/// answered at `revision` (an absent key compares as 0). A swap reads,
+/// then keeps its lease alive, then writes with this comparison: every
+/// write it may replace was applied before its lease's keep-alive, so a
+/// swap delayed on its way never attaches a lease that expires earlier
+/// than the record it replaces (a renewal's first attempt landing after
+/// its retry, transactions reordered by follower forwarding).
+fn unchanged_since(key: &str, revision: i64) -> Compare {
+    Compare::mod_revision(key, CompareOp::Less, revision.saturating_add(1))
 }
 
-impl Grant {
-    /// `mod_revision(key) <= revision`: the key was not written since the
-    /// lease was granted (an absent key compares as 0).
-    fn unchanged_since(&self, key: &str) -> Compare {
-        Compare::mod_revision(key, CompareOp::Less, self.revision.saturating_add(1))
-    }
+/// A swap that found the record rewritten with the value it expects after
+/// each of its reads.
+fn rewritten_each_round(what: &str) -> StorageError {
+    StorageError::transient(format!(
+        "{what}: the record was rewritten with the same value after each of \
+         {SAME_VALUE_ROUNDS} reads"
+    ))
 }
 
 /// The value the `ELSE` branch of a failed swap read, if the key exists.
@@ -246,48 +280,67 @@ impl TtlStorage for EtcdStorage {
         check_value(value)?;
         // No record to replace, so nothing a late insert could shorten: it
         // lands only on an absent key.
-        let lease = self.grant(WHAT, ttl).await?.map_or(0, |g| g.lease);
+        let start = Instant::now();
+        let attach = self.lease(WHAT, ttl, start).await?;
+        let lease = attach.map_or(0, |(_, lease)| lease);
         let key = self.server_key(key);
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
-                key,
+                key.clone(),
                 value,
                 Some(PutOptions::new().with_lease(lease)),
             )]);
-        Ok(self.txn(WHAT, txn, lease).await?.succeeded())
+        Ok(self
+            .attaching_txn(WHAT, txn, &key, attach, start)
+            .await?
+            .succeeded())
     }
 
-    /// `IF value = old AND mod_revision <= (the grant's revision) THEN
-    /// put(new, fresh lease) ELSE get`: the second comparison keeps a
-    /// transaction delayed on its way from landing on a record written
-    /// after its lease was granted (see the crate docs). When only that
-    /// one failed (the record still holds `old`, rewritten after the
-    /// grant), the swap is tried again with a fresh lease, up to three
-    /// times.
+    /// A renewal (`old == new`, expiring) is a keep-alive of the shared
+    /// lease and a batched read (see the crate docs). Otherwise:
+    /// read the record (refused at once if it does not hold `old`), keep
+    /// the shared lease alive, then `IF value = old AND mod_revision <=
+    /// (the read's revision) THEN put(new, shared lease) ELSE get`; the
+    /// second comparison keeps a transaction delayed on its way from
+    /// landing on a record written after its lease was kept alive (see the
+    /// crate docs). When only that one failed (the record still holds
+    /// `old`, rewritten since), the swap is tried again, up to three times.
     async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
         const WHAT: &str = "compare_and_swap";
         check_value(old)?;
         check_value(new)?;
         let key = self.server_key(key);
+        if old == new && !ttl.is_never() {
+            return self.renew(&key, new, ttl).await;
+        }
+        let start = Instant::now();
         for _ in 0..SAME_VALUE_ROUNDS {
-            let grant = self.grant(WHAT, ttl).await?;
-            let lease = grant.map_or(0, |g| g.lease);
             let mut when = vec![Compare::value(key.clone(), CompareOp::Equal, old)];
-            if let Some(grant) = grant {
-                when.push(grant.unchanged_since(&key));
-            }
+            let attach = if ttl.is_never() {
+                None
+            } else {
+                let (kv, revision) = self.reads.read(&key, WHAT).await?;
+                if kv.as_ref().map(KeyValue::value) != Some(old) {
+                    return Ok(false);
+                }
+                when.push(unchanged_since(&key, revision));
+                self.lease(WHAT, ttl, Instant::now()).await?
+            };
+            let lease = attach.map_or(0, |(_, lease)| lease);
             let txn = Txn::new()
                 .when(when)
                 .and_then([TxnOp::put(
                     key.clone(),
                     new,
-                    Some(PutOptions::new().with_lease(lease).with_prev_key()),
+                    Some(PutOptions::new().with_lease(lease)),
                 )])
                 .or_else([TxnOp::get(key.clone(), None)]);
-            let response = self.txn(WHAT, txn, lease).await?;
+            let response = self.attaching_txn(WHAT, txn, &key, attach, start).await?;
             if response.succeeded() {
-                self.retire_replaced_lease(&response, lease);
+                if attach.is_none() {
+                    self.leases.forget(&key);
+                }
                 return Ok(true);
             }
             if current_value(&response).as_deref() != Some(old) {
@@ -295,13 +348,10 @@ impl TtlStorage for EtcdStorage {
             }
             tracing::debug!(
                 key,
-                "compare_and_swap: the record was rewritten after the lease grant; granting again"
+                "compare_and_swap: the record was rewritten after the read; again"
             );
         }
-        Err(StorageError::transient(format!(
-            "{WHAT}: the record was rewritten with the same value after each of \
-             {SAME_VALUE_ROUNDS} lease grants"
-        )))
+        Err(rewritten_each_round(WHAT))
     }
 
     async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
@@ -310,26 +360,23 @@ impl TtlStorage for EtcdStorage {
         let key = self.server_key(key);
         let txn = Txn::new()
             .when([Compare::value(key.clone(), CompareOp::Equal, value)])
-            .and_then([TxnOp::delete(
-                key,
-                Some(DeleteOptions::new().with_prev_key()),
-            )]);
-        let response = self.txn(WHAT, txn, 0).await?;
+            .and_then([TxnOp::delete(key.clone(), None)]);
+        let response = self.txn(WHAT, txn).await?;
         if response.succeeded() {
-            self.revoke_later(previous_lease(&response));
+            self.leases.forget(&key);
         }
         Ok(response.succeeded())
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        Ok(self.read(key).await?.map(|kv| kv.value().to_vec()))
+        Ok(self.read(key).await?.0.map(|kv| kv.value().to_vec()))
     }
 
     /// The value, and the time left on its lease (`LeaseTimeToLive`, whole
     /// seconds; a second call, so the lease may have run out in between:
     /// then zero). A key without a lease never expires.
     async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
-        let Some(kv) = self.read(key).await? else {
+        let Some(kv) = self.read(key).await?.0 else {
             return Ok(None);
         };
         let value = kv.value().to_vec();
@@ -368,16 +415,18 @@ impl TtlStorage for EtcdStorage {
         check_value(write.value)?;
         let key = self.server_key(write.key);
         let counter = self.server_key(write.counter);
+        let start = Instant::now();
         for _ in 0..SAME_VALUE_ROUNDS {
-            let current = self.read(write.counter).await?;
+            let (current, revision) = self.read(write.counter).await?;
             let next = next_count(
                 write.counter,
                 current.as_ref().map(KeyValue::value),
                 write.floor,
                 write.max,
             )?;
-            let grant = self.grant(WHAT, write.ttl).await?;
-            let lease = grant.map_or(0, |g| g.lease);
+            // After the read: the record it may replace was written before.
+            let attach = self.lease(WHAT, write.ttl, Instant::now()).await?;
+            let lease = attach.map_or(0, |(_, lease)| lease);
             let mut when = vec![match &current {
                 None => Compare::create_revision(counter.clone(), CompareOp::Equal, 0),
                 Some(kv) => {
@@ -388,8 +437,8 @@ impl TtlStorage for EtcdStorage {
                 None => when.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
                 Some(old) => {
                     when.push(Compare::value(key.clone(), CompareOp::Equal, old));
-                    if let Some(grant) = grant {
-                        when.push(grant.unchanged_since(&key));
+                    if attach.is_some() {
+                        when.push(unchanged_since(&key, revision));
                     }
                 }
             }
@@ -399,14 +448,16 @@ impl TtlStorage for EtcdStorage {
                     TxnOp::put(
                         key.clone(),
                         write.value,
-                        Some(PutOptions::new().with_lease(lease).with_prev_key()),
+                        Some(PutOptions::new().with_lease(lease)),
                     ),
                     TxnOp::put(counter.clone(), next.to_string(), None),
                 ])
                 .or_else([TxnOp::get(key.clone(), None)]);
-            let response = self.txn(WHAT, txn, lease).await?;
+            let response = self.attaching_txn(WHAT, txn, &key, attach, start).await?;
             if response.succeeded() {
-                self.retire_replaced_lease(&response, lease);
+                if attach.is_none() {
+                    self.leases.forget(&key);
+                }
                 return Ok(Counted::Written(next));
             }
             let holds = current_value(&response);
@@ -437,16 +488,17 @@ impl TtlStorage for EtcdStorage {
         let client = self.client.clone();
         let server_key = self.server_key(key);
         Ok(Box::pin(async move {
-            if !watch_until_deleted(client, server_key).await {
-                tokio::time::sleep(WATCH_ERROR_PAUSE).await;
+            if !crate::watch::until_deleted(client, server_key).await {
+                tokio::time::sleep(crate::watch::ERROR_PAUSE).await;
             }
         }))
     }
 }
 
 impl EtcdStorage {
-    /// The key's record as etcd holds it (value and lease), if any.
-    async fn read(&self, key: &Key) -> Result<Option<KeyValue>> {
+    /// The key's record as etcd holds it (value and lease), if any, and the
+    /// store's revision when it was read.
+    async fn read(&self, key: &Key) -> Result<(Option<KeyValue>, i64)> {
         let server_key = self.server_key(key);
         let mut response = unsent::retry(|| {
             let mut client = self.client.clone();
@@ -455,7 +507,8 @@ impl EtcdStorage {
         })
         .await
         .map_err(|err| storage_error(classify(&err, Op::Read), "get", err))?;
-        Ok(response.take_kvs().into_iter().next())
+        let revision = response.header().map_or(0, |h| h.revision());
+        Ok((response.take_kvs().into_iter().next(), revision))
     }
 }
 
@@ -465,69 +518,6 @@ fn lease_time_left(seconds: i64) -> TimeLeft {
     TimeLeft::About(std::time::Duration::from_secs(
         u64::try_from(seconds).unwrap_or(0),
     ))
-}
-
-/// How long a failed watch waits before it completes, so that a caller that
-/// re-watches at once does not spin while etcd is unreachable.
-const WATCH_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// Waits for the delete of `key` (true), or returns false on an error.
-async fn watch_until_deleted(client: Client, key: String) -> bool {
-    let current = match unsent::retry(|| {
-        let mut client = client.clone();
-        let key = key.clone();
-        async move { client.get(key, None).await }
-    })
-    .await
-    {
-        Ok(current) => current,
-        Err(err) => {
-            tracing::debug!(%err, "etcd watch: reading the key failed");
-            return false;
-        }
-    };
-    if current.kvs().is_empty() {
-        return true;
-    }
-    // From the next revision: a delete after the read is never missed.
-    let from = current.header().map_or(0, |h| h.revision()) + 1;
-    let started = unsent::retry(|| {
-        let mut client = client.clone();
-        let key = key.clone();
-        let options = WatchOptions::new()
-            .with_start_revision(from)
-            .with_filters([WatchFilterType::NoPut]);
-        async move { client.watch(key, Some(options)).await }
-    });
-    let (_watcher, mut stream) = match started.await {
-        Ok(watch) => watch,
-        Err(err) => {
-            tracing::debug!(%err, "etcd watch: starting the watch failed");
-            return false;
-        }
-    };
-    loop {
-        match stream.message().await {
-            Ok(Some(response)) => {
-                if response
-                    .events()
-                    .iter()
-                    .any(|event| event.event_type() == EventType::Delete)
-                {
-                    return true;
-                }
-                if response.canceled() {
-                    tracing::debug!(reason = response.cancel_reason(), "etcd watch cancelled");
-                    return false;
-                }
-            }
-            Ok(None) => return false,
-            Err(err) => {
-                tracing::debug!(%err, "etcd watch: the stream failed");
-                return false;
-            }
-        }
-    }
 }
 
 /// HTTP/2's connection preface and an empty SETTINGS frame: what a gRPC

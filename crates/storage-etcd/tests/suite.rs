@@ -300,3 +300,136 @@ async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     )
     .await;
 }
+
+/// The lease and `mod_revision` of a raw key, as etcd holds it now.
+async fn lease_and_revision(s: &EtcdStorage, raw: &str) -> Option<(i64, i64)> {
+    let client = s.client().clone();
+    let response = unsent_retry(|| {
+        let mut client = client.clone();
+        let raw = raw.to_string();
+        async move { client.get(raw, None).await }
+    })
+    .await;
+    response
+        .kvs()
+        .first()
+        .map(|kv| (kv.lease(), kv.mod_revision()))
+}
+
+/// One etcd lease per TTL for every record a storage holds: 40 records of
+/// one TTL and 5 of another, written and renewed twice, sit on two leases
+/// (`LeaseTimeToLive` lists exactly them; `LeaseLeases`, what `etcdctl
+/// lease list` prints, shows both), and a renewal writes nothing (the
+/// records' `mod_revision` is unchanged). On the driver that granted a
+/// lease per write this was 45 leases, and every renewal a write.
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn one_lease_per_ttl_whatever_the_number_of_records() {
+    let s = connect_url(&base_url()).await;
+    let (long, short) = (Ttl::from_secs(30).unwrap(), Ttl::from_secs(20).unwrap());
+    let keys: Vec<(Key, Ttl)> = (0..45)
+        .map(|i| {
+            (
+                key(&format!("one-lease-{i}")),
+                if i < 40 { long } else { short },
+            )
+        })
+        .collect();
+    for (k, ttl) in &keys {
+        assert!(s.insert_if_not_exists(k, b"v", *ttl).await.unwrap());
+    }
+    let before: Vec<_> = leases_and_revisions(&s, &keys).await;
+    for _ in 0..2 {
+        let renewals = keys
+            .iter()
+            .map(|(k, ttl)| s.compare_and_swap(k, b"v", b"v", *ttl));
+        for renewed in futures::future::join_all(renewals).await {
+            assert!(renewed.unwrap(), "a renewal of a held record failed");
+        }
+    }
+    let after: Vec<_> = leases_and_revisions(&s, &keys).await;
+    assert_eq!(
+        before, after,
+        "a renewal rewrote a record (lease or revision changed)"
+    );
+    let leases: std::collections::BTreeSet<i64> = after.iter().map(|(lease, _)| *lease).collect();
+    assert_eq!(leases.len(), 2, "records of two TTLs on {leases:?}");
+    assert!(!leases.contains(&0));
+    let client = s.client().clone();
+    let listed = unsent_retry(|| {
+        let mut client = client.clone();
+        async move { client.leases().await }
+    })
+    .await;
+    let listed: Vec<i64> = listed.leases().iter().map(|l| l.id()).collect();
+    for lease in &leases {
+        assert!(listed.contains(lease), "lease {lease} not in {listed:?}");
+        let on_it = unsent_retry(|| {
+            let mut client = client.clone();
+            let options = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
+            async move { client.lease_time_to_live(*lease, Some(options)).await }
+        })
+        .await;
+        let mut attached: Vec<String> = on_it
+            .keys()
+            .iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        attached.sort();
+        let mut expected: Vec<String> = keys
+            .iter()
+            .zip(&after)
+            .filter(|(_, (l, _))| l == lease)
+            .map(|((k, _), _)| s.server_key(k))
+            .collect();
+        expected.sort();
+        assert_eq!(attached, expected, "the keys on lease {lease}");
+    }
+    for (k, _) in &keys {
+        assert!(s.compare_and_delete(k, b"v").await.unwrap());
+    }
+}
+
+async fn leases_and_revisions(s: &EtcdStorage, keys: &[(Key, Ttl)]) -> Vec<(i64, i64)> {
+    let reads = keys.iter().map(|(k, _)| {
+        let raw = s.server_key(k);
+        async move { lease_and_revision(s, &raw).await.expect("a live record") }
+    });
+    futures::future::join_all(reads).await
+}
+
+/// A record the caller stops renewing (without deleting it) still expires
+/// although the lease it shares with other records is kept alive by their
+/// renewals: it is deleted once no one renewed it for a whole TTL, by
+/// this storage (within two TTLs of its last renewal), while the renewed
+/// record lives on.
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn a_record_no_one_renews_expires_while_its_lease_is_kept_alive() {
+    let s = connect_url(&base_url()).await;
+    let direct = connect_url(&base_url()).await;
+    let ttl = Ttl::from_secs(3).unwrap();
+    let (forgotten, renewed) = (key("forgotten"), key("renewed"));
+    assert!(s.insert_if_not_exists(&forgotten, b"f", ttl).await.unwrap());
+    assert!(s.insert_if_not_exists(&renewed, b"r", ttl).await.unwrap());
+    let started = tokio::time::Instant::now();
+    let mut gone_after = None;
+    while started.elapsed() < Duration::from_secs(8) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            s.compare_and_swap(&renewed, b"r", b"r", ttl).await.unwrap(),
+            "the renewed record was lost"
+        );
+        if gone_after.is_none() && direct.get(&forgotten).await.unwrap().is_none() {
+            gone_after = Some(started.elapsed());
+        }
+    }
+    let gone_after =
+        gone_after.expect("the forgotten record outlived 8 s of its lease's keep-alives");
+    assert!(
+        gone_after >= Duration::from_millis(2_900),
+        "the forgotten record was deleted before its TTL: {gone_after:?}"
+    );
+    assert_eq!(direct.get(&renewed).await.unwrap(), Some(b"r".to_vec()));
+    assert!(s.compare_and_delete(&renewed, b"r").await.unwrap());
+}
