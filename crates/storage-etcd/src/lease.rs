@@ -168,10 +168,15 @@ impl Leases {
         let Some((keeper, answers)) = stream else {
             // Opening the stream sends the first keep-alive and reads its
             // answer.
-            let opened = tokio::time::timeout(self.timeout, async {
-                let mut client = self.client.clone();
-                client.lease_keep_alive(lease).await
-            })
+            // A member that is down fails the open before anything was
+            // sent ("tcp connect error"): sent again, as every request.
+            let opened = tokio::time::timeout(
+                self.timeout,
+                unsent::retry(|| {
+                    let mut client = self.client.clone();
+                    async move { client.lease_keep_alive(lease).await }
+                }),
+            )
             .await;
             return match opened {
                 Err(_) => Err(timed_out(self.timeout)),
