@@ -123,7 +123,6 @@
 mod address;
 mod address_policy;
 mod cache;
-mod cancel;
 pub mod client;
 mod error;
 pub mod http;
@@ -140,9 +139,9 @@ mod valkey;
 pub use address::MemberAddress;
 pub use address_policy::{AddressPolicy, IpNet};
 pub use cache::CacheConfig;
-pub use cancel::{CancelRegistry, Cancelled, InFlight};
 pub use error::{Error, Result};
 pub use ids::{DestinationId, LockId, MemberId, RequestId};
+pub use member::cancel::{CancelRegistry, Cancelled, InFlight};
 pub use member::{
     DestinationPermit, HeartbeatTask, LEASE_FRACTION, LoadSource, Member, MemberConfig,
     OwnershipRefusal, SaturationConfig,

@@ -211,7 +211,7 @@ impl ValkeyFence {
             Value::Bytes(Bytes::copy_from_slice(value)),
         ];
         script
-            .run_keys(&self.client, keys, args)
+            .run::<Value, _, _>(&self.client, keys, args)
             .await
             .map_err(|err| storage_error(classify(&err, Op::Write), what, err))
     }
@@ -265,7 +265,11 @@ impl ValkeyFence {
         const WHAT: &str = "reading a fenced log";
         let reply = self
             .read_log
-            .run_keys(&self.client, vec![self.log_key(resource)], Vec::new())
+            .run::<Value, _, _>(
+                &self.client,
+                vec![self.log_key(resource)],
+                Vec::<Value>::new(),
+            )
             .await
             .map_err(|err| storage_error(classify(&err, Op::Read), WHAT, err))?;
         let items = match reply {
@@ -357,7 +361,7 @@ impl Fence for ValkeyFence {
         let keys = vec![self.fence_key(resource), self.value_key(resource)];
         let reply = self
             .read_register
-            .run_keys(&self.client, keys, Vec::new())
+            .run::<Value, _, _>(&self.client, keys, Vec::<Value>::new())
             .await
             .map_err(|err| storage_error(classify(&err, Op::Read), WHAT, err))?;
         let Value::Array(items) = &reply else {

@@ -2,11 +2,6 @@
 //! write and the entry read, run with
 //! `EVALSHA` and re-sent with `EVAL` when the server answers `NOSCRIPT`.
 
-use fred::{
-    prelude::{Client, LuaInterface},
-    types::Value,
-};
-
 /// Replaces the value `ARGV[1]` by `ARGV[2]` and restarts the TTL at
 /// `ARGV[3]` milliseconds (`0`: no expiry). A missing or expired key reads
 /// as `false`, which never equals a string. Reply: 1 swapped, 0 not.
@@ -105,48 +100,4 @@ end
 return {1, nxt}
 "#;
 
-/// A script and its SHA-1, computed once.
-#[derive(Debug, Clone)]
-pub(crate) struct Script {
-    lua: &'static str,
-    sha: String,
-}
-
-impl Script {
-    pub(crate) fn new(lua: &'static str) -> Self {
-        Script {
-            lua,
-            sha: fred::util::sha1_hash(lua),
-        }
-    }
-
-    /// Runs the script on one key.
-    pub(crate) async fn run(
-        &self,
-        client: &Client,
-        key: &str,
-        args: Vec<Value>,
-    ) -> Result<Value, fred::error::Error> {
-        self.run_keys(client, vec![key.to_string()], args).await
-    }
-
-    /// Runs the script on `keys`. `NOSCRIPT` proves the server did not run
-    /// it, so re-sending it whole is safe.
-    pub(crate) async fn run_keys(
-        &self,
-        client: &Client,
-        keys: Vec<String>,
-        args: Vec<Value>,
-    ) -> Result<Value, fred::error::Error> {
-        match client
-            .evalsha::<Value, _, _, _>(self.sha.as_str(), keys.clone(), args.clone())
-            .await
-        {
-            Err(err) if err.details().starts_with("NOSCRIPT") => {
-                tracing::debug!(sha = %self.sha, "script not cached on the server; sending it");
-                client.eval::<Value, _, _, _>(self.lua, keys, args).await
-            }
-            other => other,
-        }
-    }
-}
+pub(crate) use ttl_storage::kit::valkey::Script;

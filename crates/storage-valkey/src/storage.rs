@@ -240,7 +240,7 @@ impl ValkeyStorage {
     ) -> Result<bool> {
         self.ensure_connected(what)?;
         let reply = script
-            .run(&self.client, &self.server_key(key), args)
+            .run::<Value, _, _>(&self.client, self.server_key(key), args)
             .await
             .map_err(|err| write_error(what, err))?;
         match reply {
@@ -364,7 +364,7 @@ impl TtlStorage for ValkeyStorage {
         let keys = vec![self.server_key(write.key), self.server_key(write.counter)];
         let reply = self
             .counted
-            .run_keys(&self.client, keys, args)
+            .run::<Value, _, _>(&self.client, keys, args)
             .await
             .map_err(|err| write_error(WHAT, err))?;
         let counter = write.counter;
@@ -422,7 +422,7 @@ impl TtlStorage for ValkeyStorage {
         self.ensure_connected("get")?;
         let reply = self
             .entry
-            .run(&self.client, &self.server_key(key), Vec::new())
+            .run::<Value, _, _>(&self.client, self.server_key(key), Vec::<Value>::new())
             .await
             .map_err(|err| {
                 let kind = classify(&err, Op::Read);

@@ -11,7 +11,7 @@
 use bytes::Bytes;
 use coordinator::{DestinationId, MemberId};
 use fred::prelude::*;
-use fred::types::scripts::Script;
+use ttl_storage::kit::valkey::Script;
 
 use crate::error::{Error, Result};
 use crate::event::Position;
@@ -126,7 +126,7 @@ async fn per_chunk(
     for chunk in dests.chunks(CHUNK) {
         let k: Vec<String> = chunk.iter().flat_map(&keys_of).collect();
         let _: Value = script
-            .evalsha_with_reload(
+            .run(
                 of.client,
                 k,
                 vec![of.member.as_str().to_owned(), of.ttl_ms.to_string()],
@@ -173,7 +173,7 @@ impl Scripts {
     ) -> Result<()> {
         let _: Value = self
             .leave
-            .evalsha_with_reload(client, vec![keys.subscribers(dest)], vec![member.as_str()])
+            .run(client, vec![keys.subscribers(dest)], vec![member.as_str()])
             .await?;
         Ok(())
     }
@@ -189,7 +189,7 @@ impl Scripts {
     ) -> Result<PublishReply> {
         let reply: Vec<Value> = self
             .publish
-            .evalsha_with_reload(
+            .run(
                 client,
                 vec![
                     keys.counter(dest),
@@ -211,7 +211,7 @@ impl Scripts {
     ) -> Result<Vec<MemberId>> {
         let ids: Vec<String> = self
             .live
-            .evalsha_with_reload(client, vec![keys.subscribers(dest)], Vec::<String>::new())
+            .run(client, vec![keys.subscribers(dest)], Vec::<String>::new())
             .await?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {

@@ -1,5 +1,5 @@
-//! HTTP: forwarding to pods, the coordinator's axum handlers, and the pod's
-//! cancel endpoint and middleware.
+//! HTTP: forwarding to pods, the coordinator's axum handlers, and (re-exported
+//! from `member/`) the pod's cancel endpoint and middleware.
 //!
 //! Layout: `coordinator` (the [`Coordinator`] and what it holds), `config`,
 //! `routes/` (one file per route: its method and handler), `call` (the
@@ -8,7 +8,8 @@
 //! `forward` + `pool` (the HTTP client to pods), `request_body` /
 //! `response_body` (the retryable request body, the response body that
 //! cancels on early drop), `extract` (path id extractors), `errors`
-//! (the JSON answers), `pod` (the pod side).
+//! (the JSON answers); `pod`, the pod side's HTTP glue, lives with the
+//! rest of the pod side in `member/` and is re-exported here.
 
 mod call;
 mod config;
@@ -19,12 +20,12 @@ mod forward;
 mod headers;
 mod hook;
 mod in_flight;
-pub mod pod;
 mod pool;
 mod request_body;
 mod response_body;
 mod routes;
 
+pub use crate::member::pod;
 pub use config::{CoordinatorConfig, CoordinatorConfigBuilder};
 pub use coordinator::Coordinator;
 pub use errors::ApiError;

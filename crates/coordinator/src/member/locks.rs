@@ -83,7 +83,7 @@ impl Member {
         let (written, _): (i64, u64) = i
             .scripts
             .register_lock
-            .run(&i.client, i.keys.lock(lock_id), args)
+            .run_counted(&i.client, i.keys.lock(lock_id), args)
             .await?;
         if written != 1 {
             return Err(Error::LockTaken(lock_id.as_str().to_owned()));

@@ -1,10 +1,15 @@
-//! The resource pod side: membership, heartbeat, destinations, locks,
-//! saturation fan-out and cancellation.
+//! The resource pod side, all of it: membership and heartbeat, the
+//! destinations it owns and the ownership fence (`ownership`), locks,
+//! saturation fan-out, cancellation of in-flight calls (`cancel`), and the
+//! HTTP glue a pod mounts (`pod`: the fence and cancel middleware and the
+//! cancel endpoint, public as [`crate::http::pod`]).
 
+pub(crate) mod cancel;
 mod config;
 mod heartbeat;
 mod locks;
 mod ownership;
+pub mod pod;
 mod saturation;
 
 use std::collections::{HashMap, HashSet};
@@ -19,12 +24,12 @@ pub use saturation::DestinationPermit;
 
 use crate::address::MemberAddress;
 use crate::address_policy::AddressPolicy;
-use crate::cancel::CancelRegistry;
 use crate::error::Result;
 use crate::ids::{DestinationId, LockId, MemberId};
 use crate::keys::{KeySpace, fields};
 use crate::record::MemberRecord;
 use crate::valkey::{Scripts, replies};
+use cancel::CancelRegistry;
 use locks::HeldLock;
 use saturation::Limiter;
 
@@ -307,7 +312,7 @@ impl Member {
         let (raw, _): (Vec<String>, u64) = i
             .scripts
             .live_members
-            .run(&i.client, i.keys.members(), vec![i.keys.member_prefix()])
+            .run_counted(&i.client, i.keys.members(), vec![i.keys.member_prefix()])
             .await?;
         let (_, mut live) = replies::parse_live_members(raw, &AddressPolicy::default())?;
         live.retain(|m| m.id != i.config.id);

@@ -151,7 +151,7 @@ impl Registry {
         let (raw, rt): (Vec<String>, u64) = i
             .scripts
             .live_members
-            .run(&i.client, i.keys.members(), vec![i.keys.member_prefix()])
+            .run_counted(&i.client, i.keys.members(), vec![i.keys.member_prefix()])
             .await?;
         self.round_trips(rt);
         let (pruned, live) = replies::parse_live_members(raw, &i.policy)?;
@@ -241,7 +241,7 @@ impl Registry {
         let (raw, rt): (Vec<String>, u64) = i
             .scripts
             .lock
-            .run(&i.client, i.keys.lock(lock), vec![i.keys.member_prefix()])
+            .run_counted(&i.client, i.keys.lock(lock), vec![i.keys.member_prefix()])
             .await?;
         self.round_trips(rt);
         replies::parse_lock(lock, raw, &i.policy)

@@ -235,7 +235,7 @@ impl Registry {
         let (raw, rt): (Vec<String>, u64) = i
             .scripts
             .resolve
-            .run(
+            .run_counted(
                 &i.client,
                 vec![i.keys.destination(dest), i.keys.epoch(dest)],
                 vec![i.keys.member_prefix(), "1".to_owned()],

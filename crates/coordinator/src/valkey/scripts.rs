@@ -1,47 +1,14 @@
 //! The Lua scripts that make reads single round trips, run with `EVALSHA`.
 
 use fred::prelude::*;
-use fred::types::{MultipleKeys, MultipleValues};
 
 use crate::error::{Error, Result};
 use crate::ids::{DestinationId, MemberId};
 use crate::keys::KeySpace;
 
-/// A Lua script run with `EVALSHA`, falling back to `EVAL` once on `NOSCRIPT`.
-pub(crate) struct Script {
-    lua: &'static str,
-    sha: String,
-}
-
-impl Script {
-    fn new(lua: &'static str) -> Self {
-        Self {
-            lua,
-            sha: fred::util::sha1_hash(lua),
-        }
-    }
-
-    /// Runs the script; the returned count is the round trips it took.
-    pub(crate) async fn run<R, K, V>(&self, client: &Client, keys: K, args: V) -> Result<(R, u64)>
-    where
-        R: FromValue,
-        K: Into<MultipleKeys> + Send,
-        V: TryInto<MultipleValues> + Send,
-        V::Error: Into<fred::error::Error> + Send,
-    {
-        let keys: MultipleKeys = keys.into();
-        let args: MultipleValues = args.try_into().map_err(Into::into)?;
-        match client
-            .evalsha::<R, _, _, _>(self.sha.as_str(), keys.clone(), args.clone())
-            .await
-        {
-            Err(e) if e.details().starts_with("NOSCRIPT") => {
-                Ok((client.eval(self.lua, keys, args).await?, 2))
-            }
-            other => Ok((other?, 1)),
-        }
-    }
-}
+/// A Lua script run with `EVALSHA`, falling back to `EVAL` once on
+/// `NOSCRIPT` (the driver kit's, shared with storage-valkey).
+pub(crate) use ttl_storage::kit::valkey::Script;
 
 /// The Lua that starts [`RESOLVE`] and [`LIVE_MEMBERS`]: splits the ids of
 /// the set `KEYS[1]` into `live`, `(id, address, load)` triples of the
@@ -317,7 +284,7 @@ impl Scripts {
         args.extend(remove.iter().cloned());
         let (epoch, rt): (i64, u64) = self
             .change_set
-            .run(client, vec![keys.destination(dest), keys.epoch(dest)], args)
+            .run_counted(client, vec![keys.destination(dest), keys.epoch(dest)], args)
             .await?;
         Ok((epoch_from(epoch)?, rt))
     }
@@ -334,7 +301,7 @@ impl Scripts {
     ) -> Result<Claimed> {
         let (reply, round_trips): (Vec<i64>, u64) = self
             .claim
-            .run(
+            .run_counted(
                 client,
                 vec![keys.destination(dest), keys.epoch(dest)],
                 vec![keys.member_prefix(), member.as_str().to_owned()],
@@ -369,7 +336,7 @@ impl Scripts {
         );
         let (reply, round_trips): (Vec<String>, u64) = self
             .unbind
-            .run(
+            .run_counted(
                 client,
                 vec![keys.destination(dest), keys.epoch(dest)],
                 vec![keys.member_prefix(), leaver, routed],
@@ -393,7 +360,7 @@ impl Scripts {
     ) -> Result<(u64, bool)> {
         let (reply, _): (Vec<i64>, u64) = self
             .seen
-            .run(
+            .run_counted(
                 client,
                 vec![keys.destination(dest), keys.epoch(dest)],
                 vec![me.as_str().to_owned()],
@@ -423,7 +390,7 @@ impl Scripts {
                 .collect();
             let (got, _): (Vec<i64>, u64) = self
                 .reaffirm
-                .run(client, pairs, vec![me.as_str().to_owned()])
+                .run_counted(client, pairs, vec![me.as_str().to_owned()])
                 .await?;
             if got.len() != 2 * batch.len() {
                 return Err(Error::Protocol("short reaffirm reply".into()));

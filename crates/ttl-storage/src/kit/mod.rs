@@ -25,6 +25,8 @@ pub mod query;
 pub mod tls;
 pub mod url;
 mod url_error;
+#[cfg(feature = "kit-valkey")]
+pub mod valkey;
 
 pub use credentials::Credentials;
 pub use op::Op;

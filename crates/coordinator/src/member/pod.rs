@@ -32,12 +32,12 @@ use axum::routing::post;
 use http::StatusCode;
 use tokio_util::sync::CancellationToken;
 
-use super::{
+use crate::http::{
     EPOCH_HEADER, REQUEST_ID_HEADER, ROUTED_DESTINATION_HEADER, STALE_OWNER_HEADER,
     STALE_OWNER_STATUS,
 };
-use crate::cancel::CancelRegistry;
 use crate::ids::{DestinationId, RequestId};
+use crate::member::cancel::CancelRegistry;
 use crate::member::{Member, OwnershipRefusal};
 
 /// The value of [`STALE_OWNER_HEADER`] and of `error` in the JSON body of
