@@ -203,6 +203,79 @@ async fn a_pod_cut_from_valkey_is_told_at_once_and_sees_the_exact_gap() {
     eprintln!("interruption told {told_after:?} after the cut");
 }
 
+/// Cut after cut: each time the pod is back within [`WAIT`] of the
+/// restore, with the exact gap. The pod's reconnection lands while a
+/// probe is out more often than not here; a monitor that answers the
+/// probe's failure by opening yet another connection drops the
+/// subscriptions it is making and goes round that loop (the way the
+/// single cut above failed on loaded machines).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Valkey: run `cargo xtask test-drivers --engine valkey`"]
+async fn a_pod_cut_again_and_again_comes_back_each_time_with_the_exact_gap() {
+    const ROUNDS: usize = 6;
+    let (url, prefix) = (valkey_url(), prefix());
+    let upstream: std::net::SocketAddr = url
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("VALKEY_URL as redis://host:port");
+    let proxy = FaultProxy::start(upstream).await.unwrap();
+    let mut a = Probe::start(&url, &prefix, "pod-a").await;
+    let mut c = Probe::start(&proxy_url(&proxy), &prefix, "pod-c").await;
+    let start = c.subscribe("acme").await;
+    a.publish("acme", "before").await;
+    assert_eq!(wait_payloads(&c, "acme", 1).await, ["before"]);
+    let mut expected = vec![Seen::Event(start + 1, "before".into())];
+    let mut next = start + 2;
+    for round in 1..=ROUNDS {
+        proxy.cut().await;
+        let told = eventually(WAIT, || {
+            let n = c.count(|v| v["kind"] == "interrupted");
+            async move { n >= round }
+        })
+        .await;
+        assert!(told, "round {round}: no interruption: {:?}", c.lines());
+        for i in 0..2 {
+            let answer = a.publish("acme", &format!("during-{round}-{i}")).await;
+            assert_eq!(answer["reached"], 0, "pod-c is cut: {answer}");
+        }
+        // the cut lasts past a probe's timeout now and then: a probe is
+        // out when the connection comes back
+        if round % 2 == 0 {
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
+        }
+        proxy.restore();
+        let restored = Instant::now();
+        let back = eventually(WAIT, || {
+            let n = c.count(|v| v["kind"] == "gap");
+            async move { n >= round }
+        })
+        .await;
+        assert!(
+            back,
+            "round {round}: no gap within {WAIT:?} of the restore: {:?}",
+            c.lines()
+        );
+        eprintln!(
+            "round {round}: back {:?} after the restore",
+            restored.elapsed()
+        );
+        a.publish("acme", &format!("after-{round}")).await;
+        assert_eq!(wait_payloads(&c, "acme", round + 1).await.len(), round + 1);
+        expected.push(Seen::Gap(next, next + 1));
+        expected.push(Seen::Event(next + 2, format!("after-{round}")));
+        next += 3;
+    }
+    let seen = c.seen("acme");
+    let numbers: Vec<Seen> = seen
+        .iter()
+        .filter(|s| !matches!(s, Seen::Interrupted | Seen::Resumed))
+        .cloned()
+        .collect();
+    assert_eq!(numbers, expected, "{seen:?}");
+    assert_contiguous(start, &seen);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Valkey: run `cargo xtask test-drivers --engine valkey`"]
 async fn concurrent_publishers_give_every_subscriber_one_order() {

@@ -11,6 +11,7 @@
 //! so every pod sees a destination's events in number order and can tell
 //! missing numbers from silence.
 
+mod monitor;
 mod scripts;
 mod tasks;
 
@@ -116,10 +117,10 @@ impl Cluster {
             resync,
             stop.clone(),
         ));
-        tasks.spawn(tasks::monitor(
+        tasks.spawn(monitor::monitor(
             cluster.clone(),
             hub.clone(),
-            tasks::Feeds {
+            monitor::Feeds {
                 errors,
                 reconnects,
                 resync: resync_rx,
