@@ -345,10 +345,22 @@ impl Leases {
         }
     }
 
-    /// `key` is no longer this storage's (deleted, or someone else's).
-    pub(crate) fn forget(&self, key: &str) {
+    /// `key` was seen at `revision` holding another record than the one
+    /// asked for: `seen` is that record's `mod_revision` (`None`: no record).
+    /// What this storage remembers of the key is forgotten only if it was
+    /// replaced by then: a write applied later (racing the call that looked)
+    /// and a write whose answer has not come are kept, and so is the record
+    /// that was seen if it is this storage's own (another value it wrote).
+    /// Each is on the lease; forgetting it would keep it alive with the
+    /// lease, never swept.
+    pub(crate) fn forget(&self, key: &str, seen: Option<i64>, revision: i64) {
         let mut attached = self.attached.lock().unwrap_or_else(|e| e.into_inner());
-        attached.remove(key);
+        let replaced = attached
+            .get(key)
+            .is_some_and(|a| a.revision.is_some_and(|r| r <= revision && Some(r) != seen));
+        if replaced {
+            attached.remove(key);
+        }
     }
 
     fn forget_if(&self, key: &str, seen: &Attached) {

@@ -168,8 +168,7 @@ impl EtcdStorage {
         let before = self.leases.pending(key, ours);
         match self.txn(what, txn).await {
             Ok(response) if response.succeeded() => {
-                let revision = response.header().map_or(0, |h| h.revision());
-                self.leases.confirm(key, ours, revision);
+                self.leases.confirm(key, ours, header_revision(&response));
                 Ok(response)
             }
             Ok(response) => {
@@ -201,9 +200,13 @@ impl EtcdStorage {
                 return Err(StorageError::permanent("renew: a TTL that never expires"));
             };
             let (kv, revision) = self.reads.read(key, WHAT).await?;
-            let Some(kv) = kv.filter(|kv| kv.value() == value) else {
-                self.leases.forget(key);
-                return Ok(false);
+            let kv = match kv {
+                Some(kv) if kv.value() == value => kv,
+                other => {
+                    let seen = other.as_ref().map(KeyValue::mod_revision);
+                    self.leases.forget(key, seen, revision);
+                    return Ok(false);
+                }
             };
             if kv.lease() == lease {
                 self.leases
@@ -228,7 +231,8 @@ impl EtcdStorage {
                 return Ok(true);
             }
             if current_value(&response).as_deref() != Some(value) {
-                self.leases.forget(key);
+                let seen = current(&response).as_ref().map(KeyValue::mod_revision);
+                self.leases.forget(key, seen, header_revision(&response));
                 return Ok(false);
             }
             tracing::debug!(
@@ -265,12 +269,23 @@ fn rewritten_each_round(what: &str) -> StorageError {
     ))
 }
 
-/// The value the `ELSE` branch of a failed swap read, if the key exists.
-fn current_value(response: &TxnResponse) -> Option<Vec<u8>> {
-    match response.op_responses().first() {
-        Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.value().to_vec()),
+/// The store's revision a transaction was answered at (0 without a
+/// header: then nothing is forgotten on its account).
+fn header_revision(response: &TxnResponse) -> i64 {
+    response.header().map_or(0, |h| h.revision())
+}
+
+/// The record the `ELSE` branch of a failed swap read, if the key exists.
+fn current(response: &TxnResponse) -> Option<KeyValue> {
+    match response.op_responses().into_iter().next() {
+        Some(TxnOpResponse::Get(mut get)) => get.take_kvs().into_iter().next(),
         _ => None,
     }
+}
+
+/// The value the `ELSE` branch of a failed swap read, if the key exists.
+fn current_value(response: &TxnResponse) -> Option<Vec<u8>> {
+    current(response).map(|kv| kv.value().to_vec())
 }
 
 #[async_trait]
@@ -339,7 +354,7 @@ impl TtlStorage for EtcdStorage {
             let response = self.attaching_txn(WHAT, txn, &key, attach, start).await?;
             if response.succeeded() {
                 if attach.is_none() {
-                    self.leases.forget(&key);
+                    self.leases.forget(&key, None, header_revision(&response));
                 }
                 return Ok(true);
             }
@@ -363,7 +378,7 @@ impl TtlStorage for EtcdStorage {
             .and_then([TxnOp::delete(key.clone(), None)]);
         let response = self.txn(WHAT, txn).await?;
         if response.succeeded() {
-            self.leases.forget(&key);
+            self.leases.forget(&key, None, header_revision(&response));
         }
         Ok(response.succeeded())
     }
@@ -456,7 +471,7 @@ impl TtlStorage for EtcdStorage {
             let response = self.attaching_txn(WHAT, txn, &key, attach, start).await?;
             if response.succeeded() {
                 if attach.is_none() {
-                    self.leases.forget(&key);
+                    self.leases.forget(&key, None, header_revision(&response));
                 }
                 return Ok(Counted::Written(next));
             }

@@ -433,3 +433,36 @@ async fn a_record_no_one_renews_expires_while_its_lease_is_kept_alive() {
     assert_eq!(direct.get(&renewed).await.unwrap(), Some(b"r".to_vec()));
     assert!(s.compare_and_delete(&renewed, b"r").await.unwrap());
 }
+
+/// A renewal of a value this storage has since replaced with another
+/// (a stale renewal racing the storage's own swap) finds the record not
+/// its value and fails, but must not forget the record it does hold: the
+/// new value, left unrenewed, is still deleted after a whole TTL while the
+/// lease lives on (kept alive for another record).
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn a_stale_renewal_does_not_keep_the_storages_newer_record_alive() {
+    let s = connect_url(&base_url()).await;
+    let direct = connect_url(&base_url()).await;
+    let ttl = Ttl::from_secs(3).unwrap();
+    let (swapped, renewed) = (key("swapped"), key("kept-renewed"));
+    assert!(s.insert_if_not_exists(&swapped, b"v", ttl).await.unwrap());
+    assert!(s.insert_if_not_exists(&renewed, b"r", ttl).await.unwrap());
+    assert!(s.compare_and_swap(&swapped, b"v", b"w", ttl).await.unwrap());
+    // the stale renewal of v: not ours any more
+    assert!(!s.compare_and_swap(&swapped, b"v", b"v", ttl).await.unwrap());
+    let started = tokio::time::Instant::now();
+    let mut gone_after = None;
+    while started.elapsed() < Duration::from_secs(8) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            s.compare_and_swap(&renewed, b"r", b"r", ttl).await.unwrap(),
+            "the renewed record was lost"
+        );
+        if gone_after.is_none() && direct.get(&swapped).await.unwrap().is_none() {
+            gone_after = Some(started.elapsed());
+        }
+    }
+    gone_after.expect("w, never renewed, outlived 8 s of its lease's keep-alives");
+    assert!(s.compare_and_delete(&renewed, b"r").await.unwrap());
+}
