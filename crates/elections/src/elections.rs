@@ -209,6 +209,7 @@ impl Elections {
                     lease_start,
                     claim,
                     load: self.inner.load.clone(),
+                    metrics: crate::telemetry::RenewalMetrics::new(&key),
                 };
                 let span = tracing::info_span!("leadership", %key, fencing_token);
                 let renewal = self.inner.tracker.spawn(renewal.run().instrument(span));

@@ -29,10 +29,10 @@
 
 use std::{
     fmt,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use tokio::{sync::watch, time::Instant};
+use tokio::{sync::Notify, time::Instant};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use ttl_storage::Key;
@@ -169,12 +169,40 @@ impl Killer for RecordingKiller {
 ///
 /// Dropping every handle does **not** disarm it: only [`KillerTimer::disarm`]
 /// does, because a dropped owner may still have services running.
+///
+/// The task sleeps until the deadline it last saw and looks again when it
+/// wakes: a later deadline (every renewal) does not wake it, only an
+/// earlier one or a disarm does. A leadership renewed every `d/4` so wakes
+/// its killer about once per `0.8 d`, not twice per renewal.
 pub(crate) struct KillerTimer {
     key: Key,
     killer: Arc<dyn Killer>,
-    deadline: watch::Sender<Option<Instant>>,
-    /// Serialises read-modify-write of the deadline with its event.
-    lock: Mutex<()>,
+    shared: Arc<Shared>,
+}
+
+/// What the handle and the task share.
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the task: the deadline moved before the one it sleeps to, or
+    /// was disarmed.
+    wake: Notify,
+}
+
+struct State {
+    /// The deadline in force; `None` once disarmed.
+    deadline: Option<Instant>,
+    /// The deadline the task sleeps until (`None` before it first looks).
+    sleeping_until: Option<Instant>,
+    /// A deadline that had passed, while armed, when a change came: the
+    /// task fires at it whatever the change (a disarm or a renewal that
+    /// comes late does not undo a passed deadline).
+    passed: Option<Instant>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl KillerTimer {
@@ -188,7 +216,14 @@ impl KillerTimer {
         after: std::time::Duration,
     ) -> Arc<Self> {
         let deadline = basis + after;
-        let (tx, rx) = watch::channel(Some(deadline));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                deadline: Some(deadline),
+                sleeping_until: None,
+                passed: None,
+            }),
+            wake: Notify::new(),
+        });
         killer.armed(&ArmEvent {
             key: key.clone(),
             reason: ArmReason::Acquired,
@@ -197,12 +232,11 @@ impl KillerTimer {
             deadline: Some(deadline),
         });
         let span = tracing::debug_span!("killer", %key);
-        tracker.spawn(run(key.clone(), killer.clone(), end, rx).instrument(span));
+        tracker.spawn(run(key.clone(), killer.clone(), end, shared.clone()).instrument(span));
         Arc::new(KillerTimer {
             key,
             killer,
-            deadline: tx,
-            lock: Mutex::new(()),
+            shared,
         })
     }
 
@@ -226,7 +260,7 @@ impl KillerTimer {
 
     /// The deadline in force; `None` when disarmed.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        *self.deadline.borrow()
+        self.shared.state().deadline
     }
 
     /// Disarms the deadline: the owner released the leadership.
@@ -241,11 +275,24 @@ impl KillerTimer {
         requested: Option<Instant>,
         merge: impl FnOnce(Option<Instant>, Option<Instant>) -> Option<Instant>,
     ) {
-        let _guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = *self.deadline.borrow();
-        let deadline = merge(current, requested);
-        // send_replace works even when the task has ended (after a kill).
-        self.deadline.send_replace(deadline);
+        let mut state = self.shared.state();
+        if state.passed.is_none() {
+            state.passed = state.deadline.filter(|d| *d <= Instant::now());
+        }
+        let deadline = merge(state.deadline, requested);
+        state.deadline = deadline;
+        // the task sleeps until `sleeping_until` and looks again then: wake
+        // it only if that is too late (works after a kill too: no one waits)
+        let wake = state.passed.is_some()
+            || match (deadline, state.sleeping_until) {
+                (None, _) => true,
+                (Some(d), Some(sleeping)) => d < sleeping,
+                (Some(_), None) => false,
+            };
+        if wake {
+            self.shared.wake.notify_one();
+        }
+        // the event under the lock: events are in the order of the changes
         self.killer.armed(&ArmEvent {
             key: self.key.clone(),
             reason,
@@ -256,33 +303,33 @@ impl KillerTimer {
     }
 }
 
-async fn run(
-    key: Key,
-    killer: Arc<dyn Killer>,
-    end: EndSignal,
-    mut rx: watch::Receiver<Option<Instant>>,
-) {
-    let mut owner_gone = false;
+async fn run(key: Key, killer: Arc<dyn Killer>, end: EndSignal, shared: Arc<Shared>) {
     loop {
-        let Some(deadline) = *rx.borrow_and_update() else {
-            tracing::debug!("killer disarmed");
-            return;
-        };
-        if owner_gone {
-            tokio::time::sleep_until(deadline).await;
-            fire(&key, &*killer, &end, deadline);
-            return;
-        }
-        tokio::select! {
-            biased;
-            () = tokio::time::sleep_until(deadline) => {
+        let deadline = {
+            let mut state = shared.state();
+            if let Some(passed) = state.passed {
+                drop(state);
+                fire(&key, &*killer, &end, passed);
+                return;
+            }
+            let Some(deadline) = state.deadline else {
+                tracing::debug!("killer disarmed");
+                return;
+            };
+            if deadline <= Instant::now() {
+                drop(state);
                 fire(&key, &*killer, &end, deadline);
                 return;
             }
-            changed = rx.changed() => {
-                // Every handle dropped without a disarm: keep the last deadline.
-                owner_gone = changed.is_err();
-            }
+            state.sleeping_until = Some(deadline);
+            deadline
+        };
+        // Every handle dropped without a disarm changes nothing: the task
+        // keeps the last deadline and fires at it.
+        tokio::select! {
+            biased;
+            () = shared.wake.notified() => {}
+            () = tokio::time::sleep_until(deadline) => {}
         }
     }
 }
@@ -294,5 +341,77 @@ fn fire(key: &Key, killer: &dyn Killer, end: &EndSignal, deadline: Instant) {
     crate::telemetry::killer_fired(key);
     if end.end(EndReason::Expired) {
         crate::telemetry::lost(key, &EndReason::Expired);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn armed(basis: Instant, after: Duration) -> (Arc<RecordingKiller>, Arc<KillerTimer>) {
+        let killer = RecordingKiller::new();
+        let timer = KillerTimer::start(
+            Key::new("k").unwrap(),
+            killer.clone(),
+            EndSignal::default(),
+            &TaskTracker::new(),
+            basis,
+            after,
+        );
+        (killer, timer)
+    }
+
+    /// A deadline that passed while armed fires, whatever change comes
+    /// before the task looks: a late renewal or a late disarm does not
+    /// undo it.
+    #[tokio::test(start_paused = true)]
+    async fn a_passed_deadline_fires_even_if_renewed_or_disarmed_late() {
+        let now = Instant::now();
+        let d = Duration::from_secs(10);
+        let (killer, timer) = armed(now, d);
+        tokio::time::sleep(d / 2).await;
+        // the task sleeps until now + d; the clock jumps past it and the
+        // renewal lands before the task runs again
+        tokio::time::advance(d).await;
+        timer.renewed(Instant::now(), d);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let kills = killer.kills();
+        assert_eq!(kills.len(), 1, "{kills:?}");
+        assert_eq!(kills[0].deadline, now + d);
+
+        let (killer, timer) = armed(Instant::now() - d * 2, d);
+        timer.disarm();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(killer.kills().len(), 1, "a late disarm undid the kill");
+    }
+
+    /// Renewals push the deadline without waking the task; an earlier
+    /// deadline (a cap) and a disarm do wake it, and it fires at the
+    /// deadline in force, not at one it saw before.
+    #[tokio::test(start_paused = true)]
+    async fn the_task_follows_later_and_earlier_deadlines() {
+        let start = Instant::now();
+        let d = Duration::from_secs(10);
+        let (killer, timer) = armed(start, d);
+        tokio::time::sleep(d / 4).await;
+        timer.renewed(Instant::now(), d * 2);
+        tokio::time::sleep(d).await;
+        assert!(killer.kills().is_empty(), "fired at an old deadline");
+        let capped = Instant::now() + d / 10;
+        timer.cap(Instant::now(), d / 10);
+        tokio::time::sleep(d / 5).await;
+        let kills = killer.kills();
+        assert_eq!(kills.len(), 1, "{kills:?}");
+        assert_eq!(kills[0].deadline, capped);
+        assert!(kills[0].at >= capped && kills[0].at <= capped + Duration::from_millis(2));
+
+        let (killer, timer) = armed(Instant::now(), d);
+        tokio::time::sleep(d / 2).await;
+        timer.disarm();
+        tokio::time::sleep(d).await;
+        assert!(killer.kills().is_empty());
     }
 }

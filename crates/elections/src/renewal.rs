@@ -34,6 +34,8 @@ pub(crate) struct Renewal {
     pub(crate) claim: Option<SharedClaim>,
     /// The elections' load: each round reports how late it finished.
     pub(crate) load: Arc<crate::load::Load>,
+    /// This leadership's metric handles.
+    pub(crate) metrics: telemetry::RenewalMetrics,
 }
 
 enum Round {
@@ -57,16 +59,15 @@ impl Renewal {
             self.load.round_finished(next, Instant::now(), &self.timing);
             match round {
                 Round::Renewed(start) => {
-                    if let Some(deadline) = self.killer.deadline() {
+                    let slack = self.killer.deadline().map(|deadline| {
                         let now = Instant::now();
-                        let slack = if deadline >= now {
+                        if deadline >= now {
                             (deadline - now).as_secs_f64()
                         } else {
                             -(now - deadline).as_secs_f64()
-                        };
-                        telemetry::renewal_slack(&self.key, slack);
-                    }
-                    telemetry::leading(&self.key, true);
+                        }
+                    });
+                    self.metrics.renewed(slack);
                     self.killer.renewed(start, self.timing.kill_after_success());
                     self.lease_start = start;
                     renewals += 1;
@@ -178,7 +179,7 @@ impl Renewal {
                 () = self.stop.cancelled() => return Round::Stopped,
                 result = cas => result,
             };
-            telemetry::renewal_attempt(
+            self.metrics.attempt(
                 &self.key,
                 start.elapsed(),
                 result.as_ref().err().map(ttl_storage::StorageError::kind),

@@ -138,24 +138,49 @@ pub(crate) fn released(key: &Key, reason: &EndReason) {
     leading(key, false);
 }
 
-/// One renewal attempt took `elapsed`; `error` is its failure, if any.
-pub(crate) fn renewal_attempt(key: &Key, elapsed: Duration, error: Option<ErrorKind>) {
-    metrics::histogram!(names::RENEWAL_SECONDS, "key" => key_label(key))
-        .record(elapsed.as_secs_f64());
-    if let Some(kind) = error {
-        let kind = match kind {
-            ErrorKind::Transient => "transient",
-            ErrorKind::Permanent => "permanent",
-            ErrorKind::OutcomeUnknown => "outcome_unknown",
-        };
-        metrics::counter!(names::RENEWAL_FAILURES_TOTAL, "key" => key_label(key), "kind" => kind)
-            .increment(1);
-    }
+/// The per-renewal metrics of one leadership, registered once when it
+/// starts: a renewal records through these handles and builds no label
+/// set (a recorder installed after a leadership started records nothing
+/// for its renewals).
+pub(crate) struct RenewalMetrics {
+    seconds: metrics::Histogram,
+    slack: metrics::Histogram,
+    leader: metrics::Gauge,
 }
 
-/// A renewal succeeded with `slack` seconds left before the killer deadline.
-pub(crate) fn renewal_slack(key: &Key, slack: f64) {
-    metrics::histogram!(names::RENEWAL_SLACK_SECONDS, "key" => key_label(key)).record(slack);
+impl RenewalMetrics {
+    /// Registers the handles of `key`.
+    pub(crate) fn new(key: &Key) -> Self {
+        Self {
+            seconds: metrics::histogram!(names::RENEWAL_SECONDS, "key" => key_label(key)),
+            slack: metrics::histogram!(names::RENEWAL_SLACK_SECONDS, "key" => key_label(key)),
+            leader: metrics::gauge!(names::LEADER, "key" => key_label(key)),
+        }
+    }
+
+    /// One renewal attempt of `key` took `elapsed`; `error` is its failure,
+    /// if any.
+    pub(crate) fn attempt(&self, key: &Key, elapsed: Duration, error: Option<ErrorKind>) {
+        self.seconds.record(elapsed.as_secs_f64());
+        if let Some(kind) = error {
+            let kind = match kind {
+                ErrorKind::Transient => "transient",
+                ErrorKind::Permanent => "permanent",
+                ErrorKind::OutcomeUnknown => "outcome_unknown",
+            };
+            metrics::counter!(names::RENEWAL_FAILURES_TOTAL, "key" => key_label(key), "kind" => kind)
+                .increment(1);
+        }
+    }
+
+    /// A renewal succeeded with `slack` seconds left before the killer
+    /// deadline: the slack is recorded and the leader gauge set.
+    pub(crate) fn renewed(&self, slack: Option<f64>) {
+        if let Some(slack) = slack {
+            self.slack.record(slack);
+        }
+        self.leader.set(1.0);
+    }
 }
 
 /// The killer deadline of `key` passed.

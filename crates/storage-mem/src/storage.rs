@@ -163,7 +163,12 @@ impl TtlStorage for MemStorage {
         let mut map = self.lock();
         match map.live(key, now) {
             Some(record) if record.value == old => {
-                *record = Record::new(new, ttl, now);
+                if old == new {
+                    // a renewal: the value stays, only the expiry moves
+                    record.expires_at = ttl.duration().map(|d| now + d);
+                } else {
+                    *record = Record::new(new, ttl, now);
+                }
                 Ok(true)
             }
             _ => Ok(false),
