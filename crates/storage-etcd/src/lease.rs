@@ -21,9 +21,9 @@
 //!   done (an unknown revision, an error), the lease is **retired**
 //!   instead: a new lease is granted, the old one is never kept alive
 //!   again, and live records move to the new one at their next renewal
-//!   (one write each). So a forgotten record expires at most two TTLs after
-//!   its last renewal, and at most two leases per TTL exist while one is
-//!   retiring.
+//!   (one write each). So a forgotten record expires at most two TTLs and
+//!   a sweep interval after its last renewal, and at most two leases per
+//!   TTL exist while one is retiring.
 //! - A lease found gone (expired while this process was paused or cut off:
 //!   its records are gone with it) is replaced by a fresh grant.
 
