@@ -26,6 +26,17 @@ async fn wait_payloads(p: &Probe, dest: &str, n: usize) -> Vec<String> {
     p.payloads(dest)
 }
 
+/// Chaos's TCP fault proxy in front of the Valkey at `url`
+/// (`redis://host:port`).
+async fn proxy_to_valkey(url: &str) -> FaultProxy {
+    let upstream: std::net::SocketAddr = url
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("VALKEY_URL as redis://host:port");
+    FaultProxy::start(upstream).await.unwrap()
+}
+
 /// A fresh prefix, and pods pod-1..3 as processes, each subscribed to
 /// `acme`, with the position each subscription started at.
 async fn three_subscribed_to_acme() -> (String, Vec<Probe>, Vec<u64>) {
@@ -144,12 +155,7 @@ async fn a_killed_pod_leaves_no_entry_past_its_ttl_and_the_others_keep_receiving
 #[ignore = "needs Valkey: run `cargo xtask test-drivers --engine valkey`"]
 async fn a_pod_cut_from_valkey_is_told_at_once_and_sees_the_exact_gap() {
     let (url, prefix) = (valkey_url(), prefix());
-    let upstream: std::net::SocketAddr = url
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .parse()
-        .expect("VALKEY_URL as redis://host:port");
-    let proxy = FaultProxy::start(upstream).await.unwrap();
+    let proxy = proxy_to_valkey(&url).await;
     let mut a = Probe::start(&url, &prefix, "pod-a").await;
     let mut b = Probe::start(&url, &prefix, "pod-b").await;
     let mut c = Probe::start(&proxy_url(&proxy), &prefix, "pod-c").await;
@@ -214,12 +220,7 @@ async fn a_pod_cut_from_valkey_is_told_at_once_and_sees_the_exact_gap() {
 async fn a_pod_cut_again_and_again_comes_back_each_time_with_the_exact_gap() {
     const ROUNDS: usize = 6;
     let (url, prefix) = (valkey_url(), prefix());
-    let upstream: std::net::SocketAddr = url
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .parse()
-        .expect("VALKEY_URL as redis://host:port");
-    let proxy = FaultProxy::start(upstream).await.unwrap();
+    let proxy = proxy_to_valkey(&url).await;
     let mut a = Probe::start(&url, &prefix, "pod-a").await;
     let mut c = Probe::start(&proxy_url(&proxy), &prefix, "pod-c").await;
     let start = c.subscribe("acme").await;
@@ -539,12 +540,7 @@ async fn a_counter_lost_or_set_back_in_valkey_shows_as_a_restart() {
 #[ignore = "needs Valkey: run `cargo xtask test-drivers --engine valkey`"]
 async fn the_cut_fixture_really_cuts() {
     let url = valkey_url();
-    let upstream: std::net::SocketAddr = url
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .parse()
-        .unwrap();
-    let proxy = FaultProxy::start(upstream).await.unwrap();
+    let proxy = proxy_to_valkey(&url).await;
     let c = valkey_at(&proxy_url(&proxy)).await;
     let _: String = c.ping(None).await.unwrap();
     proxy.cut().await;

@@ -413,17 +413,8 @@ async fn a_record_no_one_renews_expires_while_its_lease_is_kept_alive() {
     assert!(s.insert_if_not_exists(&forgotten, b"f", ttl).await.unwrap());
     assert!(s.insert_if_not_exists(&renewed, b"r", ttl).await.unwrap());
     let started = tokio::time::Instant::now();
-    let mut gone_after = None;
-    while started.elapsed() < Duration::from_secs(8) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(
-            s.compare_and_swap(&renewed, b"r", b"r", ttl).await.unwrap(),
-            "the renewed record was lost"
-        );
-        if gone_after.is_none() && direct.get(&forgotten).await.unwrap().is_none() {
-            gone_after = Some(started.elapsed());
-        }
-    }
+    let gone_after =
+        renew_until_gone(&s, &direct, &renewed, &forgotten, started, Renewals::Hold).await;
     let gone_after =
         gone_after.expect("the forgotten record outlived 8 s of its lease's keep-alives");
     assert!(
@@ -452,18 +443,9 @@ async fn a_stale_renewal_does_not_keep_the_storages_newer_record_alive() {
     // the stale renewal of v: not ours any more
     assert!(!s.compare_and_swap(&swapped, b"v", b"v", ttl).await.unwrap());
     let started = tokio::time::Instant::now();
-    let mut gone_after = None;
-    while started.elapsed() < Duration::from_secs(8) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(
-            s.compare_and_swap(&renewed, b"r", b"r", ttl).await.unwrap(),
-            "the renewed record was lost"
-        );
-        if gone_after.is_none() && direct.get(&swapped).await.unwrap().is_none() {
-            gone_after = Some(started.elapsed());
-        }
-    }
-    gone_after.expect("w, never renewed, outlived 8 s of its lease's keep-alives");
+    renew_until_gone(&s, &direct, &renewed, &swapped, started, Renewals::Hold)
+        .await
+        .expect("w, never renewed, outlived 8 s of its lease's keep-alives");
     assert!(s.compare_and_delete(&renewed, b"r").await.unwrap());
 }
 
@@ -502,17 +484,11 @@ async fn a_record_left_by_a_lost_answer_lapses_with_its_retired_lease() {
         Some(b"l".to_vec()),
         "the held insert did not land"
     );
-    let mut gone_after = None;
-    while started.elapsed() < Duration::from_secs(10) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        // a renewal right after the swallowed answers may find the
-        // connection still recovering: it must hold on the next one
-        let _ = s.compare_and_swap(&renewed, b"r", b"r", ttl).await;
-        if gone_after.is_none() && direct.get(&late).await.unwrap().is_none() {
-            gone_after = Some(started.elapsed());
-        }
-    }
-    let gone_after = gone_after.expect("the record of the lost answer outlived 10 s");
+    // a renewal right after the swallowed answers may find the connection
+    // still recovering: the last one, below, must hold
+    let gone_after = renew_until_gone(&s, &direct, &renewed, &late, started, Renewals::MayFail)
+        .await
+        .expect("the record of the lost answer outlived 10 s");
     eprintln!("the record of the lost answer was gone after {gone_after:?}");
     assert!(
         gone_after >= Duration::from_millis(2_900),
@@ -526,4 +502,43 @@ async fn a_record_left_by_a_lost_answer_lapses_with_its_retired_lease() {
     assert!(s.compare_and_swap(&renewed, b"r", b"r", ttl).await.unwrap());
     assert_eq!(direct.get(&renewed).await.unwrap(), Some(b"r".to_vec()));
     assert!(s.compare_and_delete(&renewed, b"r").await.unwrap());
+}
+
+/// Whether each renewal of [`renew_until_gone`] must succeed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Renewals {
+    /// Every renewal must find the record.
+    Hold,
+    /// Renewals may fail (the connection is recovering).
+    MayFail,
+}
+
+/// Renews `renewed` (value `r`, 3 s TTL) through `s` every 0.5 s, for 8 s
+/// after `started` (10 s when renewals may fail), and returns how long after
+/// `started` `watched` was first seen gone by `direct`.
+async fn renew_until_gone(
+    s: &EtcdStorage,
+    direct: &EtcdStorage,
+    renewed: &Key,
+    watched: &Key,
+    started: tokio::time::Instant,
+    renewals: Renewals,
+) -> Option<Duration> {
+    let ttl = Ttl::from_secs(3).unwrap();
+    let window = match renewals {
+        Renewals::Hold => Duration::from_secs(8),
+        Renewals::MayFail => Duration::from_secs(10),
+    };
+    let mut gone_after = None;
+    while started.elapsed() < window {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let renewal = s.compare_and_swap(renewed, b"r", b"r", ttl).await;
+        if renewals == Renewals::Hold {
+            assert!(renewal.unwrap(), "the renewed record was lost");
+        }
+        if gone_after.is_none() && direct.get(watched).await.unwrap().is_none() {
+            gone_after = Some(started.elapsed());
+        }
+    }
+    gone_after
 }
