@@ -179,6 +179,12 @@ pub(crate) async fn observer(world: Arc<World>, key: String) {
         world.update(|s| {
             s.observed
                 .insert(k.as_str().to_owned(), observation.clone());
+            if let Observation::Leader { value, .. } = &observation {
+                s.observed_leaders
+                    .entry(k.as_str().to_owned())
+                    .or_default()
+                    .push(value.clone());
+            }
             s.ops.observations += 1;
             if duplicate {
                 s.ops.observe_duplicates += 1;
@@ -225,6 +231,51 @@ impl TtlStorage for ReadOnly {
     async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
         self.world.store.map.get_entry(key).await
     }
+    /// The store's feed of writes: the observer follows it, as it does on
+    /// etcd, Valkey and PostgreSQL.
+    fn changes(
+        &self,
+        key: &Key,
+        counter: Option<&Key>,
+    ) -> std::result::Result<ttl_storage::Changes, ttl_storage::ChangesUnsupported> {
+        self.world.store.map.changes(key, counter)
+    }
+}
+
+/// Leaderships the observer never reported: per key, the leaders of the
+/// intervals (bare elections: `c<N>-i<M>`) in the order they began must
+/// appear, in that order, among the leaders the observer reported (which
+/// may hold more: a record written by an acquisition whose answer was
+/// lost, a leadership the history could not name). Each interval left
+/// out of that match counts; those begun within `settle` of the run's
+/// `end` are not held to it (the observer was stopped then).
+pub(crate) fn missed_leaderships(
+    intervals: &[crate::history::Interval],
+    reported: &std::collections::BTreeMap<String, Vec<Vec<u8>>>,
+    end: Duration,
+    settle: Duration,
+) -> u64 {
+    let mut by_key: std::collections::BTreeMap<&str, Vec<&crate::history::Interval>> =
+        std::collections::BTreeMap::new();
+    for iv in intervals {
+        if iv.start + settle <= end {
+            by_key.entry(iv.key.as_str()).or_default().push(iv);
+        }
+    }
+    let mut missed = 0;
+    for (key, mut ivs) in by_key {
+        ivs.sort_by_key(|iv| iv.start);
+        let seen = reported.get(key).map(Vec::as_slice).unwrap_or_default();
+        let mut at = 0;
+        for iv in ivs {
+            let expected = format!("c{}-i{}", iv.who.contender, iv.who.incarnation);
+            match seen[at..].iter().position(|v| *v == expected.as_bytes()) {
+                Some(found) => at += found + 1,
+                None => missed += 1,
+            }
+        }
+    }
+    missed
 }
 
 /// Keys whose leader at the end of the run (an interval still open, begun at

@@ -163,8 +163,8 @@ fn main() -> ExitCode {
         ops.observations
     );
     println!(
-        "observers:            {} stale at the end, {} writes; {} identical consecutive reports (distinct records)",
-        ops.observe_stale, ops.observer_writes, ops.observe_duplicates
+        "observers:            {} stale at the end, {} leaderships missed, {} writes; {} identical consecutive reports (distinct records)",
+        ops.observe_stale, ops.observe_missed, ops.observer_writes, ops.observe_duplicates
     );
     println!(
         "hand-over requests:   {} posted ({} busy): {} handed over, {} no candidate, {} released or failed, {} withdrawn, {} accepted then read from the lease, {} other; {} accepts and {} markers applied ({} by preemption, nobody asked)",
@@ -290,10 +290,10 @@ fn print_failure(report: &RunReport) {
     for violation in report.request_violations.iter().take(3) {
         println!("  request: {violation}");
     }
-    if report.ops.observe_stale + report.ops.observer_writes > 0 {
+    if report.ops.observe_stale + report.ops.observe_missed + report.ops.observer_writes > 0 {
         println!(
-            "  observer: {} keys stale at the end, {} writes",
-            report.ops.observe_stale, report.ops.observer_writes
+            "  observer: {} keys stale at the end, {} leaderships missed, {} writes",
+            report.ops.observe_stale, report.ops.observe_missed, report.ops.observer_writes
         );
     }
     for key in report.liveness_failures() {

@@ -132,6 +132,7 @@ impl RunReport {
             && self.request_violations.is_empty()
             && self.liveness_failures().is_empty()
             && self.ops.observe_stale == 0
+            && self.ops.observe_missed == 0
             && self.ops.observer_writes == 0
             && self.preemption.passed()
     }
@@ -221,6 +222,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
             broken_insert: config.broken_store,
             ops: OpCounts::default(),
             observed: std::collections::BTreeMap::new(),
+            observed_leaders: std::collections::BTreeMap::new(),
             requests: requests::Ledger::new(vvm_priority.as_ref().map(|s| s.marker_rules())),
             requests_busy: 0,
             priorities: preemptions::PriorityLog::default(),
@@ -236,6 +238,12 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
         bug: config.preemption_bug,
     };
     let keys = cast.keys.clone();
+    // The observers first: each follows its key from before any write.
+    let observers: Vec<_> = keys
+        .iter()
+        .map(|key| tokio::spawn(observer(world.clone(), key.clone())))
+        .collect();
+    tokio::task::yield_now().await;
     let mut incarnations = vec![0u32; contenders];
     for c in 0..contenders {
         start_contender(&world, &cast, c, &mut incarnations);
@@ -248,10 +256,6 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
         world.lock().alive[contenders] = Some(0);
         tokio::spawn(requests::requester(world.clone(), plan, who, contenders))
     });
-    let observers: Vec<_> = keys
-        .iter()
-        .map(|key| tokio::spawn(observer(world.clone(), key.clone())))
-        .collect();
 
     // The fault phase: a chaos action every d/4..2d.
     let mut restart_at: Vec<Option<Instant>> = vec![None; contenders];
@@ -316,7 +320,16 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     if let Some(requester) = requester {
         requester.abort();
     }
-    let (intervals, log, faults, mut ops, observed, request_counts, request_violations) = {
+    let (
+        intervals,
+        log,
+        faults,
+        mut ops,
+        observed,
+        observed_leaders,
+        request_counts,
+        request_violations,
+    ) = {
         let mut state = world.lock();
         state.history.close_all(Instant::now());
         (
@@ -325,6 +338,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
             state.faults,
             state.ops,
             std::mem::take(&mut state.observed),
+            std::mem::take(&mut state.observed_leaders),
             state.requests.counts(state.requests_busy),
             // Bare elections hand over without requests.
             if kind == ContenderKind::Vvm {
@@ -339,6 +353,12 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
         ops.observe_stale = contender::stale_observations(
             &intervals,
             &observed,
+            Instant::now() - origin,
+            d / 20 * 3,
+        );
+        ops.observe_missed = contender::missed_leaderships(
+            &intervals,
+            &observed_leaders,
             Instant::now() - origin,
             d / 20 * 3,
         );

@@ -43,6 +43,9 @@ pub struct OpCounts {
     pub observe_stale: u64,
     /// Writes made by the observer: a failure.
     pub observer_writes: u64,
+    /// Leaderships (bare elections) the observer never reported, following
+    /// the store's feed of writes (`TtlStorage::changes`): a failure.
+    pub observe_missed: u64,
 }
 
 impl OpCounts {
@@ -57,6 +60,7 @@ impl OpCounts {
         self.observe_duplicates += other.observe_duplicates;
         self.observe_stale += other.observe_stale;
         self.observer_writes += other.observer_writes;
+        self.observe_missed += other.observe_missed;
     }
 }
 
@@ -139,6 +143,8 @@ pub(crate) struct State {
     pub(crate) ops: OpCounts,
     /// The last observation of each key (the observers').
     pub(crate) observed: std::collections::BTreeMap<String, elections::Observation>,
+    /// Every leader the observer of each key reported, in order.
+    pub(crate) observed_leaders: std::collections::BTreeMap<String, Vec<Vec<u8>>>,
     /// Hand-over requests: asked, told, and applied ([`crate::requests`]).
     pub(crate) requests: crate::requests::Ledger,
     /// Requests not posted (another pending).

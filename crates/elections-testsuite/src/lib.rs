@@ -138,6 +138,7 @@ macro_rules! __suite_module {
                 storage_watch_wakes_on_delete,
                 storage_watch_wakes_on_expiry,
                 storage_write_counted_is_all_or_nothing,
+                storage_changes_report_every_value_and_delete,
                 elections_basic_usage,
                 elections_acquire_when_already_held,
                 elections_handle_fires_when_key_changed,

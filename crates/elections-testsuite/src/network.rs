@@ -21,7 +21,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use ttl_storage::{ErrorKind, Key, StorageError, Ttl, TtlStorage, Watch};
+use ttl_storage::{Change, ErrorKind, Key, StorageError, Ttl, TtlStorage, Watch};
 
 use crate::proxy::Proxy;
 
@@ -154,6 +154,90 @@ pub async fn dead_feed_wakes_the_watch_and_refuses_new_ones(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(ok(direct.compare_and_delete(key, b"a").await));
+}
+
+/// A follower of `key` through `proxy` (a storage whose feed of writes,
+/// [`TtlStorage::changes`], relies on one server connection) is never left
+/// believing it saw everything: once armed, the proxy drops every
+/// connection and `direct` writes two values while the feed is down. The
+/// follower must then either get both values, in order (a feed that
+/// resumes where it stopped, as etcd's), or an [`Change::Interrupted`]
+/// before anything written after it, and be armed again within 30 s (the
+/// client reconnects), after which a third write is reported.
+pub async fn a_lost_feed_resumes_or_says_it_was_interrupted(
+    direct: &impl TtlStorage,
+    through_proxy: &impl TtlStorage,
+    proxy: &Proxy,
+    key: &Key,
+) {
+    let bound = Duration::from_secs(30);
+    let mut changes = through_proxy
+        .changes(key, None)
+        .unwrap_or_else(|err| panic!("the engine must report changes: {err}"));
+    assert_eq!(next_change(&mut changes, bound).await, Change::Armed);
+    assert!(ok(direct.insert_if_not_exists(key, b"a", Ttl::NEVER).await));
+    assert_eq!(next_change(&mut changes, bound).await, written(b"a"));
+    proxy.drop_connections();
+    assert!(ok(direct
+        .compare_and_swap(key, b"a", b"b", Ttl::NEVER)
+        .await));
+    assert!(ok(direct
+        .compare_and_swap(key, b"b", b"c", Ttl::NEVER)
+        .await));
+    let mut seen = Vec::new();
+    let resumed = loop {
+        match next_change(&mut changes, bound).await {
+            Change::Interrupted => break false,
+            change => {
+                seen.push(change);
+                if seen.len() == 2 {
+                    break true;
+                }
+            }
+        }
+    };
+    if resumed {
+        assert_eq!(seen, [written(b"b"), written(b"c")], "resumed with a gap");
+    } else {
+        // Interrupted: what came before it is a prefix of what was written.
+        let written_then = [written(b"b"), written(b"c")];
+        assert!(written_then.starts_with(&seen), "{seen:?}");
+        loop {
+            match next_change(&mut changes, bound).await {
+                Change::Armed => break,
+                Change::Written { .. } | Change::Interrupted => {}
+                other => panic!("while interrupted: {other:?}"),
+            }
+        }
+    }
+    assert!(ok(direct
+        .compare_and_swap(key, b"c", b"d", Ttl::NEVER)
+        .await));
+    loop {
+        match next_change(&mut changes, bound).await {
+            change if change == written(b"d") => break,
+            // Re-armed feeds may repeat the state they find.
+            change if change == written(b"c") => {}
+            other => panic!("after the blip: {other:?}"),
+        }
+    }
+    assert!(ok(direct.compare_and_delete(key, b"d").await));
+}
+
+/// The next change of a feed, within `bound`.
+async fn next_change(changes: &mut ttl_storage::Changes, bound: Duration) -> Change {
+    use futures::StreamExt;
+    tokio::time::timeout(bound, changes.next())
+        .await
+        .unwrap_or_else(|_| panic!("no change within {bound:?}"))
+        .unwrap_or_else(|| panic!("the feed ended"))
+}
+
+fn written(value: &[u8]) -> Change {
+    Change::Written {
+        value: value.to_vec(),
+        count: None,
+    }
 }
 
 /// A port of 127.0.0.1 that nothing listens on (bound, then let go).

@@ -39,7 +39,8 @@ pub struct Proxy {
     pub addr: SocketAddr,
     swallow: Arc<AtomicBool>,
     hold: Arc<Hold>,
-    cut: watch::Sender<bool>,
+    /// Bumped to close every connection open at the time.
+    cut: watch::Sender<u64>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -78,7 +79,7 @@ impl Proxy {
         let addr = listener.local_addr()?;
         let swallow = Arc::new(AtomicBool::new(false));
         let hold = Arc::new(Hold::default());
-        let (cut, cut_rx) = watch::channel(false);
+        let (cut, cut_rx) = watch::channel(0);
         let (swallow2, hold2) = (swallow.clone(), hold.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -134,7 +135,13 @@ impl Proxy {
     /// Closes the listener and every connection: later connects are refused.
     pub fn shut_down(&self) {
         self.accept.abort();
-        let _ = self.cut.send(true);
+        self.drop_connections();
+    }
+
+    /// Closes every connection open now; new ones are accepted (a network
+    /// blip: the client reconnects).
+    pub fn drop_connections(&self) {
+        self.cut.send_modify(|n| *n += 1);
     }
 }
 
@@ -150,8 +157,9 @@ async fn pipe(
     server: TcpStream,
     swallow: Arc<AtomicBool>,
     hold: Arc<Hold>,
-    mut cut: watch::Receiver<bool>,
+    mut cut: watch::Receiver<u64>,
 ) {
+    let opened = *cut.borrow_and_update();
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     let upstream = async {
@@ -207,6 +215,6 @@ async fn pipe(
     tokio::select! {
         _ = upstream => {}
         _ = downstream => {}
-        _ = cut.wait_for(|cut| *cut) => {}
+        _ = cut.wait_for(|now| *now != opened) => {}
     }
 }

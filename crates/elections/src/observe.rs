@@ -11,6 +11,8 @@ use std::{
 use futures::{Stream, stream};
 use ttl_storage::{Key, StorageError, TimeLeft, TtlStorage};
 
+mod follow;
+
 use crate::{
     Elections,
     campaign::MAX_POLL_INTERVAL,
@@ -101,7 +103,19 @@ impl Elections {
 /// once; renewals and the passing of time are not changes.
 ///
 /// It only reads (`get_entry`, and `get` of the fencing counter when the
-/// leadership changes). While a leader holds the key it waits on the
+/// leadership changes).
+///
+/// **On a store that reports its writes** ([`TtlStorage::changes`]: etcd,
+/// Valkey, PostgreSQL, storage-mem) every leadership is reported from that
+/// feed, in the store's order, even one that begins and ends before any
+/// read could see it, with the token its counted write took; reads then
+/// only tell expiry and store trouble. While the feed is being armed or is
+/// interrupted, the key is polled as below; a leadership that comes and
+/// goes while the feed is down may be missed, and one written while the
+/// first read after arming is out may be reported after the state that
+/// read found.
+///
+/// **Otherwise** it polls. While a leader holds the key it waits on the
 /// driver's watch ([`TtlStorage::watch`]), which reports the record's
 /// removal at once, and re-reads every `poll` whatever happens (a new
 /// leader, a hand-over or a stolen lease change the record without
@@ -139,19 +153,11 @@ impl Elections {
 /// # Ok(()) }
 /// ```
 pub fn observe(storage: Arc<dyn TtlStorage>, key: &Key, poll: Duration) -> Observer {
-    struct State {
-        storage: Arc<dyn TtlStorage>,
-        key: Key,
-        poll: Duration,
-        last: Option<Seen>,
-        /// The pause before the next read: [`SETTLE`] after a change,
-        /// doubling up to `poll` while nothing changes.
-        pause: Duration,
-        /// The largest fencing token reported so far, and the record of
-        /// the last leadership reported: another leadership's token must
-        /// exceed it.
-        reported: Option<(u64, Vec<u8>)>,
-    }
+    let counter = fencing::counter_key(key).ok();
+    let follow = storage
+        .changes(key, counter.as_ref())
+        .ok()
+        .map(follow::Follow::new);
     let state = State {
         storage,
         key: key.clone(),
@@ -159,24 +165,18 @@ pub fn observe(storage: Arc<dyn TtlStorage>, key: &Key, poll: Duration) -> Obser
         last: None,
         pause: poll,
         reported: None,
+        follow,
     };
     let inner = stream::unfold(state, |mut state| async move {
         loop {
-            if let Some(last) = &state.last {
-                let pause = state.pause.min(state.poll);
-                if matches!(last, Seen::Record(_)) {
-                    crate::campaign::wait_for_removal(&*state.storage, &state.key, pause).await;
-                } else {
-                    tokio::time::sleep(pause).await;
-                }
-            }
-            let (seen, observation) = read(
-                &*state.storage,
-                &state.key,
-                state.poll,
-                state.reported.as_ref(),
-            )
-            .await;
+            let step = if state.follow.is_some() {
+                follow::step(&mut state).await
+            } else {
+                Some(poll_step(&mut state).await)
+            };
+            let Some((seen, observation)) = step else {
+                continue;
+            };
             if state.last.as_ref() == Some(&seen) {
                 state.pause = state.pause.saturating_mul(2).min(state.poll);
                 continue;
@@ -205,6 +205,71 @@ pub fn observe(storage: Arc<dyn TtlStorage>, key: &Key, poll: Duration) -> Obser
     }
 }
 
+/// What the stream of [`observe`] works with.
+struct State {
+    storage: Arc<dyn TtlStorage>,
+    key: Key,
+    poll: Duration,
+    last: Option<Seen>,
+    /// The pause before the next read: [`SETTLE`] after a change,
+    /// doubling up to `poll` while nothing changes.
+    pause: Duration,
+    /// The largest fencing token reported so far, and the record of
+    /// the last leadership reported: another leadership's token must
+    /// exceed it.
+    reported: Option<(u64, Vec<u8>)>,
+    /// The store's feed of the record's writes, while there is one.
+    follow: Option<follow::Follow>,
+}
+
+impl State {
+    /// What a read needs of the state.
+    fn reads(&self) -> Reads<'_> {
+        Reads {
+            storage: &*self.storage,
+            key: &self.key,
+            poll: self.poll,
+            last: self.last.as_ref(),
+            reported: self.reported.as_ref(),
+        }
+    }
+}
+
+/// What a read needs of the [`State`]: its parts that may be shared across
+/// threads while the read is out (the feed may not be).
+#[derive(Clone, Copy)]
+struct Reads<'a> {
+    storage: &'a dyn TtlStorage,
+    key: &'a Key,
+    poll: Duration,
+    last: Option<&'a Seen>,
+    reported: Option<&'a (u64, Vec<u8>)>,
+}
+
+impl Reads<'_> {
+    /// The token another leadership's must exceed: the highest reported,
+    /// unless `record` is the leadership reported last.
+    fn above(&self, record: &[u8]) -> Option<u64> {
+        self.reported
+            .filter(|(_, reported)| *reported != *record)
+            .map(|(token, _)| *token)
+    }
+}
+
+/// Without a feed: waits (on the driver's watch while a leader holds the
+/// key, else for the pause), then reads.
+async fn poll_step(state: &mut State) -> (Seen, Observation) {
+    if let Some(last) = &state.last {
+        let pause = state.pause.min(state.poll);
+        if matches!(last, Seen::Record(_)) {
+            crate::campaign::wait_for_removal(&*state.storage, &state.key, pause).await;
+        } else {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    read(state.reads()).await
+}
+
 /// Each read is bounded by this, or by the polling interval if longer.
 const MIN_READ_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -228,13 +293,9 @@ const TOKEN_WAIT_READS: u32 = 8;
 /// The least time a new leader's token is waited for.
 const TOKEN_WAIT_MIN: Duration = Duration::from_millis(100);
 
-async fn read(
-    storage: &dyn TtlStorage,
-    key: &Key,
-    poll: Duration,
-    reported: Option<&(u64, Vec<u8>)>,
-) -> (Seen, Observation) {
-    let limit = poll.max(MIN_READ_TIMEOUT);
+async fn read(state: Reads<'_>) -> (Seen, Observation) {
+    let (storage, key) = (state.storage, state.key);
+    let limit = state.poll.max(MIN_READ_TIMEOUT);
     let started = tokio::time::Instant::now();
     let entry = match timed(limit, storage.get_entry(key)).await {
         Ok(entry) => entry,
@@ -248,9 +309,7 @@ async fn read(
     }
     // The leadership reported last (seen again after store trouble) needs
     // no newer token; any other does.
-    let above = reported
-        .filter(|(_, record)| *record != *entry.value)
-        .map(|(token, _)| *token);
+    let above = state.above(&entry.value);
     let wait = started
         .elapsed()
         .saturating_mul(TOKEN_WAIT_READS)
@@ -314,5 +373,55 @@ async fn latest_token(
     match timed(limit, storage.get(&counter)).await? {
         Some(bytes) => fencing::parse(&counter, &bytes).map(Some),
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::RecordingKiller;
+
+    /// Leaderships that begin and end with no time passing, so that no
+    /// read can ever see them: each is reported from the store's feed, in
+    /// order, with the token its write took (polling saw none of them).
+    #[tokio::test(start_paused = true)]
+    async fn leaderships_no_read_could_see_are_reported_with_their_tokens() {
+        let storage = storage_mem::MemStorage::new();
+        let key = Key::new("job").unwrap();
+        let a = Elections::with_killer(storage.clone(), RecordingKiller::new());
+        let b = Elections::with_killer(storage.clone(), RecordingKiller::new());
+        let mut leaders = a.observe(&key);
+        assert_eq!(leaders.next().await, Some(Observation::NoLeader));
+        let mut held = Vec::new();
+        for (i, elections) in [&a, &b, &a, &b].into_iter().enumerate() {
+            let value = format!("node-{i}");
+            let leadership = elections
+                .acquire_leadership(&key, value.as_str(), Duration::from_secs(20))
+                .await
+                .unwrap()
+                .expect("the key is free");
+            held.push((value, leadership.fencing_token()));
+            elections.release_leadership(&key).await;
+        }
+        for (value, token) in held {
+            let seen = tokio::time::timeout(Duration::from_secs(30), leaders.next()).await;
+            match seen {
+                Ok(Some(Observation::Leader {
+                    value: seen,
+                    fencing_token,
+                    ..
+                })) => {
+                    assert_eq!(seen, value.as_bytes());
+                    assert_eq!(fencing_token, Some(token), "{value}");
+                }
+                other => panic!("{value} was not reported: {other:?}"),
+            }
+            let gone = tokio::time::timeout(Duration::from_secs(30), leaders.next()).await;
+            assert_eq!(gone, Ok(Some(Observation::NoLeader)), "after {value}");
+        }
+        a.cleanup().await;
+        b.cleanup().await;
     }
 }

@@ -48,6 +48,14 @@
 //! versions against the same keys at once (stop the old processes first,
 //! or give the new ones another `prefix=`).
 //!
+//! **Following writes** (`TtlStorage::changes`): an etcd watch of the key
+//! reports every put of a new value (with the count, read from the counter
+//! at the put's revision when the same transaction advanced it) and every
+//! delete, expiry included (the lease deletes the key). A lost stream is
+//! watched again from the revision after the last event, so nothing is
+//! missed unless etcd compacted that revision (then the follower is
+//! interrupted and reads again).
+//!
 //! ## Guarantees
 //!
 //! - **Linearizable**: transactions and default reads go through Raft.
@@ -119,6 +127,7 @@
 //! # Ok(()) }
 //! ```
 
+mod changes;
 mod config;
 mod driver;
 mod error;

@@ -9,8 +9,9 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 use ttl_storage::{
-    Counted, CountedWrite, Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage,
-    Watch, WatchUnsupported, check_value, counted::next_count,
+    Changes, ChangesUnsupported, Counted, CountedWrite, Entry, ErrorKind, Key, Result,
+    StorageError, TimeLeft, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
+    counted::next_count,
 };
 
 use crate::{
@@ -507,6 +508,15 @@ impl TtlStorage for EtcdStorage {
                 tokio::time::sleep(crate::watch::ERROR_PAUSE).await;
             }
         }))
+    }
+
+    /// An etcd watch of the key, resumed without a gap (see the crate docs).
+    fn changes(&self, key: &Key, counter: Option<&Key>) -> Result<Changes, ChangesUnsupported> {
+        Ok(crate::changes::follow(
+            self.client.clone(),
+            self.server_key(key),
+            counter.map(|counter| self.server_key(counter)),
+        ))
     }
 }
 

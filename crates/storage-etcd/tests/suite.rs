@@ -242,6 +242,20 @@ async fn lost_answers_and_lost_connections() {
     assert!(direct.compare_and_delete(&k, b"b").await.unwrap());
 }
 
+/// The feed of a key's writes (`changes`) across a dropped connection:
+/// its watch is made again from the revision after the last event, so the
+/// writes made meanwhile are reported, in order, without an interruption.
+#[tokio::test]
+#[ignore = "needs etcd: run `cargo xtask test-drivers --engine etcd`"]
+async fn changes_resume_after_a_dropped_connection() {
+    let direct = connect_url(&base_url()).await;
+    let proxy = network::proxy_to(server_addr()).await;
+    let url = format!("etcd://{}?timeout=1s&connect_timeout=1s", proxy.addr);
+    let s = connect_url(&url).await;
+    network::a_lost_feed_resumes_or_says_it_was_interrupted(&direct, &s, &proxy, &key("blip"))
+        .await;
+}
+
 /// `EtcdFence::set` guards a key of the caller's (not the register of
 /// `fence::Fence::write`): it refuses tokens lower than the highest seen
 /// (exactly, beyond 2^53 and up to `u64::MAX`), a refused write leaves the

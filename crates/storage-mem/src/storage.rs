@@ -8,8 +8,9 @@ use std::{
 use async_trait::async_trait;
 use tokio::{sync::watch, time::Instant};
 use ttl_storage::{
-    Counted, CountedWrite, Entry, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage, Watch,
-    WatchUnsupported, check_value, counted::next_count,
+    Change, Changes, ChangesUnsupported, Counted, CountedWrite, Entry, Key, Result, StorageError,
+    TimeLeft, Ttl, TtlStorage, Watch, WatchUnsupported, changes::Feeds, check_value,
+    counted::next_count,
 };
 
 use crate::MemConfig;
@@ -26,13 +27,19 @@ struct Inner {
     map: Mutex<Map>,
     /// Counts deletions; every [`TtlStorage::watch`] subscribes to it.
     deleted: watch::Sender<u64>,
+    /// The followers of [`TtlStorage::changes`], always live; told under
+    /// the map's lock, so in the map's order.
+    feeds: Arc<Feeds>,
 }
 
 impl Default for Inner {
     fn default() -> Self {
+        let feeds = Arc::new(Feeds::default());
+        feeds.set_ready(true);
         Inner {
             map: Mutex::default(),
             deleted: watch::Sender::new(0),
+            feeds,
         }
     }
 }
@@ -119,6 +126,16 @@ impl MemStorage {
         self.len() == 0
     }
 
+    /// Tells `key`'s followers its new value (called under the map's lock).
+    fn written(&self, key: &Key, value: &[u8], count: Option<u64>) {
+        if self.inner.feeds.is_followed(key.as_str()) {
+            let value = value.to_vec();
+            self.inner
+                .feeds
+                .publish(key.as_str(), Change::Written { value, count });
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Map> {
         // A panic while holding the lock cannot leave a record half-written
         // (every mutation is a single map call), so poisoning is harmless.
@@ -153,6 +170,7 @@ impl TtlStorage for MemStorage {
         map.records
             .insert(key.clone(), Record::new(value, ttl, now));
         map.sweep_if_grown(now);
+        self.written(key, value, None);
         Ok(true)
     }
 
@@ -168,6 +186,7 @@ impl TtlStorage for MemStorage {
                     record.expires_at = ttl.duration().map(|d| now + d);
                 } else {
                     *record = Record::new(new, ttl, now);
+                    self.written(key, new, None);
                 }
                 Ok(true)
             }
@@ -182,6 +201,7 @@ impl TtlStorage for MemStorage {
         match map.live(key, now) {
             Some(record) if record.value == value => {
                 map.records.remove(key);
+                self.inner.feeds.publish(key.as_str(), Change::Deleted);
                 drop(map);
                 self.inner.deleted.send_modify(|n| *n = n.wrapping_add(1));
                 Ok(true)
@@ -235,6 +255,9 @@ impl TtlStorage for MemStorage {
         map.records
             .insert(write.key.clone(), Record::new(write.value, write.ttl, now));
         map.sweep_if_grown(now);
+        if write.expected != Some(write.value) {
+            self.written(write.key, write.value, Some(next));
+        }
         Ok(Counted::Written(next))
     }
 
@@ -253,6 +276,12 @@ impl TtlStorage for MemStorage {
 
     /// Completes on any delete, at the record's expiry (tokio's clock), or at
     /// once when the key holds no live record.
+    /// Every value written and every delete, in the map's order; expiry is
+    /// not reported.
+    fn changes(&self, key: &Key, _counter: Option<&Key>) -> Result<Changes, ChangesUnsupported> {
+        Ok(self.inner.feeds.subscribe(key.as_str().to_owned()))
+    }
+
     fn watch(&self, key: &Key) -> Result<Watch, WatchUnsupported> {
         let now = Instant::now();
         // Subscribed under the map lock: a delete after this point is seen.

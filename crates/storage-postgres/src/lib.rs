@@ -44,6 +44,18 @@
 //! [`ttl_storage::WatchUnsupported`] and the caller polls; losing it wakes
 //! every pending watch.
 //!
+//! ## Following writes (`TtlStorage::changes`)
+//!
+//! The writes of a new value notify the same channel in their own
+//! statement (`WITH w AS (<insert or swap> RETURNING key, value) SELECT
+//! pg_notify(<channel>, key LF count LF hex(value)) FROM w`; a renewal,
+//! same value, notifies nothing), so the listener receives them in commit
+//! order with the deletes. The counted write notifies its count. A value
+//! over 3 600 bytes (the notification must stay under `NOTIFY`'s 8 000
+//! bytes) is notified without it: its followers are interrupted and read
+//! the record. Followers are armed while the listener listens; expiry is
+//! not reported (rows do not expire by themselves).
+//!
 //! ## Guarantees
 //!
 //! - **Linearizable on the primary.** Each statement locks the row it

@@ -6,11 +6,11 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio::task::JoinHandle;
 use tokio_postgres::{NoTls, Row, Statement, types::ToSql};
-use ttl_storage::waiters::Waiters;
 use ttl_storage::{
     Counted, CountedWrite, Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage,
     Watch, WatchUnsupported, check_value,
 };
+use ttl_storage::{changes::Feeds, waiters::Waiters};
 
 use crate::{
     config::PostgresConfig,
@@ -38,6 +38,8 @@ pub struct PostgresStorage {
     channel: String,
     /// The waiters of [`TtlStorage::watch`], ready while the listener listens.
     waiters: Arc<Waiters>,
+    /// The followers of [`TtlStorage::changes`], armed while it listens.
+    feeds: Arc<Feeds>,
     /// The task of the `LISTEN` connection ([`watch::run`]), started
     /// once [`PostgresStorage::connect`]'s checks have passed.
     _listener: Option<AbortOnDrop>,
@@ -45,8 +47,10 @@ pub struct PostgresStorage {
 
 impl Drop for PostgresStorage {
     fn drop(&mut self) {
-        // Pending watches complete (their waiters re-check and fail).
+        // Pending watches complete (their waiters re-check and fail);
+        // followers are told the feed is down.
         self.waiters.set_ready(false);
+        self.feeds.set_ready(false);
     }
 }
 
@@ -132,6 +136,7 @@ impl PostgresStorage {
         };
         let channel = watch::channel(&config.qualified_table());
         let waiters = Arc::new(Waiters::default());
+        let feeds = Arc::new(Feeds::default());
         // The listener and the pooler check's second connection are
         // built here, for either transport, and run only after the pool's
         // first connection has shown no pooler shares its session.
@@ -149,6 +154,7 @@ impl PostgresStorage {
                         tls.clone(),
                         channel.clone(),
                         Arc::clone(&waiters),
+                        Arc::clone(&feeds),
                     )),
                     pooler::connect_one(pg, tls),
                 )
@@ -161,6 +167,7 @@ impl PostgresStorage {
                         NoTls,
                         channel.clone(),
                         Arc::clone(&waiters),
+                        Arc::clone(&feeds),
                     )),
                     pooler::connect_one(pg, NoTls),
                 )
@@ -181,6 +188,7 @@ impl PostgresStorage {
             config,
             channel,
             waiters,
+            feeds,
             _listener: None,
         };
         // Before anything else is sent: a pooler in transaction mode would
@@ -400,6 +408,19 @@ impl TtlStorage for PostgresStorage {
     /// listener connection is lost. Answers [`WatchUnsupported`] while the
     /// listener is not listening (connecting, or reconnecting): the caller
     /// polls.
+    /// The notifications of the writes (see the crate docs): every new
+    /// value with its count (a counted write), every delete; expiry is not
+    /// reported (rows do not expire by themselves). Armed while the
+    /// listener listens. A value over 3 600 bytes is not carried: its
+    /// followers are interrupted and read the record.
+    fn changes(
+        &self,
+        key: &Key,
+        _counter: Option<&Key>,
+    ) -> std::result::Result<ttl_storage::Changes, ttl_storage::ChangesUnsupported> {
+        Ok(self.feeds.subscribe(key.as_str().to_string()))
+    }
+
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
         let woken = self
             .waiters

@@ -1,6 +1,9 @@
-//! The `LISTEN` connection behind [`TtlStorage::watch`](ttl_storage::TtlStorage::watch):
-//! compare-and-delete `NOTIFY`s the deleted key (in its own statement, so at
-//! its commit), and this connection wakes the waiters of that key.
+//! The `LISTEN` connection behind [`TtlStorage::watch`](ttl_storage::TtlStorage::watch)
+//! and [`TtlStorage::changes`](ttl_storage::TtlStorage::changes):
+//! compare-and-delete `NOTIFY`s the deleted key and the writes of a new
+//! value `key LF count LF hex(value)` (each in its own statement, so at its
+//! commit, in commit order), and this connection wakes the waiters of that
+//! key and tells its followers.
 
 use std::{sync::Arc, time::Duration};
 
@@ -9,7 +12,7 @@ use tokio_postgres::{
     tls::{MakeTlsConnect, TlsConnect},
 };
 
-use ttl_storage::waiters::Waiters;
+use ttl_storage::{Change, changes::Feeds, waiters::Waiters};
 
 /// The first pause before reconnecting a lost listener; it doubles up to
 /// [`RECONNECT_MAX_PAUSE`].
@@ -43,6 +46,7 @@ pub(crate) async fn run<T>(
     tls: T,
     channel: String,
     waiters: Arc<Waiters>,
+    feeds: Arc<Feeds>,
 ) where
     T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
     T::Stream: Send + Sync,
@@ -67,6 +71,7 @@ pub(crate) async fn run<T>(
                                 listening = true;
                                 pause = RECONNECT_FIRST_PAUSE;
                                 waiters.set_ready(true);
+                                feeds.set_ready(true);
                             }
                             Err(err) => {
                                 tracing::warn!(%channel, %err, "postgres watch: LISTEN failed");
@@ -76,7 +81,7 @@ pub(crate) async fn run<T>(
                         message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
                             match message {
                                 Some(Ok(AsyncMessage::Notification(n))) if n.channel() == channel => {
-                                    waiters.wake(n.payload());
+                                    notified(&waiters, &feeds, n.payload());
                                 }
                                 Some(Ok(_)) => {}
                                 Some(Err(err)) => {
@@ -100,7 +105,7 @@ pub(crate) async fn run<T>(
                                     answer = &mut check => break matches!(answer, Ok(Ok(_))),
                                     message = std::future::poll_fn(|cx| connection.poll_message(cx)) => match message {
                                         Some(Ok(AsyncMessage::Notification(n))) if n.channel() == channel => {
-                                            waiters.wake(n.payload());
+                                            notified(&waiters, &feeds, n.payload());
                                         }
                                         Some(Ok(_)) => {}
                                         Some(Err(_)) | None => break false,
@@ -116,14 +121,42 @@ pub(crate) async fn run<T>(
                     }
                 }
                 waiters.set_ready(false);
+                feeds.set_ready(false);
             }
             Err(err) => {
                 tracing::debug!(%err, "postgres watch: cannot connect the listener");
                 waiters.set_ready(false);
+                feeds.set_ready(false);
             }
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(RECONNECT_MAX_PAUSE);
+    }
+}
+
+/// One notification: a deleted key, or `key LF count LF hex(value)` (`!`
+/// for a value too long to notify: its followers are sent to read it).
+fn notified(waiters: &Waiters, feeds: &Feeds, payload: &str) {
+    let mut parts = payload.splitn(3, '\n');
+    let key = parts.next().unwrap_or_default();
+    match (parts.next(), parts.next()) {
+        (Some(count), Some(value)) => match hex::decode(value) {
+            Ok(value) => feeds.publish(
+                key,
+                Change::Written {
+                    value,
+                    count: count.parse().ok(),
+                },
+            ),
+            Err(_) => {
+                feeds.publish(key, Change::Interrupted);
+                feeds.publish(key, Change::Armed);
+            }
+        },
+        _ => {
+            waiters.wake(key);
+            feeds.publish(key, Change::Deleted);
+        }
     }
 }
 

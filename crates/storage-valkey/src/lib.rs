@@ -12,8 +12,8 @@
 //!
 //! | operation | command |
 //! |---|---|
-//! | `insert_if_not_exists` | `SET key value NX PX ttl_ms` |
-//! | `compare_and_swap` | Lua: `GET`, compare, `SET key new PX ttl_ms` |
+//! | `insert_if_not_exists` | Lua: `SET key value NX PX ttl_ms`, `PUBLISH <prefix>__deleted key\0\0value` |
+//! | `compare_and_swap` | Lua: `GET`, compare, `SET key new PX ttl_ms`, and for a new value `PUBLISH <prefix>__deleted key\0\0new` |
 //! | `compare_and_delete` | Lua: `GET`, compare, `DEL key`, `PUBLISH <prefix>__deleted key` |
 //! | `get` | `GET key` |
 //! | `get_entry` (`vvm-host status`) | a script: `GET key` and `PTTL key` (milliseconds) |
@@ -96,6 +96,16 @@
 //! [`ttl_storage::WatchUnsupported`] and the caller polls, and losing it
 //! wakes every pending watch. The publish is a `pcall`: a user without the
 //! right to publish on the channel still deletes (and polls).
+//!
+//! ## Following writes (`TtlStorage::changes`)
+//!
+//! The same channel carries every new value: the insert, a swap to other
+//! bytes and the counted write publish `key NUL count NUL value` (count
+//! empty for the plain writes) in the same script as the write, so the
+//! subscriber receives the writes of every storage in the server's order.
+//! A renewal (same value) publishes nothing. Followers are armed when the
+//! subscription is proven and interrupted while it is down; expiry is not
+//! reported (a follower reads or watches for it).
 //!
 //! ## Fencing
 //!

@@ -6,21 +6,21 @@ use async_trait::async_trait;
 use fred::{
     bytes::Bytes,
     prelude::{
-        Builder, Client, ClientLike, Config, Expiration, KeysInterface, ReconnectPolicy,
-        ServerConfig, SetOptions, TcpConfig,
+        Builder, Client, ClientLike, Config, KeysInterface, ReconnectPolicy, ServerConfig,
+        TcpConfig,
     },
     types::{ConnectHandle, Value},
 };
 use ttl_storage::waiters::Waiters;
 use ttl_storage::{
-    Counted, CountedWrite, Entry, ErrorKind, Key, Result, StorageError, TimeLeft, Ttl, TtlStorage,
-    Watch, WatchUnsupported, check_value,
+    Changes, ChangesUnsupported, Counted, CountedWrite, Entry, ErrorKind, Key, Result,
+    StorageError, TimeLeft, Ttl, TtlStorage, Watch, WatchUnsupported, check_value,
 };
 
 use crate::{
     config::ValkeyConfig,
     error::{ConfigError, Op, classify, classify_connect, storage_error},
-    scripts::{CAD, CAS, COUNTED, ENTRY, Script},
+    scripts::{CAD, CAS, COUNTED, ENTRY, INSERT, Script},
     watch::{Subscriber, watch_channel, watch_key},
 };
 
@@ -44,6 +44,7 @@ const RECONNECT_MAX_MS: u32 = 500;
 pub struct ValkeyStorage {
     client: Client,
     config: ValkeyConfig,
+    insert: Script,
     cas: Script,
     cad: Script,
     counted: Script,
@@ -73,8 +74,12 @@ impl Drop for ValkeyStorage {
             subscriber.task.abort();
             subscriber.hub.abort();
         }
-        // Pending watches complete (their waiters re-check and fail).
+        // Pending watches complete (their waiters re-check and fail), and
+        // followers are told the feed is down.
         self.waiters.set_ready(false);
+        if let Some(subscriber) = &self.subscriber {
+            subscriber.feeds.set_ready(false);
+        }
     }
 }
 
@@ -177,6 +182,7 @@ impl ValkeyStorage {
         Ok(ValkeyStorage {
             client,
             config,
+            insert: Script::new(INSERT),
             cas: Script::new(CAS),
             cad: Script::new(CAD),
             counted: Script::new(COUNTED),
@@ -296,32 +302,17 @@ pub(crate) fn ttl_millis(ttl: Ttl) -> u64 {
 
 #[async_trait]
 impl TtlStorage for ValkeyStorage {
+    /// One script (`INSERT`): `SET NX` (with `PX`), and the new value
+    /// published for the followers of [`TtlStorage::changes`].
     async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
-        const WHAT: &str = "insert_if_not_exists";
         check_value(value)?;
-        self.ensure_connected(WHAT)?;
-        let expire = match ttl_millis(ttl) {
-            0 => None,
-            ms => Some(Expiration::PX(i64::try_from(ms).unwrap_or(i64::MAX))),
-        };
-        let reply: Value = self
-            .client
-            .set(
-                self.server_key(key),
-                bytes(value),
-                expire,
-                Some(SetOptions::NX),
-                false,
-            )
+        let args = vec![
+            bytes(value),
+            Value::String(ttl_millis(ttl).to_string().into()),
+            Value::String(self.channel.as_str().into()),
+        ];
+        self.run_script("insert_if_not_exists", &self.insert, key, args)
             .await
-            .map_err(|err| write_error(WHAT, err))?;
-        match reply {
-            Value::Null => Ok(false),
-            Value::String(ref ok) if &**ok == "OK" => self.confirm(WHAT).await.map(|()| true),
-            other => Err(StorageError::outcome_unknown(format!(
-                "{WHAT}: unexpected reply {other:?}"
-            ))),
-        }
     }
 
     async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
@@ -331,6 +322,7 @@ impl TtlStorage for ValkeyStorage {
             bytes(old),
             bytes(new),
             Value::String(ttl_millis(ttl).to_string().into()),
+            Value::String(self.channel.as_str().into()),
         ];
         self.run_script("compare_and_swap", &self.cas, key, args)
             .await
@@ -360,6 +352,7 @@ impl TtlStorage for ValkeyStorage {
             text(ttl_millis(write.ttl)),
             text(write.floor.min(write.max)),
             text(write.max),
+            Value::String(self.channel.as_str().into()),
         ];
         let keys = vec![self.server_key(write.key), self.server_key(write.counter)];
         let reply = self
@@ -441,6 +434,21 @@ impl TtlStorage for ValkeyStorage {
     /// subscribed (connecting, or refused the channel): the caller polls.
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
         watch_key(&self.client, &self.waiters, self.server_key(key))
+    }
+
+    /// The messages the writes publish on the storage's channel
+    /// (see the crate docs), as the subscriber receives them: every new
+    /// value (with its count for a counted write) and every delete; expiry
+    /// is not reported. Armed once the subscription is proven by a probe;
+    /// interrupted while it is down. Without a subscriber client it is not
+    /// supported.
+    fn changes(
+        &self,
+        key: &Key,
+        _counter: Option<&Key>,
+    ) -> std::result::Result<Changes, ChangesUnsupported> {
+        let subscriber = self.subscriber.as_ref().ok_or(ChangesUnsupported)?;
+        Ok(subscriber.feeds.subscribe(self.server_key(key)))
     }
 }
 

@@ -1,7 +1,8 @@
-//! `TtlStorage::watch` on Valkey: a second connection subscribed to the
-//! channel the compare-and-delete script publishes deleted keys on, proven
-//! by probes, that wakes the waiters of each key; and the watch future
-//! itself (the key's `PTTL`, or a wake-up).
+//! `TtlStorage::watch` and `TtlStorage::changes` on Valkey: a second
+//! connection subscribed to the channel the write scripts publish on
+//! (deleted keys, new values: [`crate::scripts`]), proven by probes, that
+//! wakes the waiters of each key and tells its followers; and the watch
+//! future itself (the key's `PTTL`, or a wake-up).
 
 use std::{
     sync::{
@@ -16,7 +17,7 @@ use fred::{
     types::{ConnectHandle, Message, Value},
 };
 use tokio::{sync::broadcast::error::RecvError, task::JoinHandle};
-use ttl_storage::{Watch, WatchUnsupported, waiters::Waiters};
+use ttl_storage::{Change, Watch, WatchUnsupported, changes::Feeds, waiters::Waiters};
 
 /// The name of the channel on which the compare-and-delete script of the
 /// storages with key prefix `prefix` publishes the keys it deletes.
@@ -28,6 +29,9 @@ pub(crate) fn watch_channel(prefix: &str) -> String {
 /// the task that wakes waiters from what it receives.
 pub(crate) struct Subscriber {
     pub(crate) waiters: Arc<Waiters>,
+    /// The followers of [`TtlStorage::changes`](ttl_storage::TtlStorage::changes),
+    /// live while the waiters are.
+    pub(crate) feeds: Arc<Feeds>,
     /// fred's connection task (reconnects forever).
     pub(crate) task: ConnectHandle,
     /// [`run_hub`].
@@ -48,6 +52,7 @@ impl Subscriber {
         limit: Duration,
     ) -> Subscriber {
         let waiters = Arc::new(Waiters::default());
+        let feeds = Arc::new(Feeds::default());
         // Receivers made before connecting: the first connection's
         // reconnect event is not missed.
         let events = Events {
@@ -63,6 +68,7 @@ impl Subscriber {
                 publisher,
                 channel: channel.clone(),
                 waiters: Arc::clone(&waiters),
+                feeds: Arc::clone(&feeds),
                 refused: Arc::clone(&refused),
             },
             events,
@@ -83,7 +89,12 @@ impl Subscriber {
                 "valkey watch: no proven subscription within {limit:?}; waiters poll until one is made"
             );
         }
-        Subscriber { waiters, task, hub }
+        Subscriber {
+            waiters,
+            feeds,
+            task,
+            hub,
+        }
     }
 }
 
@@ -101,6 +112,7 @@ struct Hub {
     publisher: Client,
     channel: String,
     waiters: Arc<Waiters>,
+    feeds: Arc<Feeds>,
     /// Set when the server refused a probe (`NOPERM`: the ACL gives the
     /// user no right to publish on the channel).
     refused: Arc<AtomicBool>,
@@ -124,11 +136,44 @@ fn probe_token() -> String {
 }
 
 impl Hub {
+    /// Whether the subscription is live, for the waiters and the followers.
+    fn set_ready(&self, ready: bool) {
+        self.waiters.set_ready(ready);
+        self.feeds.set_ready(ready);
+    }
+
+    /// One message of the channel other than a probe: a new value
+    /// (`key NUL count NUL value`) or a deleted key.
+    fn received(&self, message: &[u8]) {
+        if message.first() == Some(&0) {
+            // Another process's probe.
+            return;
+        }
+        let mut parts = message.splitn(3, |b| *b == 0);
+        let key = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+        match (parts.next(), parts.next()) {
+            (Some(count), Some(value)) => {
+                let count = std::str::from_utf8(count).ok().and_then(|c| c.parse().ok());
+                self.feeds.publish(
+                    &key,
+                    Change::Written {
+                        value: value.to_vec(),
+                        count,
+                    },
+                );
+            }
+            _ => {
+                self.waiters.wake(&key);
+                self.feeds.publish(&key, Change::Deleted);
+            }
+        }
+    }
+
     /// Subscribes again after a (re)connection. fred answers `Ok` even when
     /// the server refuses the channel (`NOPERM`), so the subscription is
     /// proven by a probe instead.
     async fn subscribe(&self) {
-        self.waiters.set_ready(false);
+        self.set_ready(false);
         if let Err(err) = self.subscriber.subscribe(self.channel.as_str()).await {
             tracing::warn!(channel = %self.channel, %err, "valkey watch: cannot subscribe");
         }
@@ -169,11 +214,11 @@ async fn run_hub(hub: Hub, mut events: Events) {
             error = events.errors.recv() => match error {
                 Ok((err, _)) => {
                     tracing::debug!(%err, "valkey watch: subscriber connection error");
-                    hub.waiters.set_ready(false);
+                    hub.set_ready(false);
                     probe = None;
                 }
                 Err(RecvError::Lagged(_)) => {
-                    hub.waiters.set_ready(false);
+                    hub.set_ready(false);
                     probe = None;
                 }
                 Err(RecvError::Closed) => break,
@@ -191,28 +236,35 @@ async fn run_hub(hub: Hub, mut events: Events) {
             },
             message = events.messages.recv() => match message {
                 Ok(message) if *message.channel == *hub.channel => {
-                    let key = match &message.value {
-                        Value::String(key) => key.to_string(),
-                        Value::Bytes(key) => String::from_utf8_lossy(key).into_owned(),
+                    let body: &[u8] = match &message.value {
+                        Value::String(body) => body.as_bytes(),
+                        Value::Bytes(body) => body,
                         other => {
                             tracing::debug!(?other, "valkey watch: unexpected message");
                             continue;
                         }
                     };
-                    if probe.as_deref() == Some(key.as_str()) {
+                    if probe.as_deref().map(str::as_bytes) == Some(body) {
                         tracing::debug!(channel = %hub.channel, "valkey watch: subscription proven");
                         probe = None;
-                        hub.waiters.set_ready(true);
+                        hub.set_ready(true);
                         next_probe
                             .as_mut()
                             .reset(tokio::time::Instant::now() + HEALTH_INTERVAL);
                     } else {
-                        hub.waiters.wake(&key);
+                        hub.received(body);
                     }
                 }
                 Ok(_) => {}
-                // Messages were dropped: any waiter may have missed its own.
-                Err(RecvError::Lagged(_)) => hub.waiters.wake_all(),
+                // Messages were dropped: any waiter may have missed its
+                // own, and every follower a change.
+                Err(RecvError::Lagged(_)) => {
+                    hub.waiters.wake_all();
+                    if hub.feeds.is_ready() {
+                        hub.feeds.set_ready(false);
+                        hub.feeds.set_ready(true);
+                    }
+                }
                 Err(RecvError::Closed) => break,
             },
             () = &mut next_probe => {
@@ -236,7 +288,7 @@ async fn run_hub(hub: Hub, mut events: Events) {
             },
         }
     }
-    hub.waiters.set_ready(false);
+    hub.set_ready(false);
 }
 
 /// A deadline that never comes (a year away).

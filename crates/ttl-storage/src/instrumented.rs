@@ -235,4 +235,12 @@ impl<S: TtlStorage> TtlStorage for Instrumented<S> {
             .increment(1);
         watch
     }
+
+    fn changes(
+        &self,
+        key: &Key,
+        counter: Option<&Key>,
+    ) -> std::result::Result<crate::Changes, crate::ChangesUnsupported> {
+        self.inner.changes(key, counter)
+    }
 }

@@ -43,6 +43,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod changes;
 pub mod counted;
 pub mod driver;
 mod entry;
@@ -58,6 +59,7 @@ mod value;
 pub mod waiters;
 mod watch;
 
+pub use changes::{Change, Changes, ChangesUnsupported};
 pub use counted::{Counted, CountedWrite};
 pub use driver::{
     Driver, DriverConfig, FenceConfig, NoStore, OpenFenceFuture, OpenFuture, ParsedUrl, WrongDriver,

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 
 use crate::{
     Entry, Key, Result, Ttl, Watch, WatchUnsupported,
+    changes::{Changes, ChangesUnsupported},
     counted::{Counted, CountedWrite},
 };
 
@@ -195,6 +196,44 @@ pub trait TtlStorage: Send + Sync {
         let _ = key;
         Err(WatchUnsupported)
     }
+
+    /// Optional capability: the writes of the record under `key` as they
+    /// happen ([`Changes`]), so that a follower sees every value the record
+    /// takes, even one that is replaced before any read could see it.
+    /// `counter` names the counter that counted writes to this record
+    /// advance ([`TtlStorage::write_counted`]); a driver that cannot tell a
+    /// write's count from the write itself may read it there.
+    ///
+    /// The default answers [`ChangesUnsupported`]: the caller polls. A
+    /// driver that supports it promises:
+    ///
+    /// - **Armed, then complete.** The stream's first item is
+    ///   [`Change::Armed`](crate::changes::Change::Armed), once the feed is
+    ///   live; from then on every change of the record's value and every
+    ///   delete is reported, in the store's order, until an
+    ///   [`Interrupted`](crate::changes::Change::Interrupted) (then again
+    ///   from the next `Armed`).
+    /// - **Values, not renewals.** A write that keeps the value may be left
+    ///   out; expiry is reported only where the store deletes expired
+    ///   records itself (say which in the driver's docs).
+    ///
+    /// Like [`TtlStorage::watch`] it is not `async`: the subscription is
+    /// made in the call or by a task it starts (needs a Tokio runtime).
+    ///
+    /// # How the network drivers implement it
+    ///
+    /// - **Valkey / Redis**: the scripts that write a new value `PUBLISH`
+    ///   the key, the count and the value on one channel per prefix, read by
+    ///   the watch's subscriber connection.
+    /// - **PostgreSQL**: the statements that write a new value call
+    ///   `pg_notify` with the key, the count and the value (sent at commit).
+    /// - **etcd**: an etcd watch of the key, resumed from the last revision
+    ///   seen after a lost stream; a write's count is the counter read at
+    ///   the write's revision. Expiry is reported (leases delete keys).
+    fn changes(&self, key: &Key, counter: Option<&Key>) -> Result<Changes, ChangesUnsupported> {
+        let _ = (key, counter);
+        Err(ChangesUnsupported)
+    }
 }
 
 /// A storage chosen at run time.
@@ -230,6 +269,9 @@ macro_rules! forward_impl {
             }
             fn watch(&self, key: &Key) -> Result<Watch, WatchUnsupported> {
                 (**self).watch(key)
+            }
+            fn changes(&self, key: &Key, counter: Option<&Key>) -> Result<Changes, ChangesUnsupported> {
+                (**self).changes(key, counter)
             }
         }
     )*};

@@ -168,4 +168,12 @@ impl<O: Observer> TtlStorage for Observed<O> {
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {
         self.inner.watch(key)
     }
+
+    fn changes(
+        &self,
+        key: &Key,
+        counter: Option<&Key>,
+    ) -> std::result::Result<ttl_storage::Changes, ttl_storage::ChangesUnsupported> {
+        self.inner.changes(key, counter)
+    }
 }

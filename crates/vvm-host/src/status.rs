@@ -122,10 +122,11 @@ fn failed(err: &anyhow::Error) -> ExitCode {
     }
 }
 
-/// How often `--watch` re-reads a key whose record the store's watch cannot
-/// report (a hand-over or a stolen lease changes the record without
-/// removing it; without a driver watch, every change). A leadership shorter
-/// than this may be missed; after each change it reads again within 10 ms.
+/// How often `--watch` re-reads a key. On a store that reports its writes
+/// (`TtlStorage::changes`: etcd, Valkey, PostgreSQL) every leadership comes
+/// from that report and the reads only see expiry and store trouble;
+/// elsewhere a leadership shorter than this may be missed. After each
+/// change it reads again within 10 ms.
 const WATCH_POLL: Duration = Duration::from_millis(250);
 
 /// `--watch`: one line per change of each key, until SIGINT/SIGTERM.

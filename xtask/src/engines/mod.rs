@@ -257,6 +257,7 @@ pub(crate) fn all() -> Vec<Engine> {
                 ("coordinator-events", "cluster"),
                 ("coordinator-events", "metrics"),
                 ("storage-valkey", "suite"),
+                ("vvm-host", "watch"),
             ],
             default: true,
             degraded: None,
@@ -281,8 +282,13 @@ pub(crate) fn all() -> Vec<Engine> {
             endpoint_aliases: &[],
             passthrough_vars: &["POSTGRES_TLS_URL"],
             start: postgres::start_with_password,
-            // vvm-host's read-only case: `status` with a role that may only SELECT.
-            suites: &[("storage-postgres", "suite"), ("vvm-host", "read_only")],
+            // vvm-host's read-only case: `status` with a role that may only
+            // SELECT; `status --watch` on the store's notifications.
+            suites: &[
+                ("storage-postgres", "suite"),
+                ("vvm-host", "read_only"),
+                ("vvm-host", "watch"),
+            ],
             default: true,
             degraded: None,
         },
@@ -329,7 +335,7 @@ pub(crate) fn all() -> Vec<Engine> {
             endpoint_aliases: &[],
             passthrough_vars: &["ETCD_TLS_URL"],
             start: etcd::start,
-            suites: &[("storage-etcd", "suite")],
+            suites: &[("storage-etcd", "suite"), ("vvm-host", "watch")],
             default: true,
             degraded: None,
         },

@@ -1,5 +1,6 @@
 //! Every case of the suite. Each is `pub async fn(Ctx)` and panics on failure.
 
+mod changes;
 mod counted;
 mod elections;
 mod fencing;
@@ -11,6 +12,7 @@ mod renewal;
 mod storage;
 mod watch;
 
+pub use changes::*;
 pub use counted::*;
 pub use elections::*;
 pub use fencing::*;

@@ -21,11 +21,12 @@ const NOT_DECIMAL: &str = "ttl-storage counter is not a decimal u64";
 const EXHAUSTED: &str = "ttl-storage counter is exhausted";
 
 /// The counted form of `record` (the plain `insert` or `cas`, ending in
-/// `RETURNING 1`): the counter's key, floor and max are parameters
+/// `RETURNING key, value`), notifying `channel` of the new value and count
+/// when `when` holds: the counter's key, floor and max are parameters
 /// `$first`, `$first + 1` and `$first + 2` (floor and max as text: a `u64`
 /// does not fit a `bigint`). Returns the counter's new value as text, or
 /// no row when the record's condition failed.
-pub(super) fn statement(table: &str, record: &str, first: u8) -> String {
+pub(super) fn statement(table: &str, record: &str, first: u8, channel: &str, when: &str) -> String {
     let (counter, floor, max) = (first, first + 1, first + 2);
     let start = format!("least(${floor}::text::numeric, ${max}::text::numeric)");
     let current = "convert_from(c.value, 'UTF8')";
@@ -42,7 +43,9 @@ pub(super) fn statement(table: &str, record: &str, first: u8) -> String {
              WHEN {current}::numeric + 1 > ${max}::text::numeric THEN {exhausted} \
              ELSE greatest({current}::numeric + 1, {start}) END)::text, 'UTF8') \
            RETURNING value) \
-         SELECT convert_from(value, 'UTF8') FROM cnt",
+         SELECT convert_from(cnt.value, 'UTF8'), \
+           CASE WHEN {when} THEN pg_notify('{channel}', {payload}) END FROM cnt, rec",
+        payload = super::statements::written_payload("rec", "convert_from(cnt.value, 'UTF8')"),
         not_decimal = fail(NOT_DECIMAL),
         exhausted = fail(EXHAUSTED),
     )

@@ -18,7 +18,7 @@ fn insert_sql(table: &str) -> String {
     format!(
         "INSERT INTO {table} AS r (key, value, expires_at) VALUES ($1, $2, {}) \
          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at \
-         WHERE r.expires_at IS NOT NULL AND r.expires_at <= now() RETURNING 1",
+         WHERE r.expires_at IS NOT NULL AND r.expires_at <= now() RETURNING key, value",
         expiry(3)
     )
 }
@@ -28,8 +28,32 @@ fn insert_sql(table: &str) -> String {
 fn swap_sql(table: &str) -> String {
     format!(
         "UPDATE {table} SET value = $3, expires_at = {} \
-         WHERE key = $1 AND value = $2 AND {LIVE} RETURNING 1",
+         WHERE key = $1 AND value = $2 AND {LIVE} RETURNING key, value",
         expiry(4)
+    )
+}
+
+/// The longest value a notification carries (hex-encoded, with a key of
+/// at most 512 bytes and a count, it stays under `NOTIFY`'s 8000 bytes);
+/// a longer one is notified as `!`: its followers read the record.
+const MAX_NOTIFIED: usize = 3600;
+
+/// The payload telling followers that row `row` (a `WITH` part returning
+/// `key, value`) was written with `count` (an SQL text expression):
+/// `key LF count LF hex(value)` (keys hold no control character).
+pub(super) fn written_payload(row: &str, count: &str) -> String {
+    format!(
+        "{row}.key || E'\\n' || {count} || E'\\n' || CASE WHEN octet_length({row}.value) <= {MAX_NOTIFIED} \
+         THEN encode({row}.value, 'hex') ELSE '!' END"
+    )
+}
+
+/// `sql` (ending in `RETURNING key, value`), notifying `channel` of the
+/// written row when `when` (an SQL condition) holds.
+fn notifying(sql: &str, channel: &str, when: &str) -> String {
+    format!(
+        "WITH w AS ({sql}) SELECT CASE WHEN {when} THEN pg_notify('{channel}', {}) END FROM w",
+        written_payload("w", "''")
     )
 }
 
@@ -60,14 +84,28 @@ pub(super) struct Statements {
 }
 
 impl Statements {
-    /// The statements on `table`; compare-and-delete notifies `channel`.
+    /// The statements on `table`; the writes notify `channel` of a new
+    /// value (a renewal, same value, notifies nothing) and
+    /// compare-and-delete of the deleted key.
     pub(super) fn new(table: &str, channel: &str) -> Self {
         let live = LIVE;
         Statements {
-            insert: insert_sql(table),
-            cas: swap_sql(table),
-            counted_insert: super::counted::statement(table, &insert_sql(table), 4),
-            counted_swap: super::counted::statement(table, &swap_sql(table), 5),
+            insert: notifying(&insert_sql(table), channel, "true"),
+            cas: notifying(&swap_sql(table), channel, "$2 IS DISTINCT FROM $3"),
+            counted_insert: super::counted::statement(
+                table,
+                &insert_sql(table),
+                4,
+                channel,
+                "true",
+            ),
+            counted_swap: super::counted::statement(
+                table,
+                &swap_sql(table),
+                5,
+                channel,
+                "$2 IS DISTINCT FROM $3",
+            ),
             // The notification is sent when the statement's transaction
             // commits, that is with the delete; its row count is the
             // number of rows deleted.

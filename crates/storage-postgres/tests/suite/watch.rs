@@ -20,7 +20,8 @@ async fn watch_wakes_on_a_delete_by_another_storage() {
 }
 
 /// Compare-and-delete notifies the table's channel with the key, once,
-/// and only when it deleted.
+/// and only when it deleted; the insert before it notified its new value
+/// (`key LF count LF hex(value)`, no count).
 #[tokio::test]
 #[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
 async fn compare_and_delete_notifies_the_key() {
@@ -48,6 +49,11 @@ async fn compare_and_delete_notifies_the_key() {
     assert!(!s.compare_and_delete(&k, b"other").await.unwrap());
     assert!(s.compare_and_delete(&k, b"a").await.unwrap());
     assert!(!s.compare_and_delete(&k, b"a").await.unwrap());
+    let (_, inserted) = tokio::time::timeout(Duration::from_secs(10), notifications.recv())
+        .await
+        .expect("no notification")
+        .unwrap();
+    assert_eq!(inserted, format!("{k}\n\n61"));
     let (channel, payload) = tokio::time::timeout(Duration::from_secs(10), notifications.recv())
         .await
         .expect("no notification")
@@ -62,12 +68,13 @@ async fn compare_and_delete_notifies_the_key() {
     );
 }
 
-/// When the listener's connection dies, a pending watch completes (its
-/// waiter re-checks and polls) and new watches answer `WatchUnsupported`
-/// until it listens again: a waiter never hangs on a dead listener.
-#[tokio::test]
-#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
-async fn dead_listener_wakes_and_reports_unsupported() {
+/// A storage connected directly, a proxy to the server, and a storage
+/// (one pooled connection, and its listener) through that proxy.
+async fn through_a_proxy() -> (
+    PostgresStorage,
+    elections_testsuite::proxy::Proxy,
+    PostgresStorage,
+) {
     let direct = connect_url(&base_url()).await;
     let proxy = network::proxy_to(server_addr()).await;
     let url = url_with(|u| {
@@ -76,6 +83,16 @@ async fn dead_listener_wakes_and_reports_unsupported() {
         u.set_query(Some("pool_size=1&connect_timeout=5s"));
     });
     let s = connect_url(&url).await;
+    (direct, proxy, s)
+}
+
+/// When the listener's connection dies, a pending watch completes (its
+/// waiter re-checks and polls) and new watches answer `WatchUnsupported`
+/// until it listens again: a waiter never hangs on a dead listener.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn dead_listener_wakes_and_reports_unsupported() {
+    let (direct, proxy, s) = through_a_proxy().await;
     // New watches are refused as soon as the listener is found dead.
     network::dead_feed_wakes_the_watch_and_refuses_new_ones(
         &direct,
@@ -86,4 +103,15 @@ async fn dead_listener_wakes_and_reports_unsupported() {
         Duration::ZERO,
     )
     .await;
+}
+
+/// The feed of a key's writes (`changes`) across dropped connections: the
+/// listener's followers are told it was interrupted (notifications sent
+/// meanwhile are lost), then armed again once it listens.
+#[tokio::test]
+#[ignore = "needs PostgreSQL: run `cargo xtask test-drivers --engine postgres`"]
+async fn changes_say_when_the_listener_was_cut() {
+    let (direct, proxy, s) = through_a_proxy().await;
+    network::a_lost_feed_resumes_or_says_it_was_interrupted(&direct, &s, &proxy, &key("blip"))
+        .await;
 }

@@ -21,7 +21,8 @@ async fn watch_wakes_on_a_delete_by_another_connection() {
 }
 
 /// The delete is published on `<prefix>__deleted` with the server key as
-/// the message (what another client could subscribe to as well).
+/// the message (what another client could subscribe to as well); an insert
+/// is published there as `key NUL NUL value` (a new value, no count).
 #[tokio::test]
 #[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
 async fn compare_and_delete_publishes_the_key() {
@@ -42,6 +43,14 @@ async fn compare_and_delete_publishes_the_key() {
     assert!(s.insert_if_not_exists(&k, b"a", ttl(30)).await.unwrap());
     assert!(!s.compare_and_delete(&k, b"other").await.unwrap());
     assert!(s.compare_and_delete(&k, b"a").await.unwrap());
+    let inserted = tokio::time::timeout(Duration::from_secs(10), messages.recv())
+        .await
+        .expect("no message published")
+        .unwrap();
+    assert_eq!(
+        inserted.value.as_bytes(),
+        Some(format!("{}\0\0a", s.server_key(&k)).as_bytes())
+    );
     let message = tokio::time::timeout(Duration::from_secs(10), messages.recv())
         .await
         .expect("no message published")
@@ -115,4 +124,18 @@ async fn user_without_channel_rights_deletes_and_polls() {
     );
     assert!(s.compare_and_delete(&k, b"a").await.unwrap());
     assert_eq!(admin.get(&k).await.unwrap(), None);
+}
+
+/// The feed of a key's writes (`changes`) across dropped connections: the
+/// subscriber's followers are told it was interrupted (deletes and values
+/// published meanwhile are lost), then armed again once it is proven.
+#[tokio::test]
+#[ignore = "needs Valkey/Redis: run `cargo xtask test-drivers --engine valkey`"]
+async fn changes_say_when_the_subscriber_was_cut() {
+    let direct = connect().await;
+    let proxy = network::proxy_to(server_addr()).await;
+    let url = format!("redis://{}?timeout=500ms&connect_timeout=500ms", proxy.addr);
+    let s = ValkeyStorage::from_url(&url).await.unwrap();
+    network::a_lost_feed_resumes_or_says_it_was_interrupted(&direct, &s, &proxy, &key("blip"))
+        .await;
 }
