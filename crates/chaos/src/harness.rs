@@ -203,6 +203,12 @@ pub async fn run(config: HarnessConfig) -> anyhow::Result<Report> {
         resource: resource.clone(),
         records: records.clone(),
     };
+    // Beside the contenders, on the store itself: not when the engine is
+    // faulted (its feed is then interrupted, and may rightly miss some).
+    let observer = match config.direct {
+        true => None,
+        false => crate::observer::start(&config.url, &ctx.key).await?,
+    };
     for slot in &mut slots {
         ctx.spawn(slot)?;
     }
@@ -254,6 +260,13 @@ pub async fn run(config: HarnessConfig) -> anyhow::Result<Report> {
     report.writes_past_lease = past_lease.len() as u64;
     report.violations.extend(past_lease);
     server_clock::count_overlaps(&history, d, &mut report);
+    if let Some(observer) = observer {
+        observer.check(
+            &history,
+            end_ms.saturating_sub(crate::observer::SETTLE_MS),
+            &mut report,
+        );
+    }
     Ok(report)
 }
 

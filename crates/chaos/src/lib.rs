@@ -89,6 +89,7 @@ pub mod event;
 pub mod fleet;
 pub mod guarded;
 pub mod harness;
+mod observer;
 pub mod process;
 pub mod proxy;
 pub mod server_clock;

@@ -57,14 +57,25 @@ pub(crate) async fn contender(world: Arc<World>, keys: Arc<Vec<String>>, who: Wh
                 world.update(|s| s.ops.campaigns += 1);
             }
             spawn_work(&world, &leadership, who, d);
+            // One leadership in five is a blink: released within d/40 (a
+            // job that finds nothing to do), shorter than the observers'
+            // poll, so only a follower of the store's writes reports it.
+            let blink = world.lock().rng.chance(0.2);
             loop {
-                let hold = world.lock().rng.between(d, d * 8);
+                let hold = if blink {
+                    world.lock().rng.between(Duration::ZERO, d / 40)
+                } else {
+                    world.lock().rng.between(d, d * 8)
+                };
                 tokio::select! {
                     biased;
                     _ = leadership.ended() => break,
                     () = sleep(hold) => {}
                 }
                 world.wait_runnable(who.contender, false).await;
+                if blink {
+                    break;
+                }
                 let hand_over = world.lock().rng.chance(0.5);
                 if !hand_over {
                     break;
@@ -165,10 +176,11 @@ async fn step_down_by_hand_over(world: &Arc<World>, leadership: &elections::Lead
 /// Observes `key` on the store itself until the run ends, counting reports
 /// and writes, and keeping the last report for the final check
 /// ([`stale_observations`]).
-pub(crate) async fn observer(world: Arc<World>, key: String) {
+pub(crate) async fn observer(world: Arc<World>, key: String, follows: bool) {
     let Ok(k) = Key::new(key) else { return };
     let storage = Arc::new(ReadOnly {
         world: world.clone(),
+        follows,
     });
     let mut observations = elections::observe(storage, &k, world.lease / 20);
     let mut last: Option<Observation> = None;
@@ -203,6 +215,9 @@ pub(crate) async fn observer(world: Arc<World>, key: String) {
 /// refused).
 struct ReadOnly {
     world: Arc<World>,
+    /// Offers the store's feed of writes (else the observer polls: the
+    /// negative control [`crate::SimConfig::observers_poll`]).
+    follows: bool,
 }
 
 impl ReadOnly {
@@ -238,6 +253,9 @@ impl TtlStorage for ReadOnly {
         key: &Key,
         counter: Option<&Key>,
     ) -> std::result::Result<ttl_storage::Changes, ttl_storage::ChangesUnsupported> {
+        if !self.follows {
+            return Err(ttl_storage::ChangesUnsupported);
+        }
         self.world.store.map.changes(key, counter)
     }
 }

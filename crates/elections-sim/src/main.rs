@@ -42,6 +42,11 @@ struct Args {
     /// `never-preempt`). Runs must fail.
     #[arg(long, value_parser = parse_bug)]
     preemption_bug: Option<PreemptionBug>,
+    /// Negative control: the observers poll instead of following the
+    /// store's writes, as before issue 37's fix. Runs must fail
+    /// (leaderships missed).
+    #[arg(long)]
+    observers_poll: bool,
 }
 
 fn parse_bug(name: &str) -> Result<PreemptionBug, String> {
@@ -66,6 +71,7 @@ fn main() -> ExitCode {
         anchor: args.anchor,
         unguarded_late_writes: args.unguarded_late_writes,
         preemption_bug: args.preemption_bug,
+        observers_poll: args.observers_poll,
         ..SimConfig::default()
     };
     let seeds = match args.seed {

@@ -45,6 +45,10 @@ pub struct SimConfig {
     /// A deliberate bug in the priority seeds' preemption, to show the
     /// checks catch it. Never set outside those tests.
     pub preemption_bug: Option<PreemptionBug>,
+    /// The observers poll instead of following the store's writes (as
+    /// before issue 37's fix), to show the missed-leadership check catches
+    /// it. Never set outside that test.
+    pub observers_poll: bool,
 }
 
 impl Default for SimConfig {
@@ -57,6 +61,7 @@ impl Default for SimConfig {
             anchor: None,
             unguarded_late_writes: false,
             preemption_bug: None,
+            observers_poll: false,
         }
     }
 }
@@ -241,7 +246,7 @@ async fn run(seed: u64, config: SimConfig, keep_log: bool) -> RunReport {
     // The observers first: each follows its key from before any write.
     let observers: Vec<_> = keys
         .iter()
-        .map(|key| tokio::spawn(observer(world.clone(), key.clone())))
+        .map(|key| tokio::spawn(observer(world.clone(), key.clone(), !config.observers_poll)))
         .collect();
     tokio::task::yield_now().await;
     let mut incarnations = vec![0u32; contenders];

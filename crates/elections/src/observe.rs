@@ -109,7 +109,10 @@ impl Elections {
 /// Valkey, PostgreSQL, storage-mem) every leadership is reported from that
 /// feed, in the store's order, even one that begins and ends before any
 /// read could see it, with the token its counted write took; reads then
-/// only tell expiry and store trouble. While the feed is being armed or is
+/// tell expiry and store trouble, and a record the feed does not report
+/// within a second of a read finding it (written by a writer the feed does
+/// not carry: one without the right to publish, an older build) is
+/// reported from the reads. While the feed is being armed or is
 /// interrupted, the key is polled as below; a leadership that comes and
 /// goes while the feed is down may be missed, and one written while the
 /// first read after arming is out may be reported after the state that
@@ -423,5 +426,81 @@ mod tests {
         }
         a.cleanup().await;
         b.cleanup().await;
+    }
+
+    /// A store whose feed is armed and then tells nothing: the writes of
+    /// a writer it does not carry (one without the right to publish, an
+    /// older build, another program).
+    struct SilentFeed(storage_mem::MemStorage);
+
+    #[async_trait::async_trait]
+    impl TtlStorage for SilentFeed {
+        async fn insert_if_not_exists(
+            &self,
+            key: &Key,
+            value: &[u8],
+            ttl: ttl_storage::Ttl,
+        ) -> Result<bool, StorageError> {
+            self.0.insert_if_not_exists(key, value, ttl).await
+        }
+        async fn compare_and_swap(
+            &self,
+            key: &Key,
+            old: &[u8],
+            new: &[u8],
+            ttl: ttl_storage::Ttl,
+        ) -> Result<bool, StorageError> {
+            self.0.compare_and_swap(key, old, new, ttl).await
+        }
+        async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool, StorageError> {
+            self.0.compare_and_delete(key, value).await
+        }
+        async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>, StorageError> {
+            self.0.get(key).await
+        }
+        async fn get_entry(&self, key: &Key) -> Result<Option<ttl_storage::Entry>, StorageError> {
+            self.0.get_entry(key).await
+        }
+        fn changes(
+            &self,
+            _: &Key,
+            _: Option<&Key>,
+        ) -> Result<ttl_storage::Changes, ttl_storage::ChangesUnsupported> {
+            let armed = stream::once(async { ttl_storage::Change::Armed });
+            Ok(Box::pin(futures::StreamExt::chain(
+                armed,
+                stream::pending(),
+            )))
+        }
+    }
+
+    /// A leader the feed never reports is still reported, from the reads,
+    /// about a second after they first find it (before, the follower
+    /// waited for the feed forever, re-reading every 10 ms).
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_the_feed_does_not_carry_is_reported_from_the_reads() {
+        let storage = storage_mem::MemStorage::new();
+        let key = Key::new("job").unwrap();
+        let mut leaders = observe(
+            Arc::new(SilentFeed(storage.clone())),
+            &key,
+            MAX_POLL_INTERVAL,
+        );
+        assert_eq!(leaders.next().await, Some(Observation::NoLeader));
+        let writer = Elections::with_killer(storage, RecordingKiller::new());
+        let started = tokio::time::Instant::now();
+        writer
+            .acquire_leadership(&key, "unpublished", Duration::from_secs(20))
+            .await
+            .unwrap()
+            .expect("the key is free");
+        let seen = tokio::time::timeout(Duration::from_secs(30), leaders.next()).await;
+        match seen {
+            Ok(Some(Observation::Leader { value, .. })) => assert_eq!(value, b"unpublished"),
+            other => panic!("the leader was not reported: {other:?}"),
+        }
+        let after = started.elapsed();
+        assert!(after <= Duration::from_secs(3), "reported after {after:?}");
+        writer.cleanup().await;
     }
 }

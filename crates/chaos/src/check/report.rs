@@ -64,6 +64,10 @@ pub struct Report {
     /// What a stated limit allowed, one line each (the overlaps a server
     /// clock step explains): not violations, printed as evidence.
     pub within_limits: Vec<String>,
+    /// The observer beside the contenders (on a store that reports its
+    /// writes): leaderships it reported, and acquisitions it missed (each
+    /// a violation); `None` when it was not run.
+    pub observer: Option<(u64, u64)>,
     /// Every violation, readable.
     pub violations: Vec<String>,
 }
@@ -152,6 +156,16 @@ impl fmt::Display for Report {
             ms(self.worst_overlap),
             self.server_clock_changes
         )?;
+        match self.observer {
+            Some((reported, missed)) => writeln!(
+                f,
+                "observer (following the store's writes): {reported} leaderships reported, {missed} acquisitions missed"
+            )?,
+            None => writeln!(
+                f,
+                "observer: not run (the store does not report its writes, or the engine itself was faulted)"
+            )?,
+        }
         for line in &self.within_limits {
             writeln!(f, "  within a stated limit: {line}")?;
         }

@@ -6,8 +6,9 @@
 //! While the feed is armed, a new leader is known only from the feed, in
 //! the store's order; reads (on the driver's watch, or the pause) are for
 //! what the feed may not report: expiry, and store trouble. A read that
-//! finds another record than the feed's is not reported: the feed's report
-//! of it is on its way. While the feed is not armed (being made, or
+//! finds another record than the feed's is not reported at once (the
+//! feed's report of it is on its way), but only if it still stands a
+//! second later with no report (a writer the feed does not carry). While the feed is not armed (being made, or
 //! interrupted) the key is polled as without one, and the first read after
 //! it is armed again is reported as it is.
 
@@ -25,7 +26,16 @@ pub(super) struct Follow {
     armed: bool,
     /// The record as the feed (or the read after arming) last told it.
     current: Option<Vec<u8>>,
+    /// A record reads found that the feed has not reported, and since
+    /// when: reported from the reads once it stays [`UNREPORTED_GRACE`]
+    /// (a writer whose writes the feed does not carry: one without the
+    /// right to publish, an older build, another program).
+    unreported: Option<(Vec<u8>, tokio::time::Instant)>,
 }
+
+/// How long a record the feed does not report may stand before the reads
+/// report it.
+const UNREPORTED_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Follow {
     pub(super) fn new(changes: Changes) -> Self {
@@ -33,6 +43,7 @@ impl Follow {
             changes: Some(changes),
             armed: false,
             current: None,
+            unreported: None,
         }
     }
 }
@@ -101,6 +112,7 @@ pub(super) async fn step(state: &mut State) -> Option<(Seen, Observation)> {
     match change {
         Some(Some(Change::Written { value, count })) => {
             follow.current = Some(value.clone());
+            follow.unreported = None;
             Some(written(state.reads(), value, count).await)
         }
         Some(Some(Change::Deleted)) => {
@@ -120,19 +132,41 @@ pub(super) async fn step(state: &mut State) -> Option<(Seen, Observation)> {
         None => {
             let current = follow.current.clone();
             let (seen, observation) = read(state.reads()).await;
+            let follow = state.follow.as_mut()?;
             match &seen {
                 Seen::Trouble => Some((seen, observation)),
                 Seen::None => {
-                    if let Some(follow) = state.follow.as_mut() {
-                        follow.current = None;
-                    }
+                    follow.current = None;
+                    follow.unreported = None;
                     Some((seen, observation))
                 }
                 Seen::Record(record) if current.as_deref() == Some(record.as_slice()) => {
                     Some((seen, observation))
                 }
-                // The feed's report of it is on its way.
-                Seen::Record(_) => None,
+                Seen::Record(record) => {
+                    let now = tokio::time::Instant::now();
+                    match &follow.unreported {
+                        // The feed never told it: say what the reads see.
+                        Some((seen_before, since))
+                            if seen_before == record && now >= *since + UNREPORTED_GRACE =>
+                        {
+                            follow.current = Some(record.clone());
+                            follow.unreported = None;
+                            Some((seen, observation))
+                        }
+                        // The feed's report of it is on its way (as a rule
+                        // within milliseconds): read again, less often.
+                        Some((seen_before, _)) if seen_before == record => {
+                            state.pause = state.pause.saturating_mul(2).min(state.poll);
+                            None
+                        }
+                        _ => {
+                            follow.unreported = Some((record.clone(), now));
+                            state.pause = state.pause.saturating_mul(2).min(state.poll);
+                            None
+                        }
+                    }
+                }
             }
         }
     }
