@@ -39,6 +39,30 @@ async fn compare_and_delete_publishes_the_key() {
     let mut messages = listener.message_rx();
     listener.init().await.unwrap();
     listener.subscribe(s.watch_channel()).await.unwrap();
+    // Both subscriptions (the listener's and the storage's own) in force
+    // on the server before the first write: the insert's message is then
+    // never published to no one.
+    let counted = async {
+        loop {
+            let answer: Vec<fred::types::Value> = s
+                .client()
+                .custom(
+                    fred::cmd!("PUBSUB"),
+                    vec!["NUMSUB".to_owned(), s.watch_channel().to_owned()],
+                )
+                .await
+                .unwrap();
+            if let [_, fred::types::Value::Integer(n)] = answer.as_slice()
+                && *n >= 2
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), counted)
+        .await
+        .expect("the subscriptions were not counted within 10 s");
     let k = key("published");
     assert!(s.insert_if_not_exists(&k, b"a", ttl(30)).await.unwrap());
     assert!(!s.compare_and_delete(&k, b"other").await.unwrap());
