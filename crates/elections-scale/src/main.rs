@@ -68,6 +68,11 @@ impl Killer for CountingKiller {
     fn kill(&self, _key: &Key, _deadline: tokio::time::Instant) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
+
+    // like the production killer, which does not look at armings
+    fn observes_arming(&self) -> bool {
+        false
+    }
 }
 
 /// How the ramp went.
@@ -119,7 +124,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         .await
         .context("cannot open the store")?;
     let killer = Arc::new(CountingKiller::default());
-    let elections = Elections::with_killer(storage, killer.clone());
+    let elections = Elections::with_killer(storage.clone(), killer.clone());
 
     let ramp_started = tokio::time::Instant::now();
     let ramp = acquire_all(&elections, args).await;
@@ -160,6 +165,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     let share =
         |used: Option<Duration>| used.map(|used| used.as_secs_f64() / elapsed.as_secs_f64());
     let kills = killer.0.load(Ordering::Relaxed);
+    let lapsed = lapsed_while_leading(&*storage, &ramp.acquired).await;
     let shown =
         |v: Option<f64>, unit: &str| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}{unit}"));
     println!(
@@ -188,6 +194,10 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         kills,
         kills - kills_before,
     );
+    println!(
+        "leases lapsed while their holder still led (a record not holding its leader's value, the handle active before and after the read): {lapsed} of {}",
+        ramp.acquired.len()
+    );
     let line = serde_json::json!({
         "storage": redacted(&args.storage),
         "keys": args.keys,
@@ -206,12 +216,34 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         "lag_max_ms": lag.max.as_millis() as u64,
         "shed": lag.shed,
         "killer_firings": kills,
+        "lapsed_while_leading": lapsed,
         "errors": ramp.errors,
         "not_acquired": ramp.given_up,
     });
     println!("{line}");
     // No release: the records expire (and this process's leases with it).
     std::process::exit(0)
+}
+
+/// Leaderships whose handle is active before and after a read that finds
+/// their record gone or holding another value: a lease that lapsed while
+/// its holder still acted as leader, which the killer exists to prevent
+/// (a failed read counts as nothing).
+async fn lapsed_while_leading(storage: &dyn ttl_storage::TtlStorage, held: &[Leadership]) -> u64 {
+    futures::stream::iter(held)
+        .map(|leadership| async move {
+            if !leadership.is_active() {
+                return false;
+            }
+            let read = storage.get(leadership.key()).await;
+            let lapsed =
+                matches!(&read, Ok(value) if value.as_deref() != Some(leadership.record_value()));
+            lapsed && leadership.is_active()
+        })
+        .buffer_unordered(256)
+        .filter(|lapsed| std::future::ready(*lapsed))
+        .count()
+        .await as u64
 }
 
 /// The URL without its password.

@@ -10,9 +10,8 @@ use std::{
     time::Duration,
 };
 
-use tokio::{task::JoinHandle, time::Instant};
+use tokio::time::Instant;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tracing::Instrument;
 use ttl_storage::{Key, TtlStorage};
 
 mod acquire;
@@ -22,9 +21,12 @@ use crate::{
     ElectionsError,
     claim::SharedClaim,
     end::{EndReason, EndSignal},
-    killer::{Killer, KillerTimer, ProcessKiller},
+    killer::{Killer, KillerClock, KillerTimer, ProcessKiller},
     leadership::Leadership,
-    renewal::Renewal,
+    renewal::{
+        Renewal,
+        batch::{RenewalHandle, Renewer},
+    },
     telemetry,
     timing::Timing,
 };
@@ -60,6 +62,10 @@ struct Inner {
     state: Mutex<State>,
     /// Renewal lag, and whether new acquisitions are shed ([`crate::load`]).
     load: Arc<crate::load::Load>,
+    /// The tasks renewing every leadership ([`crate::renewal::batch`]).
+    renewer: Renewer,
+    /// The task keeping every killer deadline ([`crate::killer`]).
+    clock: KillerClock,
 }
 
 #[derive(Default)]
@@ -77,8 +83,8 @@ pub(crate) struct Entry {
     /// The stored bytes (value and nonce).
     pub(crate) record: Arc<[u8]>,
     pub(crate) timing: Timing,
-    stop: CancellationToken,
-    renewal: JoinHandle<()>,
+    /// The renewal's owner side: stops it, waits for its attempt.
+    renewal: RenewalHandle,
     pub(crate) killer: Arc<KillerTimer>,
     pub(crate) end: EndSignal,
     /// The owner's tracked work ([`Leadership::spawn`]): a release waits
@@ -91,7 +97,8 @@ pub(crate) struct Entry {
 /// it. The killer stays armed, since the work may still run.
 impl Drop for Entry {
     fn drop(&mut self) {
-        self.stop.cancel();
+        self.renewal.stop();
+        self.renewal.abandon();
     }
 }
 
@@ -107,10 +114,8 @@ impl Entry {
             );
         }
         self.work.wait().await;
-        self.stop.cancel();
-        if let Err(err) = (&mut self.renewal).await {
-            tracing::error!(error = %err, "renewal task panicked");
-        }
+        self.renewal.stop();
+        self.renewal.stopped().await;
     }
 }
 
@@ -153,8 +158,8 @@ impl Elections {
     ///
     /// The protocol: insert-if-not-exists; advance the fencing counter; a
     /// confirming compare-and-swap whose start begins the lease and arms the
-    /// killer at `0.8 x duration`; then a background task renews every
-    /// `duration / 4`.
+    /// killer at `0.8 x duration`; then the elections' renewal tasks renew
+    /// it every `duration / 4` (on the next 10 ms tick).
     ///
     /// Cancelling this future part-way may leave a record that no one renews;
     /// it expires after `duration`.
@@ -194,7 +199,7 @@ impl Elections {
                     key.clone(),
                     self.inner.killer.clone(),
                     end.clone(),
-                    &self.inner.tracker,
+                    &self.inner.clock,
                     lease_start,
                     timing.kill_after_success(),
                 );
@@ -210,9 +215,11 @@ impl Elections {
                     claim,
                     load: self.inner.load.clone(),
                     metrics: crate::telemetry::RenewalMetrics::new(&key),
+                    renewals: 0,
+                    span: tracing::info_span!("leadership", %key, fencing_token),
+                    arming_observed: self.inner.killer.observes_arming(),
                 };
-                let span = tracing::info_span!("leadership", %key, fencing_token);
-                let renewal = self.inner.tracker.spawn(renewal.run().instrument(span));
+                let renewal = self.inner.renewer.start(renewal, stop);
                 let work = TaskTracker::new();
                 let killer_handle = killer.clone();
                 state.slots.insert(
@@ -220,7 +227,6 @@ impl Elections {
                     Slot::Held(Entry {
                         record: value.clone(),
                         timing,
-                        stop,
                         renewal,
                         killer: killer.clone(),
                         end: end.clone(),
@@ -274,6 +280,8 @@ impl Elections {
         for (key, entry) in entries {
             self.release_entry(&key, entry).await;
         }
+        self.inner.renewer.shut_down().await;
+        self.inner.clock.shut_down().await;
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
     }
@@ -324,9 +332,13 @@ impl Elections {
         self.inner.tracker.spawn(task);
     }
 
-    /// Background tasks (renewals and killer timers) still running.
+    /// Background work still running: a renewal and a killer timer per
+    /// leadership not yet released, and the elections' own helpers.
+    /// Renewals and killer timers are not tasks of their own (a few
+    /// shared tasks run them all: a few renewal shards and one killer clock);
+    /// each is counted as one.
     pub fn background_tasks(&self) -> usize {
-        self.inner.tracker.len()
+        self.inner.tracker.len() + self.inner.renewer.live() + self.inner.clock.armed()
     }
 }
 
@@ -364,6 +376,8 @@ impl ElectionsBuilder {
                 tracker: TaskTracker::new(),
                 state: Mutex::new(State::default()),
                 load: Arc::new(crate::load::Load::new()),
+                renewer: Renewer::new(),
+                clock: KillerClock::new(),
             }),
         }
     }
@@ -403,7 +417,8 @@ impl Drop for Inner {
         for (key, slot) in state.slots.drain() {
             if let Slot::Held(entry) = slot {
                 tracing::warn!(%key, "elections and every leadership handle dropped without release; renewal stops, the record is left to expire");
-                entry.stop.cancel();
+                entry.renewal.stop();
+                entry.renewal.abandon();
                 if entry.end.end(EndReason::ElectionsDropped) {
                     telemetry::lost(&key, &EndReason::ElectionsDropped);
                 }

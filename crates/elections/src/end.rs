@@ -1,5 +1,5 @@
 //! How a leadership ends: the reason ([`EndReason`]) and the signal the
-//! handle, the renewal task and the killer share.
+//! handle, the renewal and the killer share.
 
 use std::{
     fmt,
@@ -122,7 +122,7 @@ impl fmt::Display for EndReason {
     }
 }
 
-/// The end signal of one leadership, shared by the handle and the renewal task.
+/// The end signal of one leadership, shared by the handle and its renewal.
 #[derive(Clone, Default)]
 pub(crate) struct EndSignal {
     pub(crate) token: CancellationToken,

@@ -161,7 +161,17 @@ pub(crate) async fn timed<T>(
     limit: Duration,
     call: impl Future<Output = Result<T, StorageError>>,
 ) -> Result<T, StorageError> {
-    match tokio::time::timeout(limit, call).await {
+    timed_from(tokio::time::Instant::now(), limit, call).await
+}
+
+/// [`timed`] for a call that started at `start` (the caller read the
+/// clock already).
+pub(crate) async fn timed_from<T>(
+    start: tokio::time::Instant,
+    limit: Duration,
+    call: impl Future<Output = Result<T, StorageError>>,
+) -> Result<T, StorageError> {
+    match tokio::time::timeout_at(start + limit, call).await {
         Ok(result) => result,
         Err(_) => Err(StorageError::outcome_unknown(format!(
             "storage call did not answer within {limit:?}"

@@ -6,7 +6,7 @@
 //! A leader learns that it lost its lease only when a renewal fails. If the
 //! process is paused (GC, SIGSTOP, an overloaded host) or the storage hangs,
 //! it learns nothing while its record expires and another process takes
-//! over. The killer is a deadline, kept by a task of its own, that a
+//! over. The killer is a deadline, kept apart from renewal, that a
 //! successful write pushes forward and nothing else does:
 //!
 //! - after a successful insert or renewal that **started** at `s`, the
@@ -26,18 +26,22 @@
 //!
 //! Tests inject a [`RecordingKiller`], which records every arming and every
 //! kill instead of exiting.
+//!
+//! The deadlines of every leadership of one [`Elections`](crate::Elections)
+//! are kept by one task of their own (the killer clock), apart from the renewal
+//! tasks: a renewal stuck on the store does not hold up a killer.
 
 use std::{
     fmt,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex, PoisonError},
 };
 
-use tokio::{sync::Notify, time::Instant};
-use tokio_util::task::TaskTracker;
-use tracing::Instrument;
+use tokio::time::Instant;
 use ttl_storage::Key;
 
-use crate::end::{EndReason, EndSignal};
+mod clock;
+
+pub(crate) use clock::{KillerClock, KillerTimer};
 
 /// What to do when a killer deadline passes. Injectable for tests.
 pub trait Killer: Send + Sync + 'static {
@@ -49,6 +53,13 @@ pub trait Killer: Send + Sync + 'static {
     /// Observes every change of a deadline (for tests and metrics). The
     /// default does nothing.
     fn armed(&self, _event: &ArmEvent) {}
+
+    /// Whether [`armed`](Killer::armed) looks at the events. A killer that
+    /// answers false is not called with them, which spares two events (a
+    /// copy of the key each) per renewal. The default is true.
+    fn observes_arming(&self) -> bool {
+        true
+    }
 }
 
 /// Why a deadline changed.
@@ -91,6 +102,10 @@ impl Killer for ProcessKiller {
             "leadership killer deadline passed while this process may still act as leader; exiting with code 1"
         );
         std::process::exit(1);
+    }
+
+    fn observes_arming(&self) -> bool {
+        false
     }
 }
 
@@ -165,199 +180,22 @@ impl Killer for RecordingKiller {
     }
 }
 
-/// The deadline of one leadership, kept by a tracked task.
-///
-/// Dropping every handle does **not** disarm it: only [`KillerTimer::disarm`]
-/// does, because a dropped owner may still have services running.
-///
-/// The task sleeps until the deadline it last saw and looks again when it
-/// wakes: a later deadline (every renewal) does not wake it, only an
-/// earlier one or a disarm does. A leadership renewed every `d/4` so wakes
-/// its killer about once per `0.8 d`, not twice per renewal.
-pub(crate) struct KillerTimer {
-    key: Key,
-    killer: Arc<dyn Killer>,
-    shared: Arc<Shared>,
-}
-
-/// What the handle and the task share.
-struct Shared {
-    state: Mutex<State>,
-    /// Wakes the task: the deadline moved before the one it sleeps to, or
-    /// was disarmed.
-    wake: Notify,
-}
-
-struct State {
-    /// The deadline in force; `None` once disarmed.
-    deadline: Option<Instant>,
-    /// The deadline the task sleeps until (`None` before it first looks).
-    sleeping_until: Option<Instant>,
-    /// A deadline that had passed, while armed, when a change came: the
-    /// task fires at it whatever the change (a disarm or a renewal that
-    /// comes late does not undo a passed deadline).
-    passed: Option<Instant>,
-}
-
-impl Shared {
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl KillerTimer {
-    /// Arms a timer at `basis + after` and starts its task on `tracker`.
-    pub(crate) fn start(
-        key: Key,
-        killer: Arc<dyn Killer>,
-        end: EndSignal,
-        tracker: &TaskTracker,
-        basis: Instant,
-        after: std::time::Duration,
-    ) -> Arc<Self> {
-        let deadline = basis + after;
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                deadline: Some(deadline),
-                sleeping_until: None,
-                passed: None,
-            }),
-            wake: Notify::new(),
-        });
-        killer.armed(&ArmEvent {
-            key: key.clone(),
-            reason: ArmReason::Acquired,
-            basis,
-            requested: Some(deadline),
-            deadline: Some(deadline),
-        });
-        let span = tracing::debug_span!("killer", %key);
-        tracker.spawn(run(key.clone(), killer.clone(), end, shared.clone()).instrument(span));
-        Arc::new(KillerTimer {
-            key,
-            killer,
-            shared,
-        })
-    }
-
-    /// Sets the deadline to `basis + after` (after a successful write).
-    pub(crate) fn renewed(&self, basis: Instant, after: std::time::Duration) {
-        self.change(ArmReason::Renewed, basis, Some(basis + after), |_, req| req);
-    }
-
-    /// Caps the deadline at `basis + after` (before a renewal attempt).
-    pub(crate) fn cap(&self, basis: Instant, after: std::time::Duration) {
-        self.change(
-            ArmReason::BeforeRenewal,
-            basis,
-            Some(basis + after),
-            |cur, req| match (cur, req) {
-                (Some(c), Some(r)) => Some(c.min(r)),
-                (c, r) => c.or(r),
-            },
-        );
-    }
-
-    /// The deadline in force; `None` when disarmed.
-    pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.shared.state().deadline
-    }
-
-    /// Disarms the deadline: the owner released the leadership.
-    pub(crate) fn disarm(&self) {
-        self.change(ArmReason::Disarmed, Instant::now(), None, |_, _| None);
-    }
-
-    fn change(
-        &self,
-        reason: ArmReason,
-        basis: Instant,
-        requested: Option<Instant>,
-        merge: impl FnOnce(Option<Instant>, Option<Instant>) -> Option<Instant>,
-    ) {
-        let mut state = self.shared.state();
-        if state.passed.is_none() {
-            state.passed = state.deadline.filter(|d| *d <= Instant::now());
-        }
-        let deadline = merge(state.deadline, requested);
-        state.deadline = deadline;
-        // the task sleeps until `sleeping_until` and looks again then: wake
-        // it only if that is too late (works after a kill too: no one waits)
-        let wake = state.passed.is_some()
-            || match (deadline, state.sleeping_until) {
-                (None, _) => true,
-                (Some(d), Some(sleeping)) => d < sleeping,
-                (Some(_), None) => false,
-            };
-        if wake {
-            self.shared.wake.notify_one();
-        }
-        // the event under the lock: events are in the order of the changes
-        self.killer.armed(&ArmEvent {
-            key: self.key.clone(),
-            reason,
-            basis,
-            requested,
-            deadline,
-        });
-    }
-}
-
-async fn run(key: Key, killer: Arc<dyn Killer>, end: EndSignal, shared: Arc<Shared>) {
-    loop {
-        let deadline = {
-            let mut state = shared.state();
-            if let Some(passed) = state.passed {
-                drop(state);
-                fire(&key, &*killer, &end, passed);
-                return;
-            }
-            let Some(deadline) = state.deadline else {
-                tracing::debug!("killer disarmed");
-                return;
-            };
-            if deadline <= Instant::now() {
-                drop(state);
-                fire(&key, &*killer, &end, deadline);
-                return;
-            }
-            state.sleeping_until = Some(deadline);
-            deadline
-        };
-        // Every handle dropped without a disarm changes nothing: the task
-        // keeps the last deadline and fires at it.
-        tokio::select! {
-            biased;
-            () = shared.wake.notified() => {}
-            () = tokio::time::sleep_until(deadline) => {}
-        }
-    }
-}
-
-/// The deadline passed: kill first, then record the leadership as
-/// [`EndReason::Expired`] (unless it had already ended) and count it.
-fn fire(key: &Key, killer: &dyn Killer, end: &EndSignal, deadline: Instant) {
-    killer.kill(key, deadline);
-    crate::telemetry::killer_fired(key);
-    if end.end(EndReason::Expired) {
-        crate::telemetry::lost(key, &EndReason::Expired);
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::end::EndSignal;
 
     fn armed(basis: Instant, after: Duration) -> (Arc<RecordingKiller>, Arc<KillerTimer>) {
         let killer = RecordingKiller::new();
+        // the clock's task outlives its handle while a timer is armed
         let timer = KillerTimer::start(
             Key::new("k").unwrap(),
             killer.clone(),
             EndSignal::default(),
-            &TaskTracker::new(),
+            &KillerClock::new(),
             basis,
             after,
         );
@@ -374,9 +212,9 @@ mod tests {
         let (killer, timer) = armed(now, d);
         tokio::time::sleep(d / 2).await;
         // the task sleeps until now + d; the clock jumps past it and the
-        // renewal lands before the task runs again
+        // renewal's answer comes before the task runs again
         tokio::time::advance(d).await;
-        timer.renewed(Instant::now(), d);
+        timer.renewed(Instant::now(), d, Instant::now());
         tokio::time::sleep(Duration::from_millis(1)).await;
         let kills = killer.kills();
         assert_eq!(kills.len(), 1, "{kills:?}");
@@ -397,7 +235,7 @@ mod tests {
         let d = Duration::from_secs(10);
         let (killer, timer) = armed(start, d);
         tokio::time::sleep(d / 4).await;
-        timer.renewed(Instant::now(), d * 2);
+        timer.renewed(Instant::now(), d * 2, Instant::now());
         tokio::time::sleep(d).await;
         assert!(killer.kills().is_empty(), "fired at an old deadline");
         let capped = Instant::now() + d / 10;

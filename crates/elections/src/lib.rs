@@ -117,6 +117,7 @@ pub mod keys;
 pub mod killer;
 mod lead;
 mod leadership;
+mod live_count;
 pub mod load;
 mod observe;
 mod preemption;

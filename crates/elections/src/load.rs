@@ -52,6 +52,28 @@ pub struct RenewalLag {
     pub shed: u64,
 }
 
+/// Sets of lag counters: a thread counts in set `its index % STRIPES`.
+const STRIPES: usize = 8;
+
+/// One set of lag counters, alone in its cache lines.
+#[repr(align(128))]
+struct Stripe([AtomicU64; BUCKETS]);
+
+impl Default for Stripe {
+    fn default() -> Self {
+        Stripe(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+/// This thread's stripe: threads are numbered as they first count.
+fn stripe() -> usize {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        static STRIPE: usize = (NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES as u64) as usize;
+    }
+    STRIPE.with(|stripe| *stripe)
+}
+
 /// The load of one elections instance, shared by its renewal tasks.
 pub(crate) struct Load {
     /// What the nanosecond fields count from.
@@ -60,8 +82,9 @@ pub(crate) struct Load {
     shed_until: AtomicU64,
     /// The lag of the round that set `shed_until` (ns).
     lag: AtomicU64,
-    /// Rounds by lag ([`BUCKETS`]).
-    buckets: [AtomicU64; BUCKETS],
+    /// Rounds by lag ([`BUCKETS`]), one set per [`STRIPES`]: each thread
+    /// counts in its own cache line, not in one all of them fight over.
+    stripes: [Stripe; STRIPES],
     /// Attempts shed.
     shed: AtomicU64,
 }
@@ -72,7 +95,7 @@ impl Load {
             base: Instant::now(),
             shed_until: AtomicU64::new(0),
             lag: AtomicU64::new(0),
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            stripes: std::array::from_fn(|_| Stripe::default()),
             shed: AtomicU64::new(0),
         }
     }
@@ -87,7 +110,8 @@ impl Load {
         let lag = now.saturating_duration_since(scheduled);
         let ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
         let bucket = (u64::BITS - ms.leading_zeros()) as usize;
-        if let Some(count) = self.buckets.get(bucket.min(BUCKETS - 1)) {
+        let counts = self.stripes.get(stripe()).map(|stripe| &stripe.0);
+        if let Some(count) = counts.and_then(|counts| counts.get(bucket.min(BUCKETS - 1))) {
             count.fetch_add(1, Ordering::Relaxed);
         }
         if lag <= timing.overload_lag() {
@@ -127,10 +151,14 @@ impl Load {
 impl Load {
     /// The lag report so far.
     pub(crate) fn report(&self) -> RenewalLag {
-        let counts: Vec<u64> = self
-            .buckets
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
+        let counts: Vec<u64> = (0..BUCKETS)
+            .map(|bucket| {
+                self.stripes
+                    .iter()
+                    .filter_map(|stripe| stripe.0.get(bucket))
+                    .map(|count| count.load(Ordering::Relaxed))
+                    .sum()
+            })
             .collect();
         let rounds: u64 = counts.iter().sum();
         let bound = |i: usize| Duration::from_millis(1_u64 << i.min(62));

@@ -1,15 +1,27 @@
-//! The renewal task that keeps a leadership alive.
+//! Renewal: the rounds that keep a leadership alive.
+//!
+//! A round is due `d/4` after the start of the write that renewed the
+//! lease last. Its first attempt is one compare-and-swap `v -> v`; most
+//! rounds end there, and those are run by the few tasks of
+//! [`batch`] for every leadership of an [`Elections`](crate::Elections)
+//! (one timer queue, no task per leadership). Any other first answer, and
+//! every round of a leadership with a shared claim, is finished by a task
+//! of its own with [`Renewal::finish_round`]: up to [`RENEWAL_ATTEMPTS`]
+//! attempts `d/20` apart, a read-back after an unknown outcome, the
+//! claim's refresh; then the leadership goes back to the batch.
 
-use std::sync::Arc;
+pub(crate) mod batch;
+
+use std::{sync::Arc, task::Poll};
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use ttl_storage::{ErrorKind, Key, TtlStorage};
+use ttl_storage::{ErrorKind, Key, StorageError, TtlStorage};
 
 use crate::{
     claim::{Found, SharedClaim},
     end::{EndReason, EndSignal},
-    fencing::timed,
+    fencing::{timed, timed_from},
     killer::KillerTimer,
     telemetry,
     timing::{RENEWAL_ATTEMPTS, Timing},
@@ -18,7 +30,8 @@ use crate::{
 /// Log every this many successful renewals (the first is always logged).
 const LOG_EVERY: u64 = 100;
 
-/// Everything the renewal task needs; it holds no reference to `Elections`.
+/// Everything a leadership's renewal needs; it holds no reference to
+/// `Elections`.
 pub(crate) struct Renewal {
     pub(crate) storage: Arc<dyn TtlStorage>,
     pub(crate) key: Key,
@@ -36,70 +49,55 @@ pub(crate) struct Renewal {
     pub(crate) load: Arc<crate::load::Load>,
     /// This leadership's metric handles.
     pub(crate) metrics: telemetry::RenewalMetrics,
+    /// Successful renewals so far (every [`LOG_EVERY`]th is logged).
+    pub(crate) renewals: u64,
+    /// The leadership's span (key and fencing token) for its logs.
+    pub(crate) span: tracing::Span,
+    /// Whether the killer looks at every change of the deadline
+    /// ([`Killer::observes_arming`](crate::Killer::observes_arming)).
+    pub(crate) arming_observed: bool,
 }
 
-enum Round {
+/// How one renewal round ended.
+pub(crate) enum Round {
+    /// Renewed by the write that started at this instant.
     Renewed(Instant),
+    /// Lost: the work must stop.
     Lost(EndReason),
+    /// Stopped by the owner's release.
     Stopped,
 }
 
+/// One compare-and-swap attempt of a round: when it started and what it
+/// answered (`None`: stopped by the owner's release while in flight).
+pub(crate) struct Attempt {
+    start: Instant,
+    /// When the answer came.
+    end: Instant,
+    result: Option<Result<bool, StorageError>>,
+}
+
 impl Renewal {
-    /// Renews every `d/4` until stopped or lost.
-    pub(crate) async fn run(mut self) {
-        let mut renewals: u64 = 0;
-        loop {
-            let next = self.lease_start + self.timing.renew_interval();
-            tokio::select! {
-                biased;
-                () = self.stop.cancelled() => return,
-                () = tokio::time::sleep_until(next) => {}
-            }
-            let round = self.round().await;
-            self.load.round_finished(next, Instant::now(), &self.timing);
-            match round {
-                Round::Renewed(start) => {
-                    let slack = self.killer.deadline().map(|deadline| {
-                        let now = Instant::now();
-                        if deadline >= now {
-                            (deadline - now).as_secs_f64()
-                        } else {
-                            -(now - deadline).as_secs_f64()
-                        }
-                    });
-                    self.metrics.renewed(slack);
-                    self.killer.renewed(start, self.timing.kill_after_success());
-                    self.lease_start = start;
-                    renewals += 1;
-                    if renewals == 1 || renewals.is_multiple_of(LOG_EVERY) {
-                        tracing::info!(renewals, "leadership renewed");
-                    } else {
-                        tracing::trace!(renewals, "leadership renewed");
-                    }
-                }
-                Round::Lost(reason) => {
-                    tracing::error!(
-                        %reason,
-                        "leadership lost; the killer stays armed until the owner releases the key"
-                    );
-                    // No compare-and-delete here: the owner's services may
-                    // still be running, so the record must keep others out
-                    // until the owner releases it or it expires.
-                    if self.end.end(reason.clone()) {
-                        telemetry::lost(&self.key, &reason);
-                    }
-                    return;
-                }
-                Round::Stopped => return,
-            }
-        }
+    /// When the next round is due: `d/4` after the start of the write that
+    /// renewed the lease last.
+    pub(crate) fn due(&self) -> Instant {
+        self.lease_start + self.timing.renew_interval()
     }
 
-    /// One renewal round: the lease, then the shared claim if there is
-    /// one. Renewed (from the start of the lease write, the earlier of the
-    /// two) only when both were written.
-    async fn round(&self) -> Round {
-        let renewed = self.renew_lease().await;
+    /// The write's start and the answer's arrival, when the round needs
+    /// nothing after `first`: a clean success and no shared claim to
+    /// refresh with it.
+    pub(crate) fn completed(&self, first: &Attempt) -> Option<(Instant, Instant)> {
+        (self.claim.is_none() && matches!(first.result, Some(Ok(true))))
+            .then_some((first.start, first.end))
+    }
+
+    /// The rest of a round whose first attempt was `first`: the lease's
+    /// further attempts (up to [`RENEWAL_ATTEMPTS`], `d/20` apart), then the
+    /// shared claim if there is one. Renewed (from the start of the lease
+    /// write, the earlier of the two) only when both were written.
+    pub(crate) async fn finish_round(&self, first: Attempt) -> Round {
+        let renewed = self.renew_lease(first).await;
         match (renewed, &self.claim) {
             (Round::Renewed(start), Some(claim)) => match self.refresh_claim(claim).await {
                 Round::Renewed(_) => Round::Renewed(start),
@@ -109,13 +107,120 @@ impl Renewal {
         }
     }
 
+    /// A round renewed the lease with the write that started at `start`
+    /// (answered by `now`): the killer's deadline moves, the next round is
+    /// due `d/4` after `start`.
+    pub(crate) fn renewed(&mut self, start: Instant, now: Instant) {
+        let before = self
+            .killer
+            .renewed(start, self.timing.kill_after_success(), now);
+        // how much time was left before the deadline this renewal replaced
+        let slack = before.map(|deadline| {
+            if deadline >= now {
+                (deadline - now).as_secs_f64()
+            } else {
+                -(now - deadline).as_secs_f64()
+            }
+        });
+        self.metrics.renewed(slack);
+        self.lease_start = start;
+        self.renewals += 1;
+        if self.renewals == 1 || self.renewals.is_multiple_of(LOG_EVERY) {
+            let _span = self.span.enter();
+            tracing::info!(renewals = self.renewals, "leadership renewed");
+        }
+    }
+
+    /// The round lost the leadership: the handle fires, the killer stays
+    /// armed until the owner releases the key.
+    pub(crate) fn lost(&self, reason: EndReason) {
+        let _span = self.span.enter();
+        tracing::error!(
+            %reason,
+            "leadership lost; the killer stays armed until the owner releases the key"
+        );
+        // No compare-and-delete here: the owner's services may still be
+        // running, so the record must keep others out until the owner
+        // releases it or it expires.
+        if self.end.end(reason.clone()) {
+            telemetry::lost(&self.key, &reason);
+        }
+    }
+
+    /// Reports how late the round due at `due` finished, at `now`
+    /// ([`crate::load`]).
+    pub(crate) fn round_finished(&self, due: Instant, now: Instant) {
+        self.load.round_finished(due, now, &self.timing);
+    }
+
+    /// One compare-and-swap `v -> v` of the lease, the killer capped
+    /// before it.
+    pub(crate) async fn attempt(&self) -> Attempt {
+        self.attempt_from(Instant::now()).await
+    }
+
+    /// [`Renewal::attempt`] with `start` read from the clock by the caller,
+    /// at most a moment before (an earlier start only makes the lease and
+    /// the killer count from earlier).
+    pub(crate) async fn attempt_from(&self, start: Instant) -> Attempt {
+        self.cap_killer(start);
+        let mut cas =
+            self.storage
+                .compare_and_swap(&self.key, &self.value, &self.value, self.timing.ttl());
+        // Polled once first: a store that answers at once (storage-mem)
+        // then needs no timer and no stop waiter. Otherwise the call is
+        // limited from `start` and a stop returns at once (the store's
+        // answer is taken over a stop that comes at the same time: it is
+        // what the store did).
+        let result = match futures::poll!(cas.as_mut()) {
+            Poll::Ready(result) => result,
+            Poll::Pending => {
+                let timed = timed_from(start, self.timing.call_timeout(), cas.as_mut());
+                tokio::select! {
+                    biased;
+                    result = timed => result,
+                    () = self.stop.cancelled() => {
+                        return Attempt { start, end: Instant::now(), result: None };
+                    }
+                }
+            }
+        };
+        let end = Instant::now();
+        self.metrics.attempt(
+            &self.key,
+            end - start,
+            result.as_ref().err().map(StorageError::kind),
+        );
+        Attempt {
+            start,
+            end,
+            result: Some(result),
+        }
+    }
+
+    /// Caps the killer's deadline at `start + 0.75 d` before an attempt
+    /// that starts at `start`, unless that changes nothing and no one
+    /// watches: while this renewal runs, the deadline in force is at most
+    /// the one its last successful write set (`lease_start + 0.8 d`; caps
+    /// only lower it), so a cap at or after that, at a start before it,
+    /// leaves it as it is. That is every first attempt on time: the cap
+    /// then costs a lock and a cache miss per renewal for nothing. A
+    /// deadline that has passed is always told (it must fire).
+    fn cap_killer(&self, start: Instant) {
+        let set = self.lease_start + self.timing.kill_after_success();
+        let cap = start + self.timing.kill_before_write();
+        if self.arming_observed || cap < set || set <= start {
+            self.killer.cap(start, self.timing.kill_before_write());
+        }
+    }
+
     /// Refreshes the shared claim: up to [`RENEWAL_ATTEMPTS`] attempts,
     /// `d/20` apart, each capping the killer as a renewal attempt does.
     async fn refresh_claim(&self, claim: &SharedClaim) -> Round {
         let mut last_error = String::new();
         for attempt in 1..=RENEWAL_ATTEMPTS {
             let start = Instant::now();
-            self.killer.cap(start, self.timing.kill_before_write());
+            self.cap_killer(start);
             let refresh = claim.refresh(
                 &*self.storage,
                 self.timing.ttl(),
@@ -159,31 +264,19 @@ impl Renewal {
         }
     }
 
-    /// Renews the lease: up to [`RENEWAL_ATTEMPTS`] attempts, `d/20` apart.
-    async fn renew_lease(&self) -> Round {
+    /// Renews the lease: `first`, then up to [`RENEWAL_ATTEMPTS`] in all,
+    /// `d/20` apart.
+    async fn renew_lease(&self, first: Attempt) -> Round {
         let mut last_error = String::new();
+        let mut first = Some(first);
         for attempt in 1..=RENEWAL_ATTEMPTS {
-            let start = Instant::now();
-            self.killer.cap(start, self.timing.kill_before_write());
-            let cas = timed(
-                self.timing.call_timeout(),
-                self.storage.compare_and_swap(
-                    &self.key,
-                    &self.value,
-                    &self.value,
-                    self.timing.ttl(),
-                ),
-            );
-            let result = tokio::select! {
-                biased;
-                () = self.stop.cancelled() => return Round::Stopped,
-                result = cas => result,
+            let Attempt { start, result, .. } = match first.take() {
+                Some(first) => first,
+                None => self.attempt().await,
             };
-            self.metrics.attempt(
-                &self.key,
-                start.elapsed(),
-                result.as_ref().err().map(ttl_storage::StorageError::kind),
-            );
+            let Some(result) = result else {
+                return Round::Stopped;
+            };
             match result {
                 Ok(true) => return Round::Renewed(start),
                 Ok(false) => return Round::Lost(self.who_took_it().await),

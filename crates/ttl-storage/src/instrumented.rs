@@ -18,9 +18,17 @@
 //!
 //! Each operation runs in a `debug`-level span `ttl_storage` with the
 //! fields `store`, `op`, `key` and `outcome` (recorded when it ends).
+//!
+//! The histogram and counter of each (`op`, `outcome`) are registered with
+//! the recorder once, at their first use, and kept: install the recorder
+//! before the storage's first operation (a renewal is one operation, and a
+//! process holding many leaderships makes hundreds of thousands a second).
 //! Values are never logged.
 
-use std::time::Instant;
+use std::{
+    sync::{Arc, OnceLock},
+    time::Instant,
+};
 
 use async_trait::async_trait;
 use tracing::Instrument;
@@ -92,13 +100,77 @@ pub fn describe() {
 pub struct Instrumented<S> {
     inner: S,
     store: &'static str,
+    /// The handles of every (`op`, `outcome`), registered at first use.
+    handles: Arc<Handles>,
+}
+
+/// Operations, in the order of [`Handles`]' rows.
+const OPS: [&str; 5] = [
+    "insert_if_not_exists",
+    "compare_and_swap",
+    "compare_and_delete",
+    "get",
+    "write_counted",
+];
+
+/// Outcomes, in the order of [`Handles`]' columns.
+const OUTCOMES: [&str; 6] = [
+    "applied",
+    "not_applied",
+    "found",
+    "absent",
+    "unsupported",
+    "error",
+];
+
+// Indexes into OPS and OUTCOMES.
+const INSERT: usize = 0;
+const SWAP: usize = 1;
+const DELETE: usize = 2;
+const GET: usize = 3;
+const COUNTED: usize = 4;
+const APPLIED: usize = 0;
+const NOT_APPLIED: usize = 1;
+const FOUND: usize = 2;
+const ABSENT: usize = 3;
+const UNSUPPORTED: usize = 4;
+const ERROR: usize = 5;
+
+/// The duration histogram and the count of one (`op`, `outcome`).
+#[derive(Debug)]
+struct Measures {
+    seconds: metrics::Histogram,
+    total: metrics::Counter,
+}
+
+/// [`Measures`] by operation and outcome, each registered at first use.
+#[derive(Debug, Default)]
+struct Handles([[OnceLock<Measures>; OUTCOMES.len()]; OPS.len()]);
+
+impl Handles {
+    /// The measures of `op` ending in `outcome` in `store`.
+    fn get(&self, store: &'static str, op: usize, outcome: usize) -> Option<&Measures> {
+        let slot = self.0.get(op)?.get(outcome)?;
+        let (op, outcome) = (*OPS.get(op)?, *OUTCOMES.get(outcome)?);
+        Some(slot.get_or_init(|| {
+            let labels = [("store", store), ("op", op), ("outcome", outcome)];
+            Measures {
+                seconds: metrics::histogram!(names::OPERATION_SECONDS, &labels),
+                total: metrics::counter!(names::OPERATIONS_TOTAL, &labels),
+            }
+        }))
+    }
 }
 
 impl<S> Instrumented<S> {
     /// Wraps `inner`; `store` names the engine in the `store` label
     /// (`redb`, `valkey`, ...): keep it to a small fixed set.
     pub fn new(inner: S, store: &'static str) -> Self {
-        Instrumented { inner, store }
+        Instrumented {
+            inner,
+            store,
+            handles: Arc::default(),
+        }
     }
 
     /// The wrapped storage.
@@ -119,11 +191,12 @@ impl<S> Instrumented<S> {
     /// Runs `operation` in a span and records its duration and outcome.
     async fn measure<T>(
         &self,
-        op: &'static str,
+        op_index: usize,
         key: &Key,
-        outcome_of: impl FnOnce(&T) -> &'static str,
+        outcome_of: impl FnOnce(&T) -> usize,
         operation: impl Future<Output = Result<T>>,
     ) -> Result<T> {
+        let op = OPS.get(op_index).copied().unwrap_or("unknown");
         let span = tracing::debug_span!(
             "ttl_storage",
             store = self.store,
@@ -136,12 +209,16 @@ impl<S> Instrumented<S> {
         let elapsed = started.elapsed().as_secs_f64();
         let outcome = match &result {
             Ok(value) => outcome_of(value),
-            Err(_) => "error",
+            Err(_) => ERROR,
         };
-        span.record("outcome", outcome);
-        let labels = [("store", self.store), ("op", op), ("outcome", outcome)];
-        metrics::histogram!(names::OPERATION_SECONDS, &labels).record(elapsed);
-        metrics::counter!(names::OPERATIONS_TOTAL, &labels).increment(1);
+        span.record(
+            "outcome",
+            OUTCOMES.get(outcome).copied().unwrap_or("unknown"),
+        );
+        if let Some(measures) = self.handles.get(self.store, op_index, outcome) {
+            measures.seconds.record(elapsed);
+            measures.total.increment(1);
+        }
         if let Err(err) = &result {
             let kind = kind_label(err);
             metrics::counter!(names::ERRORS_TOTAL, "store" => self.store, "op" => op, "kind" => kind)
@@ -161,19 +238,19 @@ fn kind_label(err: &StorageError) -> &'static str {
     }
 }
 
-fn applied(done: &bool) -> &'static str {
-    if *done { "applied" } else { "not_applied" }
+fn applied(done: &bool) -> usize {
+    if *done { APPLIED } else { NOT_APPLIED }
 }
 
-fn found<T>(value: &Option<T>) -> &'static str {
-    if value.is_some() { "found" } else { "absent" }
+fn found<T>(value: &Option<T>) -> usize {
+    if value.is_some() { FOUND } else { ABSENT }
 }
 
 #[async_trait]
 impl<S: TtlStorage> TtlStorage for Instrumented<S> {
     async fn insert_if_not_exists(&self, key: &Key, value: &[u8], ttl: Ttl) -> Result<bool> {
         self.measure(
-            "insert_if_not_exists",
+            INSERT,
             key,
             applied,
             self.inner.insert_if_not_exists(key, value, ttl),
@@ -183,7 +260,7 @@ impl<S: TtlStorage> TtlStorage for Instrumented<S> {
 
     async fn compare_and_swap(&self, key: &Key, old: &[u8], new: &[u8], ttl: Ttl) -> Result<bool> {
         self.measure(
-            "compare_and_swap",
+            SWAP,
             key,
             applied,
             self.inner.compare_and_swap(key, old, new, ttl),
@@ -193,7 +270,7 @@ impl<S: TtlStorage> TtlStorage for Instrumented<S> {
 
     async fn compare_and_delete(&self, key: &Key, value: &[u8]) -> Result<bool> {
         self.measure(
-            "compare_and_delete",
+            DELETE,
             key,
             applied,
             self.inner.compare_and_delete(key, value),
@@ -202,22 +279,22 @@ impl<S: TtlStorage> TtlStorage for Instrumented<S> {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        self.measure("get", key, found, self.inner.get(key)).await
+        self.measure(GET, key, found, self.inner.get(key)).await
     }
 
     async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
-        self.measure("get", key, found, self.inner.get_entry(key))
+        self.measure(GET, key, found, self.inner.get_entry(key))
             .await
     }
 
     async fn write_counted(&self, write: CountedWrite<'_>) -> Result<Counted> {
         self.measure(
-            "write_counted",
+            COUNTED,
             write.key,
             |counted: &Counted| match counted {
-                Counted::Written(_) => "applied",
-                Counted::Refused => "not_applied",
-                Counted::Unsupported => "unsupported",
+                Counted::Written(_) => APPLIED,
+                Counted::Refused => NOT_APPLIED,
+                Counted::Unsupported => UNSUPPORTED,
             },
             self.inner.write_counted(write),
         )
