@@ -14,6 +14,12 @@ command -v etcd >/dev/null || need+=(etcd-server)
 command -v protoc >/dev/null || need+=(protobuf-compiler)   # etcd-client's build script
 command -v mold >/dev/null || need+=(mold)   # .ci/run links the ~90 test binaries with mold
 command -v iptables >/dev/null || need+=(iptables)   # chaos on cassandra-3 cuts single nodes off
+# The kube engine checks kube-apiserver's readiness and grants its Role
+# with curl; kube-apiserver is built from source with Go (1.24 or later;
+# /usr/local/go here, newer than Debian's): the xtask names what is missing.
+command -v curl >/dev/null || need+=(curl)
+command -v go >/dev/null || [[ -x /usr/local/go/bin/go ]] \
+  || echo "install-deps: no Go toolchain: the kube engine cannot build kube-apiserver" >&2
 # The coordinator's routing bench compares against nginx (proxy_pass); the
 # bench starts its own nginx (one worker, master_process off).
 command -v nginx >/dev/null || need+=(nginx-light)

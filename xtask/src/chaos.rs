@@ -94,6 +94,10 @@ const SUPPORTED: &[(&str, &str, &str)] = &[
     ("valkey", "valkey", "VALKEY_URL"),
     ("postgres", "postgres", "POSTGRES_URL"),
     ("etcd", "etcd", "ETCD_URL"),
+    // Lease objects of a lone kube-apiserver; each contender's proxy
+    // forwards to the `server=` of the URL (TLS passes through: the
+    // certificate names 127.0.0.1, where the proxies listen).
+    ("kube", "kube", "KUBE_URL"),
     ("cassandra-3", "cassandra-3", "SCYLLA_URI"),
     ("etcd-3", "etcd-3", "ETCD_URL"),
     ("postgres-ha", "postgres-ha", "POSTGRES_URL"),

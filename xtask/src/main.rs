@@ -14,6 +14,8 @@
 //! - `cargo xtask man`: writes vvm-host's man page (`crates/vvm-host/doc/vvm-host.1`).
 //! - `cargo xtask bench scale --engine mem --keys 1000000`: many leaderships
 //!   in one process, measured (`crates/elections-scale`).
+//! - `cargo xtask build-kube-apiserver` (hidden): builds the `kube` engine's
+//!   kube-apiserver ahead of `test-drivers` (CI runs it in the background).
 
 mod bench;
 mod cargo;
@@ -55,6 +57,10 @@ enum Task {
     Man,
     /// Benchmarks that need an engine or a process of their own (`bench scale`).
     Bench(bench::Args),
+    /// Build (or find cached) the `kube` engine's kube-apiserver; CI runs it
+    /// in the background so `test-drivers` finds it built.
+    #[command(hide = true)]
+    BuildKubeApiserver,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,5 +73,6 @@ fn main() -> anyhow::Result<()> {
         Task::Dist(args) => dist::run(args),
         Task::Man => man::run(),
         Task::Bench(args) => bench::run(args),
+        Task::BuildKubeApiserver => engines::build_kube_apiserver(),
     }
 }

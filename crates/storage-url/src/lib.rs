@@ -16,6 +16,7 @@
 //! | `redis-sentinel://s1:26379,s2:26379/service` (also `rediss-`, `valkey-`, `valkeys-sentinel`): the primary found through Sentinels | `storage-valkey` | `valkey` |
 //! | `postgres://`, `postgresql://`; several servers `postgres://u:pw@pg-a:5432,pg-b:5432/db` (the one that accepts writes) | `storage-postgres` | `postgres` |
 //! | `etcd://`, `etcds://` (TLS); every member `etcd://m1:2379?endpoint=m2:2379&endpoint=m3:2379` | `storage-etcd` | `etcd` |
+//! | `kube://NAMESPACE` (the pod's service account or the kubeconfig); `kube://ns?kubeconfig=PATH&context=C`; `kube://ns?server=https://HOST:PORT&ca_file=PATH&token_file=PATH` | `storage-kube` | `kube` |
 //!
 //! A URL is checked when parsed ([`StorageUrl::from_str`](std::str::FromStr)),
 //! so a bad one is a usage error before anything connects; a scheme whose

@@ -90,6 +90,7 @@ drivers! {
     ],
     storage_postgres "postgres" ["postgres", "postgresql"],
     storage_etcd "etcd" ["etcd", "etcds"],
+    storage_kube "kube" ["kube"],
 }
 
 /// Whether two scheme lists are equal (in a `const` context).

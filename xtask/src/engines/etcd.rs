@@ -11,6 +11,9 @@
 //! separate member has authentication on (a `root` user, through the JSON
 //! gateway): `ETCD_AUTH_URL=etcd://root:<password>@127.0.0.1:<port>`, for the
 //! wrong-password case.
+//!
+//! [`start_plain`] starts one plaintext member of its own, with default
+//! timings: the store of the `kube` engine's kube-apiserver.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -103,17 +106,21 @@ pub(crate) fn start_with_env(work_dir: &Path, env: &[(String, String)]) -> Resul
 /// The password of the `root` user of the member with authentication on.
 const ROOT_PASSWORD: &str = "xtask-root";
 
-/// The member with authentication on.
-struct AuthMember {
-    child: std::process::Child,
-    port: u16,
-    data: PathBuf,
+/// A member of its own: plaintext, on a free loopback port, with the
+/// default timings, its data in a fresh directory under `work_dir`
+/// (removed by [`DataDir`] when the caller wraps it in one).
+pub(super) struct PlainMember {
+    pub(super) child: std::process::Child,
+    pub(super) port: u16,
+    pub(super) data: PathBuf,
+    /// Its log (both outputs).
+    pub(super) log: PathBuf,
 }
 
-/// Starts a member of its own (plaintext, loopback) and turns
-/// authentication on: `root` with [`ROOT_PASSWORD`] and the `root` role,
-/// then `auth enable`, through etcd's JSON gateway (no `etcdctl` needed).
-fn start_with_auth(binary: &Path, work_dir: &Path) -> Result<AuthMember> {
+/// Starts a [`PlainMember`] named `name` and waits until it is healthy.
+pub(super) fn start_plain(binary: &Path, work_dir: &Path, name: &str) -> Result<PlainMember> {
+    std::fs::create_dir_all(work_dir)
+        .with_context(|| format!("cannot create {}", work_dir.display()))?;
     let port = free_port()?;
     let peer_url = format!("http://127.0.0.1:{}", free_port()?);
     let client_url = format!("http://127.0.0.1:{port}");
@@ -122,37 +129,56 @@ fn start_with_auth(binary: &Path, work_dir: &Path) -> Result<AuthMember> {
     let log =
         File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
     let mut child = Command::new(binary)
-        .args(["--name", "xtask-auth"])
+        .args(["--name", name])
         .arg("--data-dir")
         .arg(&data)
         .args(["--listen-client-urls", &client_url])
         .args(["--advertise-client-urls", &client_url])
         .args(["--listen-peer-urls", &peer_url])
         .args(["--initial-advertise-peer-urls", &peer_url])
-        .args(["--initial-cluster", &format!("xtask-auth={peer_url}")])
+        .args(["--initial-cluster", &format!("{name}={peer_url}")])
         .log_to(log)?
         .spawn()
         .with_context(|| format!("cannot run {}", binary.display()))?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let enabled =
-        wait_ready("etcd (auth)", &mut child, READY_TIMEOUT, || healthy(addr)).and_then(|_| {
-            post(
-                addr,
-                "/v3/auth/user/add",
-                &format!(r#"{{"name":"root","password":"{ROOT_PASSWORD}"}}"#),
-            )?;
-            post(
-                addr,
-                "/v3/auth/user/grant",
-                r#"{"user":"root","role":"root"}"#,
-            )?;
-            post(addr, "/v3/auth/enable", "{}")
-        });
-    if let Err(err) = enabled {
+    let label = format!("etcd ({name})");
+    if let Err(err) = wait_ready(&label, &mut child, READY_TIMEOUT, || healthy(addr)) {
         super::kill_tree(&mut child);
+        let _ = std::fs::remove_dir_all(&data);
         return Err(err.context(format!("see {}", log_path.display())));
     }
-    Ok(AuthMember { child, port, data })
+    Ok(PlainMember {
+        child,
+        port,
+        data,
+        log: log_path,
+    })
+}
+
+/// Starts a [`PlainMember`] and turns authentication on: `root` with
+/// [`ROOT_PASSWORD`] and the `root` role, then `auth enable`, through
+/// etcd's JSON gateway (no `etcdctl` needed).
+fn start_with_auth(binary: &Path, work_dir: &Path) -> Result<PlainMember> {
+    let mut member = start_plain(binary, work_dir, "xtask-auth")?;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, member.port));
+    let enabled = post(
+        addr,
+        "/v3/auth/user/add",
+        &format!(r#"{{"name":"root","password":"{ROOT_PASSWORD}"}}"#),
+    )
+    .and_then(|()| {
+        post(
+            addr,
+            "/v3/auth/user/grant",
+            r#"{"user":"root","role":"root"}"#,
+        )
+    })
+    .and_then(|()| post(addr, "/v3/auth/enable", "{}"));
+    if let Err(err) = enabled {
+        super::kill_tree(&mut member.child);
+        return Err(err.context(format!("see {}", member.log.display())));
+    }
+    Ok(member)
 }
 
 /// One JSON request to etcd's gateway; an error unless it answers 200.
@@ -173,7 +199,7 @@ fn post(addr: SocketAddr, path: &str, body: &str) -> Result<()> {
 }
 
 /// Removes the member's data directory when the engine stops.
-struct DataDir(PathBuf);
+pub(super) struct DataDir(pub(super) PathBuf);
 
 impl Drop for DataDir {
     fn drop(&mut self) {
@@ -181,6 +207,7 @@ impl Drop for DataDir {
     }
 }
 
+/// `etcd` on the `PATH`.
 pub(crate) fn find_binary() -> Result<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     for dir in std::env::split_paths(&path) {

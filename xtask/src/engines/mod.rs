@@ -10,6 +10,8 @@ mod etcd;
 mod etcd3;
 pub(crate) use etcd3::membership_changes;
 pub(crate) mod failover;
+mod kube;
+pub(crate) use kube::build_command as build_kube_apiserver;
 mod pgbouncer;
 mod postgres;
 mod postgres_ha;
@@ -352,6 +354,27 @@ pub(crate) fn all() -> Vec<Engine> {
                 name: "etcd-3-degraded",
                 apply: etcd3::degrade,
             }),
+        },
+        Engine {
+            name: "kube",
+            endpoint_var: "KUBE_URL",
+            endpoint_aliases: &[],
+            passthrough_vars: &[
+                "KUBE_KUBECONFIG",
+                "KUBECONFIG",
+                "KUBE_SERVER",
+                "KUBE_CA_FILE",
+                "KUBE_TOKEN_FILE",
+            ],
+            start: kube::start,
+            // A lone kube-apiserver (built from source with Go once per
+            // target dir: cold 3.5-7.5 min, CI starts it early in the
+            // background) on a lone etcd. The storage-kube suite includes
+            // the fence suite; vvm-host's `kube` case runs the failover
+            // scenario with `--storage kube://default` (`KUBECONFIG`).
+            suites: &[("storage-kube", "suite"), ("vvm-host", "kube")],
+            default: true,
+            degraded: None,
         },
         Engine {
             name: "pg-example",

@@ -77,7 +77,8 @@ pub(crate) fn generate(dir: &Path) -> Result<Certs> {
     Ok(Certs { ca, cert, key })
 }
 
-fn openssl(cmd: &mut Command) -> Result<()> {
+/// Runs an `openssl` command; its standard error in the error if it fails.
+pub(super) fn openssl(cmd: &mut Command) -> Result<()> {
     let out = cmd
         .stdin(Stdio::null())
         .output()

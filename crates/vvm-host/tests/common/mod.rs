@@ -1,6 +1,7 @@
 //! Helpers shared by the end-to-end tests of the real `vvm-host` binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unreachable_pub)]
 
+pub mod failover;
 pub mod fixtures;
 
 use std::{
