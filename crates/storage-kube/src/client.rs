@@ -67,9 +67,38 @@ pub(crate) async fn client(config: &KubeConfig) -> Result<kube::Client> {
     kube_config.connect_timeout = Some(config.connect_timeout());
     kube_config.write_timeout = Some(config.request_timeout());
     kube_config.read_timeout = None;
-    kube::Client::try_from(kube_config).map_err(|err| {
+    build(&kube_config).map_err(|err| {
         StorageError::with_source(ErrorKind::Permanent, "building the Kubernetes client", err)
     })
+}
+
+/// kube's client stack, with one change: `TCP_NODELAY`. kube's own
+/// connector leaves Nagle's algorithm on, and a request written right
+/// after the TLS handshake's last message then waits for the server's
+/// delayed ACK: 40 ms on every new connection (measured with strace: the
+/// first answer 42 ms after the request, the next one on the same
+/// connection 1 ms), and every Lease watch takes a connection of its own.
+/// The layers are kube's (`ConfigExt`): the base URI, the credentials
+/// (a token file re-read as it rotates), the configured headers.
+fn build(config: &kube::Config) -> std::result::Result<kube::Client, kube::Error> {
+    use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioExecutor};
+    use kube::client::{Body, ConfigExt};
+    use tower::{BoxError, ServiceBuilder};
+
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(config.connect_timeout);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let client: hyper_util::client::legacy::Client<_, Body> =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(client);
+    Ok(kube::Client::new(service, config.default_namespace.clone()))
 }
 
 /// The DER certificates of a PEM file.

@@ -50,8 +50,9 @@
 //!   delayed on the way (a retried renewal's first attempt) can apply only
 //!   if nothing was written since its read: it never replaces a later
 //!   write, and never shortens one.
-//! - **Expiry** is decided by the reader as below; an expired record is
-//!   invisible to every operation, and the next insert replaces it.
+//! - **Expiry** is decided by each reader by observed time (below); an
+//!   expired record is invisible to that reader's every operation, and its
+//!   next insert replaces it.
 //! - **Watch**: a standby's [`ttl_storage::TtlStorage::watch`] reads the Lease and
 //!   watches its name from that `resourceVersion` (the Lease watch API):
 //!   it wakes on the Lease's deletion, on a write that leaves no live
@@ -71,34 +72,37 @@
 //!   are off: a retried write that had been applied would meet its own
 //!   version and be taken for another writer's.
 //!
-//! ## The clock assumption
+//! ## Which clock decides expiry: each reader's, by observed time
 //!
-//! The API server never expires a Lease. A write stores its writer's wall
-//! clock, read just before the request is sent, in `renewTime`, and the
-//! TTL in `leaseDurationSeconds`; a reader takes the record as expired
-//! once **its own wall clock** passes `renewTime + leaseDurationSeconds`,
-//! the same rule as the DynamoDB driver's. If a contender's clock runs `δ`
-//! ahead of the holder's, it sees the lease end `δ` early. With the
-//! elections' schedule (the holder stops its services 0.8 × TTL after the
-//! start of its last successful renewal) a takeover stays safe while
-//! **`δ` + the holder's stop time < 0.2 × TTL** for every pair of nodes
-//! (with a 20 s TTL: skew well under 4 s). Nodes of a cluster keep their
-//! clocks within milliseconds of each other (the kubelet's node
-//! conditions and certificates rely on it too); a clock running behind
-//! only delays takeovers.
+//! The API server never expires a Lease, and comparing wall clocks across
+//! machines would make every contender's clock step a risk. So expiry is
+//! **observed**, as client-go's elector and the DynamoDB driver's
+//! `observed_lease` mode do it: a Lease's `resourceVersion` changes with
+//! every write (a renewal writes a new `renewTime`), and a storage takes a
+//! record as expired once it has seen the **same version** for a whole
+//! `leaseDurationSeconds` on its own monotonic clock, counted from when
+//! the answer showing that version arrived (after the write was applied;
+//! for its own write, from just before sending). A takeover is a write at
+//! the version watched expire, so a renewal that lands first makes it fail
+//! (`409`). Only clock *rates* matter (the elections' 20 % margin), never
+//! offsets or steps. The cost: a storage that first looks at a record
+//! late waits a full lease from that look (a takeover can take up to two
+//! TTLs after the holder's last renewal for a process that just started),
+//! and two storages may disagree about an expiring record in `get`.
+//! `renewTime` is still written (the writer's wall clock, rounded up to
+//! the microsecond) for client-go and for people reading the Lease.
 //!
 //! ## Interoperation with client-go
 //!
 //! A Lease held by a client-go elector (`leaderelection.LeaseLock`) under
 //! a key's name is a live record holding its `holderIdentity`, expiring
-//! at `renewTime + leaseDurationSeconds`; an empty `holderIdentity`
+//! once unchanged for `leaseDurationSeconds`; an empty `holderIdentity`
 //! (client-go's release) is no record. Our records are Leases client-go
 //! reads as held: `holderIdentity` is never empty (the value when it is
 //! short printable text), `leaseDurationSeconds` is the TTL (`i32::MAX`
 //! for `Ttl::NEVER`), and every renewal writes a new `renewTime`, which is
-//! the change client-go's observed-time rule waits for. client-go itself
-//! expires a Lease a full duration after *it* last saw it change, which
-//! is later than our rule: it never takes over a lease of ours early.
+//! the change client-go's observed-time rule waits for: both sides count
+//! the same way.
 //!
 //! ## Configuration
 //!
@@ -113,6 +117,7 @@ mod error;
 pub mod fence;
 mod names;
 mod record;
+mod sightings;
 mod storage;
 mod watch;
 

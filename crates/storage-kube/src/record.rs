@@ -4,7 +4,8 @@
 //! key in [`KEY`], and the fields client-go reads: `holderIdentity` (the
 //! value when it is short printable text, else `ttl-storage:` and a hash),
 //! `renewTime` (the writer's wall clock, read just before the request is
-//! sent, rounded up to the microsecond), `leaseDurationSeconds` (the TTL;
+//! sent, rounded up to the microsecond: for client-go and for people; no
+//! decision here reads it), `leaseDurationSeconds` (the TTL;
 //! [`i32::MAX`] for a record that never expires, which also carries
 //! [`NEVER`]), `acquireTime` and `leaseTransitions` (set when the holder
 //! changes).
@@ -15,7 +16,7 @@
 
 use std::{
     collections::BTreeMap,
-    time::{Duration, SystemTime},
+    time::{Duration, Instant, SystemTime},
 };
 
 use base64::{Engine, engine::general_purpose::STANDARD};
@@ -37,26 +38,22 @@ pub const MAX_VALUE_LEN: usize = 180 * 1024;
 /// The longest `holderIdentity` that shows the value itself.
 const READABLE_HOLDER: usize = 128;
 
-/// A record's Lease as read: its value and when it expires.
+/// A record's Lease as read: its value and its lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
     /// The value (a foreign Lease's `holderIdentity`).
     pub(crate) value: Vec<u8>,
-    /// When it expires on the writer's wall clock, `None` for never.
-    pub(crate) expires: Option<SystemTime>,
+    /// `leaseDurationSeconds`, `None` for a record that never expires.
+    pub(crate) lease: Option<Duration>,
 }
 
 impl Record {
-    /// True while the record has not expired at `now` (the reader's clock).
-    pub(crate) fn live_at(&self, now: SystemTime) -> bool {
-        self.expires.is_none_or(|expires| now < expires)
-    }
-
-    /// The record as an [`Entry`] read at `now`.
-    pub(crate) fn entry(self, now: SystemTime) -> Entry {
-        let time_left = match self.expires {
+    /// The record as an [`Entry`] read at `now`, live until `until`
+    /// (`None`: never).
+    pub(crate) fn entry(self, until: Option<Instant>, now: Instant) -> Entry {
+        let time_left = match until {
             None => TimeLeft::Never,
-            Some(expires) => TimeLeft::About(expires.duration_since(now).unwrap_or(Duration::ZERO)),
+            Some(until) => TimeLeft::About(until.saturating_duration_since(now)),
         };
         Entry {
             value: self.value,
@@ -96,23 +93,15 @@ pub(crate) fn read(lease: &Lease, key: &Key) -> Result<Option<Record>> {
             _ => return Ok(None),
         },
     };
-    let expires = if annotation(NEVER).is_some() {
+    let lease = if annotation(NEVER).is_some() {
         None
     } else {
-        expiry(spec)
+        // No duration: a Lease that does not say how long it lasts is
+        // never taken over (an operator deletes it).
+        spec.and_then(|s| s.lease_duration_seconds)
+            .map(|secs| Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
     };
-    Ok(Some(Record { value, expires }))
-}
-
-/// `renewTime` (else `acquireTime`) plus `leaseDurationSeconds`; `None`
-/// (never expires) when either is missing: a Lease that does not say when
-/// it ends is never taken over (an operator deletes it).
-fn expiry(spec: Option<&LeaseSpec>) -> Option<SystemTime> {
-    let spec = spec?;
-    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?;
-    let secs = u64::try_from(spec.lease_duration_seconds?).unwrap_or(0);
-    let renewed = SystemTime::from(renewed.0);
-    renewed.checked_add(Duration::from_secs(secs))
+    Ok(Some(Record { value, lease }))
 }
 
 fn name(lease: &Lease) -> &str {
@@ -256,14 +245,11 @@ mod tests {
     }
 
     #[test]
-    fn a_written_record_reads_back_and_expires_after_its_ttl() {
+    fn a_written_record_reads_back_with_its_ttl() {
         let lease = written(b"\0v\xff", Ttl::from_secs(10).unwrap());
         let record = read(&lease, &key("k")).unwrap().unwrap();
         assert_eq!(record.value, b"\0v\xff");
-        let now = SystemTime::now();
-        assert!(record.live_at(now));
-        assert!(record.live_at(now + Duration::from_millis(9_900)));
-        assert!(!record.live_at(now + Duration::from_secs(10)));
+        assert_eq!(record.lease, Some(Duration::from_secs(10)));
         let spec = lease.spec.unwrap();
         assert_eq!(spec.lease_duration_seconds, Some(10));
         assert!(spec.holder_identity.unwrap().starts_with("ttl-storage:"));
@@ -274,7 +260,7 @@ mod tests {
     fn never_expiring_records_look_held_for_ever_to_client_go_too() {
         let lease = written(b"v", Ttl::NEVER);
         let record = read(&lease, &key("k")).unwrap().unwrap();
-        assert_eq!(record.expires, None);
+        assert_eq!(record.lease, None);
         assert_eq!(lease.spec.unwrap().lease_duration_seconds, Some(i32::MAX));
     }
 
@@ -287,17 +273,16 @@ mod tests {
         spec.renew_time = Some(MicroTime(now_micros().unwrap()));
         let record = read(&lease, &key("k")).unwrap().unwrap();
         assert_eq!(record.value, b"pod-a");
-        assert!(record.live_at(SystemTime::now()));
-        assert!(!record.live_at(SystemTime::now() + Duration::from_secs(16)));
+        assert_eq!(record.lease, Some(Duration::from_secs(15)));
         lease.spec.as_mut().unwrap().holder_identity = Some(String::new());
         assert_eq!(read(&lease, &key("k")).unwrap(), None);
-        // No renewTime nor acquireTime: never taken over.
+        // No leaseDurationSeconds: never taken over.
         let mut lease = Lease::default();
         lease
             .spec
             .get_or_insert_with(LeaseSpec::default)
             .holder_identity = Some("x".into());
-        assert_eq!(read(&lease, &key("k")).unwrap().unwrap().expires, None);
+        assert_eq!(read(&lease, &key("k")).unwrap().unwrap().lease, None);
     }
 
     #[test]

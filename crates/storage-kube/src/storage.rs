@@ -1,7 +1,7 @@
 //! [`KubeStorage`]: the four operations on Leases, each a read and one
 //! write conditioned on the `resourceVersion` it read.
 
-use std::{future::Future, time::SystemTime};
+use std::{future::Future, time::Instant};
 
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -20,6 +20,7 @@ use crate::{
     error::{storage_error, timed_out},
     names::record_name,
     record::{self, Write},
+    sightings::{Sightings, live_until},
 };
 
 /// How many times an operation reads again after its write met a newer
@@ -39,6 +40,8 @@ const MAX_ROUNDS: usize = 16;
 pub struct KubeStorage {
     pub(crate) api: Api<Lease>,
     config: KubeConfig,
+    /// When this storage first saw each version of each Lease.
+    pub(crate) sightings: Sightings,
 }
 
 impl std::fmt::Debug for KubeStorage {
@@ -74,6 +77,7 @@ impl KubeStorage {
         let storage = KubeStorage {
             api: Api::namespaced(client, &config.namespace),
             config,
+            sightings: Sightings::default(),
         };
         let list = kube::api::ListParams::default().limit(1);
         storage
@@ -127,20 +131,23 @@ impl KubeStorage {
     /// The Lease named `name`, `None` if there is none.
     pub(crate) async fn read_lease(&self, name: &str) -> Result<Option<Lease>> {
         let what = format!("GET Lease {name}");
-        Ok(self.call(Op::Read, &what, self.api.get(name)).await?.ok())
+        let lease = self.call(Op::Read, &what, self.api.get(name)).await?.ok();
+        if lease.is_none() {
+            self.sightings.forget(name);
+        }
+        Ok(lease)
     }
 
     /// Creates `lease`: `Ok(false)` if the name is taken.
     pub(crate) async fn create(&self, lease: &Lease) -> Result<bool> {
-        let what = format!(
-            "POST Lease {}",
-            lease.metadata.name.as_deref().unwrap_or("?")
-        );
+        let name = lease.metadata.name.as_deref().unwrap_or("?");
+        let what = format!("POST Lease {name}");
         let pp = PostParams::default();
-        Ok(self
+        let sent = Instant::now();
+        let written = self
             .call(Op::Write, &what, self.api.create(&pp, lease))
-            .await?
-            .is_ok())
+            .await?;
+        Ok(self.wrote(name, written.ok(), sent))
     }
 
     /// Replaces the Lease with `lease` if it is still at `lease`'s
@@ -149,10 +156,23 @@ impl KubeStorage {
         let name = lease.metadata.name.as_deref().unwrap_or("?");
         let what = format!("PUT Lease {name}");
         let pp = PostParams::default();
-        Ok(self
+        let sent = Instant::now();
+        let written = self
             .call(Op::Write, &what, self.api.replace(name, &pp, lease))
-            .await?
-            .is_ok())
+            .await?;
+        Ok(self.wrote(name, written.ok(), sent))
+    }
+
+    /// Notes this storage's own write of `name` (sent at `sent`), if it
+    /// was applied: its lease counts from the send.
+    fn wrote(&self, name: &str, written: Option<Lease>, sent: Instant) -> bool {
+        let Some(written) = written else {
+            return false;
+        };
+        if let Some(version) = written.metadata.resource_version.as_deref() {
+            self.sightings.wrote(name, version, sent);
+        }
+        true
     }
 
     /// Deletes the Lease if it is still at `lease`'s `resourceVersion`:
@@ -167,22 +187,45 @@ impl KubeStorage {
             }),
             ..DeleteParams::default()
         };
-        Ok(self
+        let deleted = self
             .call(Op::Write, &what, self.api.delete(name, &dp))
             .await?
-            .is_ok())
+            .is_ok();
+        if deleted {
+            self.sightings.forget(name);
+        }
+        Ok(deleted)
     }
 
-    /// The Lease of `key` and the live record it holds at the reader's
-    /// clock, read after the answer arrived.
-    async fn live(&self, key: &Key) -> Result<(Option<Lease>, Option<record::Record>)> {
+    /// The Lease of `key` and the live record it holds, read after the
+    /// answer arrived.
+    async fn live(&self, key: &Key) -> Result<(Option<Lease>, Option<Live>)> {
         let lease = self.read_lease(&record_name(key.as_str())).await?;
-        let now = SystemTime::now();
-        let record = match &lease {
-            Some(lease) => record::read(lease, key)?.filter(|r| r.live_at(now)),
+        let live = match &lease {
+            Some(lease) => self.live_record(lease, key, Instant::now())?,
             None => None,
         };
-        Ok((lease, record))
+        Ok((lease, live))
+    }
+
+    /// The live record `lease` holds for `key` at `now` (an instant after
+    /// the answer showing it arrived), if any: a version this storage has
+    /// seen unchanged for a whole lease is expired (see `sightings.rs`).
+    pub(crate) fn live_record(
+        &self,
+        lease: &Lease,
+        key: &Key,
+        now: Instant,
+    ) -> Result<Option<Live>> {
+        let Some(record) = record::read(lease, key)? else {
+            return Ok(None);
+        };
+        let name = record_name(key.as_str());
+        let version = lease.metadata.resource_version.as_deref().unwrap_or("");
+        let until = live_until(self.sightings.since(&name, version, now), record.lease);
+        Ok(until
+            .is_none_or(|until| now < until)
+            .then_some(Live { record, until }))
     }
 }
 
@@ -192,6 +235,13 @@ fn refused(status: &Status) -> Option<Refused> {
         404 => Some(Refused::NotFound),
         _ => None,
     }
+}
+
+/// A live record and until when it is live for this storage.
+pub(crate) struct Live {
+    pub(crate) record: record::Record,
+    /// `None`: never expires.
+    pub(crate) until: Option<Instant>,
 }
 
 /// The error of an operation whose writes met a newer version
@@ -245,7 +295,7 @@ impl TtlStorage for KubeStorage {
             let (Some(lease), Some(live)) = (lease, live) else {
                 return Ok(false);
             };
-            if live.value != old {
+            if live.record.value != old {
                 return Ok(false);
             }
             let write = Write {
@@ -271,7 +321,7 @@ impl TtlStorage for KubeStorage {
             let (Some(lease), Some(live)) = (lease, live) else {
                 return Ok(false);
             };
-            if live.value != value {
+            if live.record.value != value {
                 return Ok(false);
             }
             if self.delete(&lease).await? {
@@ -282,12 +332,12 @@ impl TtlStorage for KubeStorage {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        Ok(self.live(key).await?.1.map(|r| r.value))
+        Ok(self.live(key).await?.1.map(|live| live.record.value))
     }
 
     async fn get_entry(&self, key: &Key) -> Result<Option<Entry>> {
         let (_, live) = self.live(key).await?;
-        Ok(live.map(|r| r.entry(SystemTime::now())))
+        Ok(live.map(|live| live.record.entry(live.until, Instant::now())))
     }
 
     fn watch(&self, key: &Key) -> std::result::Result<Watch, WatchUnsupported> {

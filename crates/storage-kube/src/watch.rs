@@ -3,16 +3,17 @@
 
 use std::{
     pin::pin,
-    time::{Duration, SystemTime},
+    time::{Duration, Instant},
 };
 
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{WatchEvent, WatchParams};
 use ttl_storage::{Key, kit::Op};
 
-use crate::{KubeStorage, names::record_name, record};
+use crate::{KubeStorage, names::record_name};
 
-/// How long after a record's expiry (on this reader's clock) the watch
+/// How long after a record's expiry (as this storage counts it) the watch
 /// completes, so the waiter's re-check finds it expired.
 const AFTER_EXPIRY: Duration = Duration::from_millis(20);
 
@@ -22,9 +23,9 @@ const WATCH_SECS: u32 = 290;
 
 /// Completes once the record of `key` may have been removed: at once if
 /// there is no live record; else on the Lease's deletion, on a change
-/// that leaves no live record, shortly after its expiry as last read, or
-/// when the watch fails or ends (a spurious wake-up: the waiter
-/// re-checks).
+/// that leaves no live record, shortly after its expiry as this storage
+/// counts it (a version seen unchanged for a whole lease), or when the
+/// watch fails or ends (a spurious wake-up: the waiter re-checks).
 ///
 /// The read happens after the call that made this future, and the watch
 /// starts from the version that read saw, so a removal after the call is
@@ -34,7 +35,7 @@ pub(crate) async fn removed(storage: KubeStorage, key: Key) {
     let Ok(Some(lease)) = storage.read_lease(&name).await else {
         return;
     };
-    let Some(mut expires) = live_until(&lease, &key) else {
+    let Some(mut expires) = live_until(&storage, &lease, &key) else {
         return;
     };
     let Some(version) = lease.metadata.resource_version.clone() else {
@@ -53,17 +54,13 @@ pub(crate) async fn removed(storage: KubeStorage, key: Key) {
     let mut events = pin!(events);
     loop {
         let wait = match expires {
-            Some(at) => {
-                at.duration_since(SystemTime::now())
-                    .unwrap_or(Duration::ZERO)
-                    + AFTER_EXPIRY
-            }
+            Some(at) => at.saturating_duration_since(Instant::now()) + AFTER_EXPIRY,
             None => Duration::from_secs(u64::from(WATCH_SECS) + 10),
         };
         tokio::select! {
             event = events.next() => match event {
                 Some(Ok(WatchEvent::Modified(lease) | WatchEvent::Added(lease))) => {
-                    match live_until(&lease, &key) {
+                    match live_until(&storage, &lease, &key) {
                         Some(until) => expires = until,
                         None => return,
                     }
@@ -77,12 +74,9 @@ pub(crate) async fn removed(storage: KubeStorage, key: Key) {
     }
 }
 
-/// `Some(expiry)` (`Some(None)`: never) while `lease` holds a live record
-/// of `key` at this reader's clock.
-fn live_until(
-    lease: &k8s_openapi::api::coordination::v1::Lease,
-    key: &Key,
-) -> Option<Option<SystemTime>> {
-    let record = record::read(lease, key).ok()??;
-    record.live_at(SystemTime::now()).then_some(record.expires)
+/// `Some(until)` (`Some(None)`: never expires) while `lease` holds a live
+/// record of `key` for `storage`.
+fn live_until(storage: &KubeStorage, lease: &Lease, key: &Key) -> Option<Option<Instant>> {
+    let live = storage.live_record(lease, key, Instant::now()).ok()??;
+    Some(live.until)
 }

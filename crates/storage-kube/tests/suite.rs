@@ -398,6 +398,41 @@ async fn renewal_applied_late_never_moves_the_expiry_earlier() {
     .await;
 }
 
+/// A watch whose connection drops completes (its waiter re-checks: a
+/// waiter never hangs on a dead watch), and a watch made while the server
+/// cannot be reached completes too (its read fails), within 10 s each.
+#[tokio::test]
+#[ignore = "needs kube-apiserver: run `cargo xtask test-drivers --engine kube`"]
+async fn a_watch_whose_connection_drops_completes() {
+    let direct = connect_url(&base_url()).await;
+    let proxy = network::proxy_to(server_addr()).await;
+    let s = connect_url(&url_via(proxy.addr, "&timeout=2s&connect_timeout=1s")).await;
+    let k = key("dropped-watch");
+    assert!(
+        direct
+            .insert_if_not_exists(&k, b"a", Ttl::NEVER)
+            .await
+            .unwrap()
+    );
+    let mut watch = s.watch(&k).unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), &mut watch)
+            .await
+            .is_err(),
+        "the watch completed although the record is still there"
+    );
+    proxy.shut_down();
+    assert!(
+        network::completes_within(watch, Duration::from_secs(10)).await,
+        "a watch whose connection dropped did not complete"
+    );
+    assert!(
+        network::completes_within(s.watch(&k).unwrap(), Duration::from_secs(10)).await,
+        "a watch made while the server is unreachable did not complete"
+    );
+    assert!(direct.compare_and_delete(&k, b"a").await.unwrap());
+}
+
 /// A standby's watch on one connection wakes when another connection
 /// deletes the record (the Lease watch API).
 #[tokio::test]

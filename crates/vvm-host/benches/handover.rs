@@ -18,10 +18,11 @@
 //! MODE` (the default is `auto`), `HANDOVER_BENCH_VERBOSE=1` prints every
 //! round.
 //!
-//! Engines: a shared redb file always; Valkey, PostgreSQL and etcd when
-//! `VALKEY_URL`, `POSTGRES_URL` and `ETCD_URL` are set (as `cargo xtask
-//! test-drivers --engine …` sets them) and the binary was built with their
-//! features (`--features valkey,postgres,etcd`).
+//! Engines: a shared redb file always; Valkey, PostgreSQL, etcd and
+//! Kubernetes Leases when `VALKEY_URL`, `POSTGRES_URL`, `ETCD_URL` and
+//! `KUBE_URL` are set (as `cargo xtask test-drivers --engine …` sets them)
+//! and the binary was built with their features (`--features
+//! valkey,postgres,etcd,kube`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::{
@@ -250,6 +251,7 @@ fn main() {
         ("valkey", "VALKEY_URL"),
         ("postgres", "POSTGRES_URL"),
         ("etcd", "ETCD_URL"),
+        ("kube", "KUBE_URL"),
     ] {
         if let Ok(url) = std::env::var(var) {
             engines.push((engine.to_owned(), url));
